@@ -1,0 +1,17 @@
+"""The model code: the folder ``save_pretrained`` copies next to the weights for ``trust_remote_code`` users."""
+
+from .configuration_mlm_suite import PRESETS, MlmSuiteConfig
+from .modeling_mlm_suite import (
+    AUTO_CLASSES,
+    MlmSuiteForMaskedLM,
+    MlmSuiteForNextSentencePrediction,
+    MlmSuiteForPairClassification,
+    MlmSuiteForPreTraining,
+    MlmSuiteForPreTrainingOutput,
+    MlmSuiteForQuestionAnswering,
+    MlmSuiteForSequenceClassification,
+    MlmSuiteForTokenClassification,
+    MlmSuiteModel,
+    MlmSuitePreTrainedModel,
+    SequenceLayout,
+)

@@ -1,0 +1,135 @@
+"""Configuration of the mlm_suite encoder.
+
+This file is part of the remote-code payload that ``save_pretrained`` copies next to the
+weights: it imports only ``transformers`` (and the standard library).
+"""
+
+from __future__ import annotations
+
+from transformers import PreTrainedConfig
+
+# (hidden_size, num_hidden_layers, num_attention_heads, intermediate_size). tiny/mini/small are
+# the compact BERTs of Turc et al. (2019); base/large are Devlin et al. (2019).
+PRESETS: dict[str, tuple[int, int, int, int]] = {
+    "tiny": (128, 2, 2, 512),
+    "mini": (256, 4, 4, 1024),
+    "small": (512, 4, 8, 2048),
+    "base": (768, 12, 12, 3072),
+    "large": (1024, 24, 16, 4096),
+}
+
+_CHOICES = {
+    "norm_position": ("post", "pre"),
+    "position_embedding_type": ("absolute", "rotary"),
+    "ffn_type": ("gelu", "geglu"),
+    "classifier_pooling": ("cls", "mean"),
+}
+
+
+class MlmSuiteConfig(PreTrainedConfig):
+    r"""Hyper-parameters of an mlm_suite encoder and its heads.
+
+    BERT's hyper-parameters keep BERT's names, so a ``BertConfig`` maps onto this one field by field.
+    The switches select modern variants; their defaults reproduce BERT exactly:
+
+    - ``norm_position``: ``"post"`` (BERT: LayerNorm after each residual add) or ``"pre"``
+      (LayerNorm before each sub-layer, plus a final LayerNorm).
+    - ``position_embedding_type``: ``"absolute"`` (learned table) or ``"rotary"`` (RoPE on
+      queries and keys, no position table; ``rope_theta`` sets the base).
+    - ``ffn_type``: ``"gelu"`` (dense → activation → dense) or ``"geglu"`` (gated).
+    - ``use_bias``: biases in linear layers and LayerNorms.
+    - ``classifier_pooling``: ``"cls"`` (first token) or ``"mean"`` (mean of real tokens), feeding the pooler.
+    - ``sparse_prediction``: during training the MLM head runs only where ``labels != -100``.
+    - ``use_crf``, ``tagging_scheme``: a CRF on the token-classification head, with transitions
+      constrained by the tagging scheme (``"BIO"``, ``"BIOES"``, ``"IOB1"``, ``"IO"``).
+    - ``class_weights``, ``label_smoothing``: applied by the classification losses (positions
+      labelled -100 are always ignored).
+    """
+
+    model_type = "mlm_suite"
+
+    def __init__(
+        self,
+        vocab_size: int = 30522,
+        hidden_size: int = 768,
+        num_hidden_layers: int = 12,
+        num_attention_heads: int = 12,
+        intermediate_size: int = 3072,
+        hidden_act: str = "gelu",
+        hidden_dropout_prob: float = 0.1,
+        attention_probs_dropout_prob: float = 0.1,
+        max_position_embeddings: int = 512,
+        type_vocab_size: int = 2,
+        layer_norm_eps: float = 1e-12,
+        initializer_range: float = 0.02,
+        pad_token_id: int | None = 0,
+        norm_position: str = "post",
+        position_embedding_type: str = "absolute",
+        rope_theta: float = 10000.0,
+        ffn_type: str = "gelu",
+        use_bias: bool = True,
+        classifier_pooling: str = "cls",
+        classifier_dropout: float | None = None,
+        sparse_prediction: bool = True,
+        use_crf: bool = False,
+        tagging_scheme: str | None = None,
+        class_weights: list[float] | None = None,
+        label_smoothing: float = 0.0,
+        tie_word_embeddings: bool = True,
+        **kwargs,
+    ):
+        if hidden_size % num_attention_heads != 0:
+            raise ValueError(
+                f"hidden_size ({hidden_size}) must be divisible by num_attention_heads ({num_attention_heads})"
+            )
+        for name, value in (
+            ("norm_position", norm_position),
+            ("position_embedding_type", position_embedding_type),
+            ("ffn_type", ffn_type),
+            ("classifier_pooling", classifier_pooling),
+        ):
+            if value not in _CHOICES[name]:
+                raise ValueError(f"{name}={value!r} is not one of {_CHOICES[name]}")
+        if position_embedding_type == "rotary" and (hidden_size // num_attention_heads) % 2:
+            raise ValueError("rotary position embeddings need an even head size")
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing={label_smoothing} must be in [0, 1)")
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.max_position_embeddings = max_position_embeddings
+        self.type_vocab_size = type_vocab_size
+        self.layer_norm_eps = layer_norm_eps
+        self.initializer_range = initializer_range
+        self.norm_position = norm_position
+        self.position_embedding_type = position_embedding_type
+        self.rope_theta = rope_theta
+        self.ffn_type = ffn_type
+        self.use_bias = use_bias
+        self.classifier_pooling = classifier_pooling
+        self.classifier_dropout = classifier_dropout
+        self.sparse_prediction = sparse_prediction
+        self.use_crf = use_crf
+        self.tagging_scheme = tagging_scheme
+        self.class_weights = class_weights
+        self.label_smoothing = label_smoothing
+        super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "MlmSuiteConfig":
+        """A configuration of a published size: ``tiny``, ``mini``, ``small``, ``base`` or ``large``."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        hidden, layers, heads, intermediate = PRESETS[name]
+        sizes = dict(
+            hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=intermediate
+        )
+        return cls(**{**sizes, **overrides})
+
+
+__all__ = ["MlmSuiteConfig", "PRESETS"]

@@ -1,0 +1,927 @@
+"""The mlm_suite encoder and its task heads.
+
+A BERT-family bidirectional encoder: token + position + segment embeddings, a stack of blocks
+with fully visible multi-head self-attention and a position-wise feed-forward network, each
+wrapped in a residual connection and LayerNorm. With the default configuration it computes
+exactly what ``transformers.BertModel`` computes (``mlm_suite.convert_bert_checkpoint`` maps the
+weights across).
+
+It is padding-free by design: pad tokens are dropped before the first layer, every linear
+layer runs on real tokens only, attention is confined to each sequence (or to each document of
+a packed row), and the ``(batch, seq, hidden)`` layout is restored at the end. A
+``SequenceLayout`` holds that bookkeeping, built once per forward pass.
+
+This file is part of the remote-code payload copied next to saved weights: it imports only
+torch, transformers and its siblings.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.activations import ACT2FN
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPooling,
+    MaskedLMOutput,
+    NextSentencePredictorOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.utils import ModelOutput
+
+from .configuration_mlm_suite import MlmSuiteConfig
+from .crf import ConditionalRandomField, allowed_transitions
+
+IGNORE_INDEX = -100
+
+
+# --------------------------------------------------------------------------------------------
+# Padding-free bookkeeping
+# --------------------------------------------------------------------------------------------
+@dataclass
+class SequenceLayout:
+    """Where the real tokens of a ``(batch, seq)`` input are, and which of them attend to each other.
+
+    The encoder works on a flat ``(total_tokens, hidden)`` tensor of real tokens. Attention needs
+    them grouped by *segment* (a sequence, or one document of a packed row): ``to_segments``
+    scatters the flat tokens into a ``(num_segments, max_segment_len, ...)`` grid and
+    ``key_padding_mask`` marks the real cells of that grid. When the input has neither padding
+    nor packed documents the layout is *dense*: flattening is a reshape and segments are rows.
+    """
+
+    batch_size: int
+    seq_len: int
+    positions: torch.Tensor  # (total,) position id of every real token
+    token_index: torch.Tensor | None = None  # (total,) index into batch*seq; None when dense
+    segment_index: torch.Tensor | None = None  # (total,) index into num_segments*max_segment_len
+    key_padding_mask: torch.Tensor | None = None  # (num_segments, max_segment_len) bool, True = real
+    num_segments: int = 0
+    max_segment_len: int = 0
+
+    @property
+    def is_dense(self) -> bool:
+        return self.token_index is None
+
+    @classmethod
+    def from_inputs(
+        cls,
+        shape: tuple[int, int],
+        device: torch.device,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+    ) -> "SequenceLayout":
+        """Build the layout.
+
+        Segments start at the first real token of each row, wherever ``position_ids`` returns to 0
+        (packed rows) and wherever ``document_ids`` changes. Without explicit ``position_ids``,
+        tokens take their column index as position (as BERT does), or their offset within their
+        document when ``document_ids`` is given.
+        """
+        batch_size, seq_len = shape
+        columns = torch.arange(seq_len, device=device).expand(batch_size, seq_len)
+        real = torch.ones(shape, dtype=torch.bool, device=device) if attention_mask is None else attention_mask.bool()
+        starts = real & (real.cumsum(dim=1) == 1)  # (batch, seq): first real token of each row
+        if position_ids is not None:
+            starts |= real & (position_ids == 0)
+        if document_ids is not None:
+            changed = torch.ones_like(starts)
+            changed[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+            starts |= real & changed
+        packed = bool((starts.sum(dim=1) > 1).any())
+        if attention_mask is None or (not packed and bool(real.all())):
+            positions = columns if position_ids is None else position_ids
+            return cls(batch_size, seq_len, positions.reshape(-1))
+
+        token_index = real.reshape(-1).nonzero().squeeze(1)  # (total,)
+        segment_of_token = starts.reshape(-1)[token_index].cumsum(0) - 1  # (total,)
+        segment_lengths = torch.bincount(segment_of_token)  # (num_segments,)
+        segment_starts = segment_lengths.cumsum(0) - segment_lengths  # (num_segments,)
+        offset_in_segment = torch.arange(token_index.numel(), device=device) - segment_starts[segment_of_token]
+        num_segments, max_segment_len = segment_lengths.numel(), int(segment_lengths.max())
+        segment_index = segment_of_token * max_segment_len + offset_in_segment
+        key_padding_mask = torch.zeros(num_segments * max_segment_len, dtype=torch.bool, device=device)
+        key_padding_mask[segment_index] = True
+        if position_ids is not None:
+            positions = position_ids.reshape(-1)[token_index]
+        elif document_ids is not None:
+            positions = offset_in_segment
+        else:
+            positions = columns.reshape(-1)[token_index]
+        return cls(
+            batch_size,
+            seq_len,
+            positions,
+            token_index,
+            segment_index,
+            key_padding_mask.view(num_segments, max_segment_len),
+            num_segments,
+            max_segment_len,
+        )
+
+    def unpad(self, padded: torch.Tensor) -> torch.Tensor:
+        """``(batch, seq, ...)`` → ``(total, ...)``: keep the real tokens."""
+        flat = padded.reshape(self.batch_size * self.seq_len, *padded.shape[2:])
+        return flat if self.is_dense else flat[self.token_index]
+
+    def pad(self, flat: torch.Tensor) -> torch.Tensor:
+        """``(total, ...)`` → ``(batch, seq, ...)``, zeros at pad positions."""
+        if not self.is_dense:
+            full = flat.new_zeros(self.batch_size * self.seq_len, *flat.shape[1:])
+            flat = full.index_copy(0, self.token_index, flat)
+        return flat.view(self.batch_size, self.seq_len, *flat.shape[1:])
+
+    def to_segments(self, flat: torch.Tensor) -> torch.Tensor:
+        """``(total, ...)`` → ``(num_segments, max_segment_len, ...)`` grid for attention."""
+        if self.is_dense:
+            return flat.view(self.batch_size, self.seq_len, *flat.shape[1:])
+        grid = flat.new_zeros(self.num_segments * self.max_segment_len, *flat.shape[1:])
+        grid = grid.index_copy(0, self.segment_index, flat)
+        return grid.view(self.num_segments, self.max_segment_len, *flat.shape[1:])
+
+    def from_segments(self, grid: torch.Tensor) -> torch.Tensor:
+        """``(num_segments, max_segment_len, ...)`` → ``(total, ...)``."""
+        flat = grid.reshape(-1, *grid.shape[2:])
+        return flat if self.is_dense else flat[self.segment_index]
+
+    def additive_attention_mask(self, dtype: torch.dtype) -> torch.Tensor | None:
+        """``(num_segments, 1, 1, max_segment_len)`` bias hiding the grid's empty cells from every query.
+
+        It uses the dtype's most negative finite value, not -inf, so softmax stays finite in
+        fp16/bf16 even for the grid's empty query rows (which are discarded afterwards).
+        """
+        if self.is_dense:
+            return None
+        bias = torch.zeros(self.key_padding_mask.shape, dtype=dtype, device=self.key_padding_mask.device)
+        bias.masked_fill_(~self.key_padding_mask, torch.finfo(dtype).min)
+        return bias[:, None, None, :]
+
+    def attention_to_batch(self, weights: torch.Tensor) -> torch.Tensor:
+        """Per-segment attention weights → ``(batch, heads, seq, seq)``, zero between segments and at pads."""
+        if self.is_dense:
+            return weights
+        heads = weights.shape[1]
+        out = weights.new_zeros(self.batch_size, heads, self.seq_len, self.seq_len)
+        segment_of_token = self.segment_index // self.max_segment_len
+        for segment in range(self.num_segments):
+            tokens = self.token_index[segment_of_token == segment]
+            row, columns = int(tokens[0]) // self.seq_len, tokens % self.seq_len
+            n = columns.numel()
+            out[row, :, columns[:, None], columns[None, :]] = weights[segment, :, :n, :n]
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# Building blocks
+# --------------------------------------------------------------------------------------------
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def rotary_tables(positions: torch.Tensor, head_size: int, theta: float, dtype: torch.dtype):
+    """cos/sin tables ``(total, 1, head_size)`` for RoPE; computed per call so no buffer needs initialising."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_size, 2, device=positions.device, dtype=torch.float32) / head_size)
+    angles = positions.float()[:, None] * inv_freq[None, :]  # (total, head_size/2)
+    angles = torch.cat((angles, angles), dim=-1)[:, None, :]
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+class MlmSuiteEmbeddings(nn.Module):
+    def __init__(self, config: MlmSuiteConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        if config.position_embedding_type == "absolute":
+            self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        if config.type_vocab_size > 0:
+            self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.use_bias)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self,
+        layout: SequenceLayout,
+        input_ids: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+    ) -> torch.Tensor:
+        # Embed real tokens only: (total,) ids → (total, hidden).
+        embeddings = self.word_embeddings(layout.unpad(input_ids)) if inputs_embeds is None else layout.unpad(inputs_embeds)
+        if hasattr(self, "position_embeddings"):
+            embeddings = embeddings + self.position_embeddings(layout.positions)
+        if hasattr(self, "token_type_embeddings"):
+            if token_type_ids is None:
+                embeddings = embeddings + self.token_type_embeddings.weight[0]
+            else:
+                embeddings = embeddings + self.token_type_embeddings(layout.unpad(token_type_ids))
+        return self.dropout(self.norm(embeddings))
+
+
+class MlmSuiteSelfAttention(nn.Module):
+    """Fully visible multi-head self-attention with a fused QKV projection."""
+
+    def __init__(self, config: MlmSuiteConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_size = config.hidden_size // config.num_attention_heads
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.use_bias)
+        self.out = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
+        self.attention_dropout = config.attention_probs_dropout_prob
+        self.config = config
+
+    def forward(
+        self, hidden: torch.Tensor, layout: SequenceLayout, rotary: tuple | None, output_attentions: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        total = hidden.shape[0]
+        qkv = self.qkv(hidden).view(total, 3, self.num_heads, self.head_size)  # (total, 3, heads, head_size)
+        if rotary is not None:
+            cos, sin = rotary
+            query, key = qkv[:, 0] * cos + rotate_half(qkv[:, 0]) * sin, qkv[:, 1] * cos + rotate_half(qkv[:, 1]) * sin
+            qkv = torch.stack((query, key, qkv[:, 2]), dim=1)
+        # (segments, max_len, 3, heads, head_size) → three (segments, heads, max_len, head_size)
+        query, key, value = layout.to_segments(qkv).permute(2, 0, 3, 1, 4).unbind(0)
+        mask = layout.additive_attention_mask(query.dtype)
+        dropout = self.attention_dropout if self.training else 0.0
+        weights = None
+        if output_attentions or self.config._attn_implementation == "eager":
+            scores = query @ key.transpose(-1, -2) / math.sqrt(self.head_size)  # (segments, heads, len, len)
+            if mask is not None:
+                scores = scores + mask
+            weights = scores.float().softmax(dim=-1).to(query.dtype)
+            context = F.dropout(weights, p=dropout, training=self.training) @ value
+        else:
+            context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
+        context = context.transpose(1, 2).flatten(2)  # (segments, max_len, hidden)
+        return self.out(layout.from_segments(context)), weights
+
+
+class MlmSuiteFeedForward(nn.Module):
+    def __init__(self, config: MlmSuiteConfig):
+        super().__init__()
+        gated = config.ffn_type == "geglu"
+        self.up = nn.Linear(config.hidden_size, config.intermediate_size * (2 if gated else 1), bias=config.use_bias)
+        self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.use_bias)
+        self.activation = ACT2FN[config.hidden_act]
+        self.gated = gated
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            gate, value = self.up(hidden).chunk(2, dim=-1)
+            return self.down(self.activation(gate) * value)
+        return self.down(self.activation(self.up(hidden)))
+
+
+class MlmSuiteLayer(GradientCheckpointingLayer):
+    """One block: attention and feed-forward, each with residual + LayerNorm (post- or pre-norm)."""
+
+    def __init__(self, config: MlmSuiteConfig):
+        super().__init__()
+        self.attention = MlmSuiteSelfAttention(config)
+        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.use_bias)
+        self.ffn = MlmSuiteFeedForward(config)
+        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.use_bias)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.pre_norm = config.norm_position == "pre"
+
+    def forward(
+        self, hidden: torch.Tensor, layout: SequenceLayout, rotary: tuple | None = None, output_attentions: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.pre_norm:
+            attended, weights = self.attention(self.attention_norm(hidden), layout, rotary, output_attentions)
+            hidden = hidden + self.dropout(attended)
+            return hidden + self.dropout(self.ffn(self.ffn_norm(hidden))), weights
+        attended, weights = self.attention(hidden, layout, rotary, output_attentions)
+        hidden = self.attention_norm(hidden + self.dropout(attended))
+        return self.ffn_norm(hidden + self.dropout(self.ffn(hidden))), weights
+
+
+class MlmSuitePooler(nn.Module):
+    """Dense + tanh over the first token (``cls``) or the mean of the real tokens (``mean``)."""
+
+    def __init__(self, config: MlmSuiteConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
+        self.mean_pooling = config.classifier_pooling == "mean"
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        if self.mean_pooling:
+            weights = torch.ones_like(hidden[..., 0]) if attention_mask is None else attention_mask.to(hidden.dtype)
+            pooled = (hidden * weights[..., None]).sum(1) / weights.sum(1, keepdim=True).clamp(min=1)
+        else:
+            pooled = hidden[:, 0]
+        return torch.tanh(self.dense(pooled))
+
+
+class MlmSuiteLMHead(nn.Module):
+    """Transform (dense + activation + LayerNorm) and a decoder tied to the word embeddings."""
+
+    def __init__(self, config: MlmSuiteConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
+        self.activation = ACT2FN[config.hidden_act]
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.use_bias)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=True)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.norm(self.activation(self.dense(hidden))))
+
+
+# --------------------------------------------------------------------------------------------
+# Base classes
+# --------------------------------------------------------------------------------------------
+AUTO_CLASSES = {
+    "AutoModel": "MlmSuiteModel",
+    "AutoModelForMaskedLM": "MlmSuiteForMaskedLM",
+    "AutoModelForPreTraining": "MlmSuiteForPreTraining",
+    "AutoModelForNextSentencePrediction": "MlmSuiteForNextSentencePrediction",
+    "AutoModelForSequenceClassification": "MlmSuiteForSequenceClassification",
+    "AutoModelForTokenClassification": "MlmSuiteForTokenClassification",
+    "AutoModelForQuestionAnswering": "MlmSuiteForQuestionAnswering",
+}
+
+
+class MlmSuitePreTrainedModel(PreTrainedModel):
+    config_class = MlmSuiteConfig
+    config: MlmSuiteConfig
+    base_model_prefix = "encoder"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _no_split_modules = ["MlmSuiteLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, ConditionalRandomField):
+            # Also refills the non-persistent constraint buffers, which from_pretrained leaves empty.
+            module.reset_parameters()
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Save weights, config and the model code so the folder loads with ``trust_remote_code=True``.
+
+        ``auto_map`` lists every Auto class, so the folder loads with any of them; the
+        sequence-classification entry names the class being saved when it is one (so a pair
+        head reloads as a pair head).
+        """
+        module = type(self).__module__.rsplit(".", 1)[-1]
+        config_module = type(self.config).__module__.rsplit(".", 1)[-1]
+        auto_map = {"AutoConfig": f"{config_module}.{type(self.config).__name__}"}
+        auto_map.update({auto: f"{module}.{name}" for auto, name in AUTO_CLASSES.items()})
+        if isinstance(self, MlmSuiteForSequenceClassification):
+            auto_map["AutoModelForSequenceClassification"] = f"{module}.{type(self).__name__}"
+        self.config.auto_map = auto_map
+        if self._auto_class is None:
+            type(self).register_for_auto_class(_auto_class_of(type(self)))
+        if getattr(type(self.config), "_auto_class", None) is None:
+            type(self.config).register_for_auto_class()
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+def _auto_class_of(cls: type) -> str:
+    for auto, name in AUTO_CLASSES.items():
+        if name == cls.__name__:
+            return auto
+    return "AutoModelForSequenceClassification" if issubclass(cls, MlmSuiteForSequenceClassification) else "AutoModel"
+
+
+def _check_inputs(config: MlmSuiteConfig, shape: tuple[int, int], token_type_ids, position_ids) -> None:
+    """Raise a ValueError naming the value and the limit for inputs the embeddings cannot represent."""
+    seq_len = shape[1]
+    if config.position_embedding_type == "absolute" and seq_len > config.max_position_embeddings:
+        raise ValueError(
+            f"sequence length {seq_len} exceeds max_position_embeddings={config.max_position_embeddings}; "
+            "truncate or split the input"
+        )
+    if torch.compiler.is_compiling():
+        return  # the data-dependent checks below would break the graph
+    if position_ids is not None and config.position_embedding_type == "absolute" and position_ids.numel():
+        largest = int(position_ids.max())
+        if largest >= config.max_position_embeddings:
+            raise ValueError(f"position id {largest} exceeds max_position_embeddings={config.max_position_embeddings}")
+    if token_type_ids is not None and token_type_ids.numel():
+        largest = int(token_type_ids.max())
+        if largest >= config.type_vocab_size or int(token_type_ids.min()) < 0:
+            raise ValueError(
+                f"token type id {largest} is out of range for type_vocab_size={config.type_vocab_size}"
+            )
+
+
+def _check_labels(labels: torch.Tensor | None, expected_shape: torch.Size, what: str) -> None:
+    if labels is not None and labels.shape != expected_shape:
+        raise ValueError(f"{what} have shape {tuple(labels.shape)} but the input needs {tuple(expected_shape)}")
+
+
+def token_cross_entropy(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    num_items_in_batch: int | torch.Tensor | None = None,
+    weight: torch.Tensor | None = None,
+    label_smoothing: float = 0.0,
+) -> torch.Tensor:
+    """Cross-entropy over ``(n, classes)`` logits, ignoring -100.
+
+    With ``num_items_in_batch`` (the Trainer's count of labelled tokens over all
+    gradient-accumulation micro-batches) the sum is divided by that count, so accumulation steps
+    add up to the loss of one large batch; otherwise it is the mean over labelled tokens.
+    """
+    losses = F.cross_entropy(
+        logits.float(), labels, weight=weight, ignore_index=IGNORE_INDEX, reduction="sum", label_smoothing=label_smoothing
+    )
+    if num_items_in_batch is None:
+        if weight is not None:
+            valid = labels != IGNORE_INDEX
+            return losses / weight[labels[valid]].sum().clamp(min=1e-12)
+        return losses / (labels != IGNORE_INDEX).sum().clamp(min=1)
+    if isinstance(num_items_in_batch, torch.Tensor):
+        num_items_in_batch = num_items_in_batch.to(losses.device)
+    return losses / num_items_in_batch
+
+
+# --------------------------------------------------------------------------------------------
+# The encoder
+# --------------------------------------------------------------------------------------------
+class MlmSuiteModel(MlmSuitePreTrainedModel):
+    """The bare encoder; returns ``last_hidden_state`` ``(batch, seq, hidden)`` and, with a pooler, ``pooler_output``.
+
+    Pad positions of ``last_hidden_state`` and of ``hidden_states`` are zeros: pads never enter the layers.
+    """
+
+    def __init__(self, config: MlmSuiteConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.embeddings = MlmSuiteEmbeddings(config)
+        self.layers = nn.ModuleList(MlmSuiteLayer(config) for _ in range(config.num_hidden_layers))
+        if config.norm_position == "pre":
+            self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.use_bias)
+        self.pooler = MlmSuitePooler(config) if add_pooling_layer else None
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.word_embeddings = value
+
+    def encode(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> tuple[torch.Tensor, SequenceLayout, tuple | None, tuple | None]:
+        """Run the stack on real tokens only; return ``(total, hidden)`` states and their layout."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        reference = input_ids if input_ids is not None else inputs_embeds
+        shape = tuple(reference.shape[:2])
+        _check_inputs(self.config, shape, token_type_ids, position_ids)
+        layout = SequenceLayout.from_inputs(shape, reference.device, attention_mask, position_ids, document_ids)
+        hidden = self.embeddings(layout, input_ids, token_type_ids, inputs_embeds)  # (total, hidden)
+        rotary = None
+        if self.config.position_embedding_type == "rotary":
+            head_size = self.config.hidden_size // self.config.num_attention_heads
+            rotary = rotary_tables(layout.positions, head_size, self.config.rope_theta, hidden.dtype)
+        all_hidden = [hidden] if output_hidden_states else None
+        all_attentions = [] if output_attentions else None
+        for layer in self.layers:
+            hidden, weights = layer(hidden, layout, rotary, output_attentions)
+            if output_hidden_states:
+                all_hidden.append(hidden)
+            if output_attentions:
+                all_attentions.append(layout.attention_to_batch(weights))
+        if self.config.norm_position == "pre":
+            hidden = self.final_norm(hidden)
+            if output_hidden_states:
+                all_hidden[-1] = hidden
+        hidden_states = tuple(layout.pad(h) for h in all_hidden) if output_hidden_states else None
+        attentions = tuple(all_attentions) if output_attentions else None
+        return hidden, layout, hidden_states, attentions
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling | tuple:
+        output_attentions = bool(output_attentions if output_attentions is not None else self.config.output_attentions)
+        output_hidden_states = bool(
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        hidden, layout, hidden_states, attentions = self.encode(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            document_ids,
+            inputs_embeds,
+            output_attentions,
+            output_hidden_states,
+        )
+        sequence_output = layout.pad(hidden)  # (batch, seq, hidden)
+        pooled = self.pooler(sequence_output, attention_mask) if self.pooler is not None else None
+        output = BaseModelOutputWithPooling(
+            last_hidden_state=sequence_output, pooler_output=pooled, hidden_states=hidden_states, attentions=attentions
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+# --------------------------------------------------------------------------------------------
+# Heads
+# --------------------------------------------------------------------------------------------
+@dataclass
+class MlmSuiteForPreTrainingOutput(ModelOutput):
+    """Output of ``MlmSuiteForPreTraining``: ``loss`` = MLM loss + NSP loss."""
+
+    loss: torch.Tensor | None = None
+    prediction_logits: torch.Tensor | None = None
+    seq_relationship_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+_ENCODER_ARGUMENTS = (
+    "attention_mask",
+    "token_type_ids",
+    "position_ids",
+    "document_ids",
+    "inputs_embeds",
+    "output_attentions",
+    "output_hidden_states",
+)
+
+
+def _encoder_kwargs(values: dict) -> dict:
+    return {name: values[name] for name in _ENCODER_ARGUMENTS}
+
+
+class _MaskedLMMixin:
+    """Shared MLM computation: sparse (labelled positions only) while training, dense otherwise."""
+
+    _tied_weights_keys = {"lm_head.decoder.weight": "encoder.embeddings.word_embeddings.weight"}
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head.decoder = new_embeddings
+
+    def masked_lm(self, sequence_output, labels, num_items_in_batch):
+        """Return ``(loss, logits)``.
+
+        With ``config.sparse_prediction`` in training mode and labels given, the transform and
+        decoder run only at labelled positions and ``logits`` is ``(num_labelled, vocab)`` in
+        row-major order of those positions; the loss equals the dense computation. Otherwise
+        ``logits`` is ``(batch, seq, vocab)``.
+        """
+        if labels is None:
+            return None, self.lm_head(sequence_output)
+        _check_labels(labels, sequence_output.shape[:2], "MLM labels")
+        if self.config.sparse_prediction and self.training:
+            selected = labels != IGNORE_INDEX  # (batch, seq)
+            logits = self.lm_head(sequence_output[selected])  # (num_labelled, vocab)
+            return token_cross_entropy(logits, labels[selected], num_items_in_batch), logits
+        logits = self.lm_head(sequence_output)
+        loss = token_cross_entropy(logits.view(-1, logits.shape[-1]), labels.reshape(-1), num_items_in_batch)
+        return loss, logits
+
+
+class MlmSuiteForMaskedLM(_MaskedLMMixin, MlmSuitePreTrainedModel):
+    def __init__(self, config: MlmSuiteConfig):
+        super().__init__(config)
+        self.encoder = MlmSuiteModel(config, add_pooling_layer=False)
+        self.lm_head = MlmSuiteLMHead(config)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> MaskedLMOutput | tuple:
+        outputs = self.encoder(input_ids, **_encoder_kwargs(locals()))
+        loss, logits = self.masked_lm(outputs.last_hidden_state, labels, num_items_in_batch)
+        output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        return output if return_dict is not False else output.to_tuple()
+
+
+class MlmSuiteForNextSentencePrediction(MlmSuitePreTrainedModel):
+    """``[CLS] A [SEP] B [SEP]`` → 2 classes: 0 = B follows A, 1 = B is random (HF's convention)."""
+
+    def __init__(self, config: MlmSuiteConfig):
+        super().__init__(config)
+        self.encoder = MlmSuiteModel(config, add_pooling_layer=True)
+        self.nsp_head = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> NextSentencePredictorOutput | tuple:
+        outputs = self.encoder(input_ids, **_encoder_kwargs(locals()))
+        logits = self.nsp_head(outputs.pooler_output)  # (batch, 2)
+        loss = None
+        if labels is not None:
+            _check_labels(labels, logits.shape[:1], "next-sentence labels")
+            loss = F.cross_entropy(logits.float(), labels)
+        output = NextSentencePredictorOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+class MlmSuiteForPreTraining(_MaskedLMMixin, MlmSuitePreTrainedModel):
+    """MLM + next-sentence prediction, as BERT was pretrained; the loss is their sum."""
+
+    def __init__(self, config: MlmSuiteConfig):
+        super().__init__(config)
+        self.encoder = MlmSuiteModel(config, add_pooling_layer=True)
+        self.lm_head = MlmSuiteLMHead(config)
+        self.nsp_head = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> MlmSuiteForPreTrainingOutput | tuple:
+        outputs = self.encoder(input_ids, **_encoder_kwargs(locals()))
+        mlm_loss, prediction_logits = self.masked_lm(outputs.last_hidden_state, labels, num_items_in_batch)
+        nsp_logits = self.nsp_head(outputs.pooler_output)  # (batch, 2)
+        losses = [mlm_loss] if mlm_loss is not None else []
+        if next_sentence_label is not None:
+            _check_labels(next_sentence_label, nsp_logits.shape[:1], "next-sentence labels")
+            losses.append(F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1)))
+        output = MlmSuiteForPreTrainingOutput(
+            loss=sum(losses) if losses else None,
+            prediction_logits=prediction_logits,
+            seq_relationship_logits=nsp_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+class MlmSuiteForSequenceClassification(MlmSuitePreTrainedModel):
+    """Pooled (``[CLS]`` or mean) representation → ``num_labels`` scores.
+
+    ``config.problem_type`` works as in HF: ``regression`` (MSE, ``num_labels == 1``),
+    ``single_label_classification`` (cross-entropy) or ``multi_label_classification`` (BCE),
+    inferred from the labels' dtype when unset.
+    """
+
+    def __init__(self, config: MlmSuiteConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.encoder = MlmSuiteModel(config, add_pooling_layer=True)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        config = self.config
+        if config.problem_type is None:
+            if self.num_labels == 1:
+                config.problem_type = "regression"
+            elif labels.dtype in (torch.long, torch.int):
+                config.problem_type = "single_label_classification"
+            else:
+                config.problem_type = "multi_label_classification"
+        if config.problem_type == "regression":
+            return F.mse_loss(logits.float().view(-1), labels.float().view(-1))
+        if config.problem_type == "single_label_classification":
+            _check_labels(labels.view(-1), logits.shape[:1], "sequence labels")
+            weights = _class_weight_tensor(config, logits)
+            return token_cross_entropy(logits, labels.view(-1), None, weights, config.label_smoothing)
+        _check_labels(labels, logits.shape, "multi-label targets")
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput | tuple:
+        outputs = self.encoder(input_ids, **_encoder_kwargs(locals()))
+        logits = self.classifier(self.dropout(outputs.pooler_output))  # (batch, num_labels)
+        loss = self._classification_loss(logits, labels) if labels is not None else None
+        output = SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+class MlmSuiteForPairClassification(MlmSuiteForSequenceClassification):
+    """Sentence-pair classification or regression (NLI, paraphrase, STS) on ``[CLS] A [SEP] B [SEP]``.
+
+    Segment ids (``token_type_ids`` 0 for A, 1 for B) are required: without them the model cannot
+    tell the two sentences apart.
+    """
+
+    def __init__(self, config: MlmSuiteConfig):
+        if config.type_vocab_size < 2:
+            raise ValueError(
+                f"pair classification needs type_vocab_size >= 2 (segment ids 0 and 1), got {config.type_vocab_size}"
+            )
+        super().__init__(config)
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *args, **kwargs):
+        if token_type_ids is None:
+            raise ValueError(
+                "pair classification needs token_type_ids (0 for [CLS] A [SEP], 1 for B [SEP]); "
+                "tokenize pairs with tokenizer(text_a, text_b)"
+            )
+        return super().forward(input_ids, attention_mask, token_type_ids, *args, **kwargs)
+
+
+def _class_weight_tensor(config: MlmSuiteConfig, logits: torch.Tensor) -> torch.Tensor | None:
+    if config.class_weights is None:
+        return None
+    if len(config.class_weights) != logits.shape[-1]:
+        raise ValueError(f"class_weights has {len(config.class_weights)} entries for {logits.shape[-1]} labels")
+    return torch.tensor(config.class_weights, dtype=torch.float32, device=logits.device)
+
+
+class MlmSuiteForTokenClassification(MlmSuitePreTrainedModel):
+    """A label per token (NER, POS), optionally decoded by a constrained CRF (``config.use_crf``).
+
+    With a CRF the loss is its negative log-likelihood over the labelled positions (labels ≠ -100,
+    normally the first piece of each word) and ``logits`` stay the per-token emission scores;
+    ``decode`` returns the Viterbi tag sequence of each row.
+    """
+
+    def __init__(self, config: MlmSuiteConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.encoder = MlmSuiteModel(config, add_pooling_layer=False)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        if config.use_crf:
+            constraints = None
+            if config.tagging_scheme is not None:
+                constraints = allowed_transitions(config.id2label, config.tagging_scheme)
+            self.crf = ConditionalRandomField(config.num_labels, constraints)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput | tuple:
+        outputs = self.encoder(input_ids, **_encoder_kwargs(locals()))
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (batch, seq, num_labels)
+        loss = None
+        if labels is not None:
+            _check_labels(labels, logits.shape[:2], "token labels")
+            if self.config.use_crf:
+                # The CRF's unit is a sequence, so its loss is normalised per sequence, not per token.
+                loss = self.crf.neg_log_likelihood(logits, labels, labels != IGNORE_INDEX, reduction="mean")
+            else:
+                loss = token_cross_entropy(
+                    logits.view(-1, self.num_labels),
+                    labels.view(-1),
+                    num_items_in_batch,
+                    _class_weight_tensor(self.config, logits),
+                    self.config.label_smoothing,
+                )
+        output = TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+    @torch.no_grad()
+    def decode(self, logits: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+        """Best label sequence per row over the positions in ``mask`` ``(batch, seq)``: Viterbi with a CRF, else argmax."""
+        if self.config.use_crf:
+            return self.crf.viterbi_decode(logits, mask.bool())
+        best = logits.argmax(-1)
+        return [row[keep].tolist() for row, keep in zip(best, mask.bool())]
+
+
+class MlmSuiteForQuestionAnswering(MlmSuitePreTrainedModel):
+    """Extractive QA: start and end logits per token."""
+
+    def __init__(self, config: MlmSuiteConfig):
+        super().__init__(config)
+        self.encoder = MlmSuiteModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput | tuple:
+        outputs = self.encoder(input_ids, **_encoder_kwargs(locals()))
+        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).float().unbind(-1)  # (batch, seq) each
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            # Answers outside the (possibly truncated) window point one past the end and are ignored.
+            seq_len = start_logits.shape[1]
+            start = start_positions.view(-1).clamp(0, seq_len)
+            end = end_positions.view(-1).clamp(0, seq_len)
+            loss = (
+                F.cross_entropy(start_logits, start, ignore_index=seq_len)
+                + F.cross_entropy(end_logits, end, ignore_index=seq_len)
+            ) / 2
+        output = QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+__all__ = [
+    "AUTO_CLASSES",
+    "MlmSuiteForMaskedLM",
+    "MlmSuiteForNextSentencePrediction",
+    "MlmSuiteForPairClassification",
+    "MlmSuiteForPreTraining",
+    "MlmSuiteForPreTrainingOutput",
+    "MlmSuiteForQuestionAnswering",
+    "MlmSuiteForSequenceClassification",
+    "MlmSuiteForTokenClassification",
+    "MlmSuiteModel",
+    "MlmSuitePreTrainedModel",
+    "SequenceLayout",
+    "token_cross_entropy",
+]
