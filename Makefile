@@ -1,0 +1,38 @@
+# Convenience targets; each runs a command documented in README.md.
+PYTHON ?= python
+
+.PHONY: install test test-fast pretrain finetune-ner finetune-cls finetune-pair wsd anisotropy bench quickstart
+
+install:
+	pip install torch==2.13.0
+	pip install -e ".[dev]"
+
+test:
+	$(PYTHON) -m pytest -q
+
+test-fast:
+	$(PYTHON) -m pytest -q -m "not slow"
+
+quickstart:
+	mlm-suite quickstart --output_dir outputs/quickstart
+
+pretrain:
+	mlm-suite pretrain --output_dir outputs/pretrain
+
+finetune-ner:
+	mlm-suite finetune-ner --output_dir outputs/ner
+
+finetune-cls:
+	mlm-suite finetune-cls --output_dir outputs/sentiment
+
+finetune-pair:
+	mlm-suite finetune-pair --output_dir outputs/coherence
+
+wsd:
+	mlm-suite wsd --output_dir outputs/wsd
+
+anisotropy:
+	mlm-suite anisotropy --output_dir outputs/anisotropy
+
+bench:
+	$(PYTHON) benchmarks/bench_speed.py

@@ -1,0 +1,25 @@
+"""Data pipeline for MLM pretraining: tokenisation with word ids, dynamic masking, NSP pairs, packing."""
+
+from .masking import (
+    WORD_ID_SENTINEL,
+    DataCollatorForMaskedLM,
+    MaskingEpochCallback,
+    count_tokens,
+    tokenize_for_mlm,
+)
+from .nsp import build_nsp_examples, nsp_map_function, split_sentences
+from .packing import document_boundaries, pack_documents, packing_map_function
+
+__all__ = [
+    "WORD_ID_SENTINEL",
+    "DataCollatorForMaskedLM",
+    "MaskingEpochCallback",
+    "build_nsp_examples",
+    "count_tokens",
+    "document_boundaries",
+    "nsp_map_function",
+    "pack_documents",
+    "packing_map_function",
+    "split_sentences",
+    "tokenize_for_mlm",
+]

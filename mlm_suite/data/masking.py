@@ -1,0 +1,593 @@
+"""Dynamic masking for masked-language-model pretraining: token, whole-word and span masking.
+
+:class:`DataCollatorForMaskedLM` pads a list of tokenised features and corrupts them BERT-style.
+Three things distinguish it from ``transformers.DataCollatorForLanguageModeling``:
+
+* **Exact expected rate in every mode.** Each sequence gets a budget of
+  ``mlm_probability * n_maskable`` tokens (``n_maskable`` = its non-special, non-padding tokens).
+  Units (tokens, words or spans) are taken in random order while they fit in the budget; the
+  unit that would cross it is taken with probability ``(budget - taken) / unit_size`` and
+  selection stops. So the expected number of selected tokens is exactly the budget, the budget
+  is never overshot by more than one unit, and a word or span is never cut. In token mode this
+  is "choose ``floor(budget)`` tokens, plus one more with probability ``frac(budget)``":
+  an exact count per sequence, with lower variance than HF's per-token Bernoulli draw.
+* **Word-aware modes for any fast tokenizer.** Whole-word and span masking group sub-tokens by
+  the fast tokenizer's word ids (stored at tokenisation time by :func:`tokenize_for_mlm`), so
+  WordPiece (``##``), byte-level BPE (``Ġ``) and SentencePiece (``▁``) vocabularies work alike.
+* **Reproducible dynamic masks.** With a ``seed``, every example draws from its own
+  ``torch.Generator`` seeded by a hash of ``(seed, epoch, process rank, example key)``, so a mask
+  does not depend on batch composition, order, padding length or dataloader workers, and it
+  changes when :meth:`DataCollatorForMaskedLM.set_epoch` moves to a new epoch.
+
+The 80/10/10 corruption is applied independently per selected *token* in every mode (SpanBERT
+decides it per span; per-token keeps the three modes comparable and the statistics binomial).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from transformers import PreTrainedTokenizerBase, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+__all__ = [
+    "WORD_ID_SENTINEL",
+    "DataCollatorForMaskedLM",
+    "MaskingEpochCallback",
+    "count_tokens",
+    "tokenize_for_mlm",
+]
+
+WORD_ID_SENTINEL = -1
+"""Word id stored for special tokens: Arrow columns of ints cannot hold ``None`` cleanly."""
+
+MaskingMode = Literal["token", "whole_word", "span"]
+RandomTokenDistribution = Literal["uniform", "unigram"]
+TokenCounts = torch.Tensor | np.ndarray | Sequence[float] | Mapping[int, float]
+
+# Features that steer masking but are not model inputs; they are consumed, never returned.
+_EXAMPLE_KEY_FIELDS = ("example_index", "idx")
+# Per-token model inputs padded alongside input_ids (the pad value of token_type_ids comes from
+# the tokenizer; position ids of padding are never attended to, so 0 is as good as any).
+_PADDED_PASSTHROUGH = ("token_type_ids", "position_ids")
+# Per-example labels of auxiliary heads, stacked as they are.
+_SCALAR_PASSTHROUGH = ("next_sentence_label",)
+
+
+def tokenize_for_mlm(
+    examples: Mapping[str, Sequence[str]],
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    text_column: str = "text",
+    split_long_texts: bool = True,
+) -> dict[str, list[list[int]]]:
+    """Batched ``datasets.Dataset.map`` function that tokenises text and keeps word ids for masking.
+
+    Use as ``dataset.map(tokenize_for_mlm, batched=True, remove_columns=dataset.column_names,
+    fn_kwargs={"tokenizer": tok, "max_length": 128})``. With ``split_long_texts`` a text longer
+    than ``max_length`` becomes several rows (each with its own special tokens) instead of being
+    truncated, so the number of rows can differ from the number of texts, which is why the input
+    columns must be removed.
+
+    Returns:
+        The tokenizer's outputs (``input_ids``, ``attention_mask``, ``token_type_ids`` when the
+        model uses them) plus ``special_tokens_mask`` and ``word_ids``: per token, the index of
+        the pre-tokenizer word it came from, :data:`WORD_ID_SENTINEL` for special tokens.
+    """
+    if not tokenizer.is_fast:
+        raise ValueError(
+            f"tokenize_for_mlm needs a fast tokenizer for word ids; {type(tokenizer).__name__} is not fast"
+        )
+    encoding = tokenizer(
+        list(examples[text_column]),
+        truncation=True,
+        max_length=max_length,
+        return_overflowing_tokens=split_long_texts,
+        return_special_tokens_mask=True,
+    )
+    outputs = {key: value for key, value in encoding.items() if key != "overflow_to_sample_mapping"}
+    outputs["word_ids"] = [
+        [WORD_ID_SENTINEL if word is None else word for word in encoding.word_ids(row)]
+        for row in range(len(encoding["input_ids"]))
+    ]
+    return outputs
+
+
+def count_tokens(data: Iterable[Any], vocab_size: int, column: str = "input_ids") -> torch.Tensor:
+    """Count how often each vocabulary id occurs, for ``random_token_distribution="unigram"``.
+
+    Args:
+        data: a ``datasets.Dataset`` with an ``input_ids`` column, or any iterable of id
+            sequences or of mappings holding ``input_ids``.
+        vocab_size: length of the returned counts; every id must be smaller.
+        column: the id column (of a dataset or of the mappings).
+
+    Returns:
+        ``(vocab_size,)`` int64 counts.
+    """
+    counts = np.zeros(vocab_size, dtype=np.int64)
+
+    def add(ids: np.ndarray) -> None:
+        if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+            raise ValueError(f"token ids must lie in [0, {vocab_size}), got {ids.min()}..{ids.max()}")
+        counts[:] += np.bincount(ids, minlength=vocab_size)
+
+    if hasattr(data, "column_names") and hasattr(data, "iter"):
+        # Stream an Arrow-backed dataset in batches rather than materialising the whole column.
+        for batch in data.iter(batch_size=1024):
+            rows = batch[column]
+            if len(rows):
+                add(np.concatenate([np.asarray(row, dtype=np.int64).ravel() for row in rows]))
+        return torch.from_numpy(counts)
+    for item in data:
+        row = item[column] if isinstance(item, Mapping) else item
+        add(np.asarray(row, dtype=np.int64).ravel())
+    return torch.from_numpy(counts)
+
+
+def _process_rank() -> int:
+    """Global rank of this process: torch.distributed if initialised, else torchrun's ``RANK``.
+
+    The environment variable matters inside dataloader worker processes, which inherit it but
+    not necessarily an initialised process group.
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank()
+    return int(os.environ.get("RANK", "0"))
+
+
+def _example_seed(seed: int, epoch: int, rank: int, example_key: bytes) -> int:
+    """63-bit seed, a pure function of its arguments (``hash()`` is salted per process, blake2b is not)."""
+    digest = hashlib.blake2b(struct.pack("<qqq", seed, epoch, rank) + example_key, digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+@dataclass(eq=False)
+class DataCollatorForMaskedLM:
+    """Pad features and mask them for MLM; usable as a ``Trainer`` ``data_collator``.
+
+    Args:
+        tokenizer: supplies the pad, mask and special token ids (and word ids, via
+            :func:`tokenize_for_mlm`). Must have a mask token and a pad token.
+        mlm_probability: expected fraction of the maskable tokens of each sequence to select,
+            in (0, 1). Maskable = not padding, not in ``tokenizer.all_special_ids``, not flagged
+            by a ``special_tokens_mask`` feature, and (word modes) with a word id >= 0.
+        mask_replace_prob: fraction of selected tokens replaced by the mask token.
+        random_replace_prob: fraction replaced by a random non-special token; the rest
+            (``1 - mask_replace_prob - random_replace_prob``) keep their original id.
+        masking: ``"token"`` (independent tokens), ``"whole_word"`` (all sub-tokens of a word
+            together) or ``"span"`` (SpanBERT: runs of whole words, lengths ~
+            Geometric(``span_geometric_p``) clipped at ``max_span_length`` words; the masked runs
+            average ~4.2 words at the defaults on 128-token rows, a little under the sampling
+            mean of 4.46, because the span that crosses the token budget tends to be a long one).
+            Word modes need a fast tokenizer and a ``word_ids`` feature.
+        random_token_distribution: ``"uniform"`` over the non-special ids of
+            ``len(tokenizer)``, or ``"unigram"`` in proportion to ``token_counts``.
+        token_counts: for ``"unigram"``: counts per vocabulary id (tensor, array, sequence or
+            ``{id: count}``; see :func:`count_tokens`). Special ids are zeroed.
+        seed: ``None`` draws from the global torch RNG (like HF); an int makes every mask a
+            pure function of ``(seed, epoch, process rank, example)``.
+        pad_to_multiple_of: round the padded length up to a multiple of this.
+        span_geometric_p: success probability of the span-length geometric distribution.
+        max_span_length: longest span, in words.
+        process_rank: rank mixed into the seeds; ``None`` reads it at each call from
+            torch.distributed, else from the ``RANK`` environment variable, else 0.
+
+    A feature is a mapping with ``input_ids`` and optionally ``attention_mask``,
+    ``token_type_ids``, ``position_ids`` (padded and returned), ``next_sentence_label``
+    (stacked and returned), ``special_tokens_mask`` and ``word_ids`` (used, not returned) and
+    ``example_index`` or ``idx`` (the example key for seeded masks, not returned; without one the
+    key is the content of ``input_ids``, so identical sequences share a mask). Other keys, such
+    as leftover text columns, are dropped: word modes need ``remove_unused_columns=False`` in
+    ``TrainingArguments``, and the model must never receive those extra columns.
+
+    Returns (from ``__call__``) a dict of ``(batch, padded_length)`` tensors ``input_ids``,
+    ``attention_mask`` and ``labels`` (original id at selected positions, -100 elsewhere),
+    plus the passthroughs present in the features.
+    """
+
+    tokenizer: PreTrainedTokenizerBase
+    mlm_probability: float = 0.15
+    mask_replace_prob: float = 0.8
+    random_replace_prob: float = 0.1
+    masking: MaskingMode = "token"
+    random_token_distribution: RandomTokenDistribution = "uniform"
+    token_counts: TokenCounts | None = None
+    seed: int | None = None
+    pad_to_multiple_of: int | None = None
+    span_geometric_p: float = 0.2
+    max_span_length: int = 10
+    process_rank: int | None = None
+    epoch: int = field(default=0, init=False)
+    _special_ids: torch.Tensor = field(init=False, repr=False)
+    _replacement_cdf: torch.Tensor = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        tokenizer = self.tokenizer
+        if tokenizer.mask_token is None or tokenizer.mask_token_id is None:
+            raise ValueError(
+                f"{type(tokenizer).__name__} has no mask token (tokenizer.mask_token is None); masked "
+                "language modelling needs one: add it with tokenizer.add_special_tokens({'mask_token': ...})"
+            )
+        if tokenizer.pad_token_id is None:
+            raise ValueError(f"{type(tokenizer).__name__} has no pad token (tokenizer.pad_token is None)")
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise ValueError(f"mlm_probability must lie in (0, 1), got {self.mlm_probability}")
+        for name in ("mask_replace_prob", "random_replace_prob"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
+        if self.mask_replace_prob + self.random_replace_prob > 1.0:
+            raise ValueError(
+                f"mask_replace_prob + random_replace_prob must not exceed 1, got "
+                f"{self.mask_replace_prob} + {self.random_replace_prob}"
+            )
+        if self.masking not in ("token", "whole_word", "span"):
+            raise ValueError(f"masking must be 'token', 'whole_word' or 'span', got {self.masking!r}")
+        if self.masking != "token" and not tokenizer.is_fast:
+            raise ValueError(
+                f"masking={self.masking!r} needs word ids, which only fast tokenizers provide; "
+                f"{type(tokenizer).__name__} is not fast"
+            )
+        if not 0.0 < self.span_geometric_p <= 1.0:
+            raise ValueError(f"span_geometric_p must lie in (0, 1], got {self.span_geometric_p}")
+        if self.max_span_length < 1:
+            raise ValueError(f"max_span_length must be at least 1, got {self.max_span_length}")
+        if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
+            raise ValueError(f"pad_to_multiple_of must be a positive integer, got {self.pad_to_multiple_of}")
+
+        special = set(tokenizer.all_special_ids)
+        special.update(index for index, token in tokenizer.added_tokens_decoder.items() if token.special)
+        self._special_ids = torch.tensor(sorted(special), dtype=torch.long)
+        self._replacement_cdf = self._build_replacement_cdf()
+
+    def _build_replacement_cdf(self) -> torch.Tensor:
+        """``(vocab,)`` float64 cumulative weights of the random-replacement distribution."""
+        vocab_size = len(self.tokenizer)
+        if self.random_token_distribution == "uniform":
+            if self.token_counts is not None:
+                raise ValueError("token_counts is only used with random_token_distribution='unigram'")
+            weights = torch.ones(vocab_size, dtype=torch.float64)
+        elif self.random_token_distribution == "unigram":
+            if self.token_counts is None:
+                raise ValueError("random_token_distribution='unigram' needs token_counts (see count_tokens)")
+            weights = torch.zeros(vocab_size, dtype=torch.float64)
+            if isinstance(self.token_counts, Mapping):
+                ids = torch.tensor(list(self.token_counts.keys()), dtype=torch.long)
+                counts = torch.tensor(list(self.token_counts.values()), dtype=torch.float64)
+            else:
+                counts = torch.as_tensor(np.asarray(self.token_counts), dtype=torch.float64).ravel()
+                ids = torch.arange(len(counts))
+            if len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
+                raise ValueError(f"token_counts covers ids outside the vocabulary of {vocab_size} tokens")
+            if (counts < 0).any():
+                raise ValueError("token_counts must be non-negative")
+            weights[ids] = counts
+        else:
+            raise ValueError(
+                f"random_token_distribution must be 'uniform' or 'unigram', got {self.random_token_distribution!r}"
+            )
+        weights[self._special_ids[self._special_ids < vocab_size]] = 0.0
+        if weights.sum() <= 0:
+            raise ValueError("the random-replacement distribution has no non-special token with a positive weight")
+        return weights.cumsum(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Move to ``epoch``: seeded masks change with it (see :class:`MaskingEpochCallback`)."""
+        self.epoch = int(epoch)
+
+    # ------------------------------------------------------------------ collation
+
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        """Pad and mask ``features``; every returned per-token tensor is ``(B, L)``, ``L`` the padded length."""
+        if len(features) == 0:
+            raise ValueError("cannot collate an empty list of features")
+        if "labels" in features[0]:
+            raise ValueError("features already hold 'labels'; the masking collator creates them")
+        word_mode = self.masking != "token"
+        if word_mode and any("word_ids" not in feature for feature in features):
+            raise ValueError(
+                f"masking={self.masking!r} needs a 'word_ids' feature per example "
+                "(tokenise with tokenize_for_mlm and keep the column: remove_unused_columns=False)"
+            )
+        ids = [torch.as_tensor(feature["input_ids"], dtype=torch.long) for feature in features]
+        lengths = [len(row) for row in ids]
+        length = max(lengths)
+        if self.pad_to_multiple_of is not None:
+            length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
+
+        input_ids = self._pad(ids, self.tokenizer.pad_token_id, length)  # (B, L)
+        real = self._pad([torch.ones(n, dtype=torch.bool) for n in lengths], False, length)  # (B, L)
+        if "attention_mask" in features[0]:
+            attention_mask = self._pad(self._column(features, "attention_mask"), 0, length)
+        else:
+            attention_mask = real.long()
+        maskable = real & attention_mask.bool() & ~torch.isin(input_ids, self._special_ids)  # (B, L)
+        if "special_tokens_mask" in features[0]:
+            maskable &= ~self._pad(self._column(features, "special_tokens_mask"), 1, length).bool()
+        word_ids = None
+        if word_mode:
+            word_rows = self._column(features, "word_ids")
+            if any(len(row) != n for row, n in zip(word_rows, lengths)):
+                raise ValueError("word_ids must have one entry per input id")
+            word_ids = self._pad(word_rows, WORD_ID_SENTINEL, length)  # (B, L)
+            maskable &= word_ids >= 0
+
+        uniforms, accept, generators = self._draw_uniforms(features, ids, length)
+        if self.masking == "span":
+            selected = self._select_spans(maskable, word_ids, accept, generators)
+        else:
+            unit_start = maskable if word_ids is None else _word_starts(maskable, word_ids)
+            selected = _budgeted_selection(maskable, unit_start, uniforms[0], accept, self.mlm_probability)
+
+        corrupted, labels = self._corrupt(input_ids, selected, uniforms[1], uniforms[2])
+        batch = {"input_ids": corrupted, "attention_mask": attention_mask, "labels": labels}
+        pad_values = {"token_type_ids": self.tokenizer.pad_token_type_id, "position_ids": 0}
+        for key in _PADDED_PASSTHROUGH:
+            if key in features[0]:
+                batch[key] = self._pad(self._column(features, key), pad_values[key], length)
+        for key in _SCALAR_PASSTHROUGH:
+            if key in features[0]:
+                batch[key] = torch.tensor([int(feature[key]) for feature in features], dtype=torch.long)
+        return batch
+
+    @staticmethod
+    def _column(features: Sequence[Mapping[str, Any]], key: str) -> list[torch.Tensor]:
+        try:
+            return [torch.as_tensor(feature[key], dtype=torch.long) for feature in features]
+        except KeyError:
+            raise ValueError(f"'{key}' is present in some features but not in all") from None
+
+    def _pad(self, rows: Sequence[torch.Tensor], value: float | bool, length: int) -> torch.Tensor:
+        """Stack ``rows`` (each ``(n_i, *trailing)``) into ``(B, length, *trailing)``, on the padding side."""
+        out = torch.full((len(rows), length, *rows[0].shape[1:]), value, dtype=rows[0].dtype)
+        left = self.tokenizer.padding_side == "left"
+        for index, row in enumerate(rows):
+            if left:
+                out[index, length - len(row) :] = row
+            else:
+                out[index, : len(row)] = row
+        return out
+
+    # ------------------------------------------------------------------ randomness
+
+    def _example_key(self, feature: Mapping[str, Any], ids: torch.Tensor) -> bytes:
+        for name in _EXAMPLE_KEY_FIELDS:
+            if name in feature:
+                return b"index" + struct.pack("<q", int(feature[name]))
+        return b"content" + ids.numpy().tobytes()
+
+    def _draw_uniforms(
+        self, features: Sequence[Mapping[str, Any]], ids: Sequence[torch.Tensor], length: int
+    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Generator | None]]:
+        """All uniform draws of one batch.
+
+        Returns:
+            uniforms: ``(3, B, L)``: [0] unit order keys, [1] corruption choice (mask / random /
+                keep), [2] which random token.
+            accept: ``(B,)``: whether the unit that crosses the budget is taken.
+            generators: per example, the generator that further draws (spans) come from.
+        """
+        if self.seed is None:
+            batch = len(features)
+            return torch.rand(3, batch, length), torch.rand(batch), [None] * batch
+        rank = self._resolved_rank()
+        per_token: list[torch.Tensor] = []
+        accept: list[torch.Tensor] = []
+        generators: list[torch.Generator | None] = []
+        for feature, row in zip(features, ids):
+            key = _example_seed(self.seed, self.epoch, rank, self._example_key(feature, row))
+            generator = torch.Generator().manual_seed(key)
+            # Drawn at the example's own length, so padding to a longer batch changes nothing.
+            draws = torch.rand(3 * len(row) + 1, generator=generator)
+            per_token.append(draws[:-1].view(3, len(row)).T)  # (n_i, 3)
+            accept.append(draws[-1])
+            generators.append(generator)
+        uniforms = self._pad(per_token, 1.0, length).permute(2, 0, 1)  # (3, B, L)
+        return uniforms, torch.stack(accept), generators
+
+    def _resolved_rank(self) -> int:
+        return _process_rank() if self.process_rank is None else self.process_rank
+
+    # ------------------------------------------------------------------ span selection
+
+    def _select_spans(
+        self,
+        maskable: torch.Tensor,
+        word_ids: torch.Tensor,
+        accept: torch.Tensor,
+        generators: Sequence[torch.Generator | None],
+    ) -> torch.Tensor:
+        """``(B, L)`` bool selection made of whole-word spans, within each sequence's token budget."""
+        # Per-row work on small arrays: numpy's per-call overhead is far below torch's.
+        maskable_rows = maskable.numpy()
+        word_start_rows = _word_starts(maskable, word_ids).numpy()
+        selected = np.zeros_like(maskable_rows)
+        for row, (row_maskable, row_starts) in enumerate(zip(maskable_rows, word_start_rows)):
+            positions = np.flatnonzero(row_maskable)  # (T,) maskable token positions
+            if len(positions) == 0:
+                continue
+            first_of_word = row_starts[positions]  # (T,)
+            word_of_token = np.cumsum(first_of_word) - 1  # (T,)
+            word_lengths = np.bincount(word_of_token)  # (W,) tokens per word
+            # A segment is a run of adjacent maskable tokens; spans never jump over a special token.
+            new_segment = np.concatenate([[True], np.diff(positions) != 1])
+            word_segment = np.cumsum(new_segment)[first_of_word]  # (W,)
+            budget = self.mlm_probability * len(positions)
+            # Each span before the last takes at least one token: floor(budget) + 2 spans at most.
+            draws = torch.rand(2 * (math.floor(budget) + 2), generator=generators[row]).double().numpy()
+            chosen = self._sample_spans(word_lengths, word_segment, budget, float(accept[row]), draws)
+            selected[row, positions[chosen[word_of_token]]] = True
+        return torch.from_numpy(selected)
+
+    def _sample_spans(
+        self,
+        word_lengths: np.ndarray,
+        word_segment: np.ndarray,
+        budget: float,
+        accept: float,
+        draws: np.ndarray,
+    ) -> np.ndarray:
+        """Choose spans of words of one sequence; returns ``(W,)`` bool, True for words in a span.
+
+        Each span: draw a length ``l`` ~ Geometric(p) clipped at ``max_span_length`` words, then a
+        start uniformly among the placements of ``l`` whole words that stay in one segment and
+        neither overlap nor touch an earlier span (so spans remain distinct runs). Only when the
+        sequence is too crowded for that are touching spans, then shorter spans, allowed.
+        """
+        chosen = np.zeros(len(word_lengths), dtype=bool)
+        taken = 0
+        log_fail = math.log1p(-self.span_geometric_p) if self.span_geometric_p < 1.0 else -math.inf
+        for length_draw, start_draw in draws.reshape(-1, 2):
+            if taken >= budget:
+                break
+            span_length = min(self.max_span_length, 1 + int(math.log1p(-length_draw) / log_fail))
+            placement = _span_placements(chosen, word_segment, span_length)
+            if placement is None:
+                break
+            candidates, span_length = placement
+            start = candidates[min(int(start_draw * len(candidates)), len(candidates) - 1)]
+            span = slice(start, start + span_length)
+            cost = int(word_lengths[span].sum())
+            if taken + cost <= budget:
+                chosen[span] = True
+                taken += cost
+                continue
+            # The span crossing the budget is taken with probability (budget - taken) / cost,
+            # which makes the expected number of selected tokens exactly the budget.
+            if accept * cost < budget - taken:
+                chosen[span] = True
+            break
+        return chosen
+
+    # ------------------------------------------------------------------ corruption
+
+    def _corrupt(
+        self, input_ids: torch.Tensor, selected: torch.Tensor, choice: torch.Tensor, token_draw: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Apply mask / random / keep per selected token; all tensors ``(B, L)``.
+
+        Returns:
+            ``(corrupted input ids, labels)``, labels -100 where not selected.
+        """
+        labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
+        use_mask = selected & (choice < self.mask_replace_prob)
+        use_random = selected & ~use_mask & (choice < self.mask_replace_prob + self.random_replace_prob)
+        corrupted = input_ids.clone()
+        corrupted[use_mask] = self.tokenizer.mask_token_id
+        # Inverse-CDF sampling; special ids have zero weight, hence empty CDF intervals.
+        # A float32 uniform is at most 1 - 2**-24, so the target stays below the total.
+        targets = token_draw[use_random].double() * self._replacement_cdf[-1]
+        corrupted[use_random] = torch.searchsorted(self._replacement_cdf, targets, right=True)
+        return corrupted, labels
+
+
+def _word_starts(maskable: torch.Tensor, word_ids: torch.Tensor) -> torch.Tensor:
+    """``(B, L)`` bool: maskable tokens that begin a word.
+
+    A word is a run of adjacent maskable tokens sharing a word id; equal ids on either side of a
+    special token (e.g. the two texts of a pair both count words from 0) stay different words.
+    """
+    continues = torch.zeros_like(maskable)
+    continues[:, 1:] = maskable[:, :-1] & (word_ids[:, 1:] == word_ids[:, :-1])
+    return maskable & ~continues
+
+
+def _budgeted_selection(
+    maskable: torch.Tensor, unit_start: torch.Tensor, keys: torch.Tensor, accept: torch.Tensor, probability: float
+) -> torch.Tensor:
+    """Select whole units in random order up to a budget of ``probability * n_maskable`` tokens per row.
+
+    Vectorised over the batch: the units of all rows are sorted together by ``row + key``.
+
+    Args:
+        maskable: ``(B, L)`` bool.
+        unit_start: ``(B, L)`` bool, the first token of each unit (a unit extends over the
+            following maskable tokens up to the next start).
+        keys: ``(B, L)`` uniforms in [0, 1); a unit's random order key is the one at its start.
+        accept: ``(B,)`` uniforms deciding whether the unit crossing the budget is taken.
+        probability: target expected fraction of maskable tokens.
+
+    Returns:
+        ``(B, L)`` bool selection.
+    """
+    units_per_row = unit_start.sum(1)  # (B,)
+    unit_offset = units_per_row.cumsum(0) - units_per_row  # (B,) global index of each row's first unit
+    local_unit = unit_start.cumsum(1) - 1  # (B, L)
+    token_unit = (local_unit + unit_offset[:, None])[maskable]  # (T,) global unit of each maskable token
+    unit_count = int(units_per_row.sum())
+    unit_length = torch.bincount(token_unit, minlength=unit_count)  # (U,)
+    unit_row = torch.repeat_interleave(torch.arange(len(units_per_row)), units_per_row)  # (U,)
+    # Stable, so that (rare) equal keys are ordered by position within the row alone and the
+    # result for a row cannot depend on the other rows of the batch.
+    order = torch.argsort(unit_row.double() + keys[unit_start].double(), stable=True)  # (U,)
+
+    sorted_length = unit_length[order]  # (U,)
+    sorted_row = unit_row[order]  # (U,)
+    maskable_per_row = maskable.sum(1)  # (B,)
+    tokens_before_row = maskable_per_row.cumsum(0) - maskable_per_row  # (B,)
+    taken_after = sorted_length.cumsum(0) - tokens_before_row[sorted_row]  # (U,) tokens once this unit is in
+    taken_before = (taken_after - sorted_length).double()
+    budget = (probability * maskable_per_row.double())[sorted_row]  # (U,)
+    fits = taken_after.double() <= budget
+    crosses = ~fits & (taken_before < budget)
+    # Taking the crossing unit with probability (budget - taken_before) / length makes the
+    # expected number of selected tokens exactly the budget.
+    take_crossing = accept[sorted_row].double() * sorted_length.double() < budget - taken_before
+    chosen_sorted = fits | (crosses & take_crossing)  # (U,)
+
+    chosen = torch.empty_like(chosen_sorted)
+    chosen[order] = chosen_sorted
+    selected = torch.zeros_like(maskable)
+    selected[maskable] = chosen[token_unit]
+    return selected
+
+
+def _span_placements(
+    chosen: np.ndarray, word_segment: np.ndarray, span_length: int
+) -> tuple[np.ndarray, int] | None:
+    """Start words at which a span of ``span_length`` words may go, and that length.
+
+    Prefers spans that neither overlap nor touch ``chosen`` words; falls back to touching, then to
+    shorter spans, and returns None when no word is free.
+    """
+    word_count = len(chosen)
+    same_segment_as_next = word_segment[1:] == word_segment[:-1]  # (W - 1,)
+    near_chosen = chosen.copy()
+    near_chosen[1:] |= chosen[:-1] & same_segment_as_next
+    near_chosen[:-1] |= chosen[1:] & same_segment_as_next
+    for length in range(min(span_length, word_count), 0, -1):
+        for blocked in (near_chosen, chosen):
+            blocked_before = np.concatenate([[0], np.cumsum(blocked)])  # (W + 1,)
+            free = blocked_before[length:] == blocked_before[: word_count - length + 1]
+            one_segment = word_segment[length - 1 :] == word_segment[: word_count - length + 1]
+            candidates = np.flatnonzero(free & one_segment)
+            if len(candidates):
+                return candidates, length
+    return None
+
+
+class MaskingEpochCallback(TrainerCallback):
+    """Tell a seeded :class:`DataCollatorForMaskedLM` the epoch, so that masks change every epoch.
+
+    The Trainer calls ``set_epoch`` on its sampler, not on the collator. ``on_epoch_begin`` runs
+    before the epoch's dataloader iterator is created, so non-persistent dataloader workers
+    (the default) receive the updated collator; with ``dataloader_persistent_workers=True``
+    the workers keep the collator of the first epoch.
+    """
+
+    def __init__(self, collator: DataCollatorForMaskedLM) -> None:
+        self.collator = collator
+
+    def on_epoch_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        # state.epoch is fractional progress: an integer at an epoch boundary, fractional when a
+        # run resumes mid-epoch, where the floor is still the current epoch.
+        self.collator.set_epoch(math.floor(state.epoch or 0.0))

@@ -1,0 +1,1 @@
+"""Runnable jobs behind the ``mlm-suite`` subcommands and the scripts in ``examples/``."""

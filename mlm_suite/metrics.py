@@ -1,0 +1,257 @@
+"""Entity-level evaluation: seqeval scores, a Trainer ``compute_metrics``, paired bootstrap.
+
+Two ways of reading entities out of tags are offered, both from seqeval:
+
+* ``mode="conlleval"`` (default): seqeval's default mode, which counts chunks the way the
+  CoNLL shared-task script conlleval.pl does. It is lenient: ``I-X`` after ``O`` (or after
+  another type) starts an entity, and a type switch inside a span ends one entity and starts
+  another. The tag scheme does not change the counting; it is only used to check that every
+  tag's prefix belongs to the scheme (so BIOES predictions are not scored as BIO by mistake).
+* ``mode="strict"``: seqeval's strict mode with the scheme's class (IOB2, IOB1 or IOBES; IO
+  sequences are valid IOB1 and decode identically, so IO uses IOB1). Only well-formed
+  entities count, e.g. in BIO an ``I-X`` after ``O`` is no entity at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from seqeval import scheme as seqeval_scheme
+from seqeval.metrics import classification_report
+from seqeval.metrics.sequence_labeling import get_entities
+
+from mlm_suite.tagging import ALLOWED_PREFIXES, UnknownTagError, normalize_scheme, parse_tag
+
+MODES = ("conlleval", "strict")
+
+_SEQEVAL_SCHEMES: dict[str, type[seqeval_scheme.Token]] = {
+    "IO": seqeval_scheme.IOB1,
+    "BIO": seqeval_scheme.IOB2,
+    "IOB1": seqeval_scheme.IOB1,
+    "BIOES": seqeval_scheme.IOBES,
+}
+
+TagSequences = Sequence[Sequence[str]]
+
+
+def _check_mode(mode: str, scheme: str | None) -> str | None:
+    """Validate ``mode`` against ``scheme``; return the canonical scheme name (or None)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+    if scheme is None:
+        if mode == "strict":
+            # seqeval silently falls back to lenient counting here; a strict score must be strict.
+            raise ValueError('mode="strict" needs a tag scheme (e.g. scheme="BIO"); got scheme=None')
+        return None
+    return normalize_scheme(scheme)
+
+
+def _check_sequences(gold: TagSequences, pred: TagSequences, scheme: str | None) -> None:
+    if len(gold) != len(pred):
+        raise ValueError(f"gold has {len(gold)} sentences but pred has {len(pred)}")
+    for index, (gold_tags, pred_tags) in enumerate(zip(gold, pred)):
+        if len(gold_tags) != len(pred_tags):
+            raise ValueError(
+                f"sentence {index}: gold has {len(gold_tags)} tags but pred has {len(pred_tags)}"
+            )
+        for side, tags in (("gold", gold_tags), ("pred", pred_tags)):
+            for position, tag in enumerate(tags):
+                try:
+                    prefix, _ = parse_tag(tag)
+                except UnknownTagError as error:
+                    raise UnknownTagError(f"{side} sentence {index}, position {position}: {error}") from None
+                if scheme is not None and prefix != "O" and prefix not in ALLOWED_PREFIXES[scheme]:
+                    raise ValueError(
+                        f"{side} sentence {index}, position {position}: {tag} is not a {scheme} tag"
+                    )
+
+
+def entity_scores(
+    gold: TagSequences, pred: TagSequences, scheme: str | None = "BIO", mode: str = "conlleval"
+) -> dict[str, Any]:
+    """Entity-level micro precision/recall/F1, macro F1, per-type scores and token accuracy.
+
+    Args:
+        gold: reference tag sequences, one list of tags per sentence.
+        pred: predicted tag sequences, same shape as ``gold``.
+        scheme: tag scheme (see :mod:`mlm_suite.tagging`); may be None only in conlleval mode.
+        mode: ``"conlleval"`` or ``"strict"`` (see the module docstring).
+
+    Returns:
+        ``{"precision", "recall", "f1", "macro_f1", "accuracy", "per_type"}`` where ``per_type``
+        maps each entity type found in gold or pred to ``{"precision", "recall", "f1", "support"}``
+        (support = number of gold entities). Undefined ratios (0/0) are 0.
+
+    Raises:
+        ValueError: unknown mode/scheme, strict mode without a scheme, a length mismatch (naming
+            the sentence) or a tag outside the scheme (naming sentence and position).
+    """
+    scheme = _check_mode(mode, scheme)
+    _check_sequences(gold, pred, scheme)
+    gold_lists = [list(tags) for tags in gold]
+    pred_lists = [list(tags) for tags in pred]
+    options: dict[str, Any] = {"mode": "strict", "scheme": _SEQEVAL_SCHEMES[scheme]} if mode == "strict" else {}
+    has_entities = any(_entity_set(tags, mode, scheme) for tags in gold_lists + pred_lists)
+    # seqeval averages over an empty list of types (a NaN and a warning) when there is no entity.
+    report = (
+        classification_report(gold_lists, pred_lists, output_dict=True, zero_division=0, **options)
+        if has_entities
+        else {}
+    )
+    averages = ("micro avg", "macro avg", "weighted avg")
+    per_type = {
+        type_: {
+            "precision": float(row["precision"]),
+            "recall": float(row["recall"]),
+            "f1": float(row["f1-score"]),
+            "support": int(row["support"]),
+        }
+        for type_, row in report.items()
+        if type_ not in averages
+    }
+    micro = report.get("micro avg", {"precision": 0.0, "recall": 0.0, "f1-score": 0.0})
+    total = sum(len(tags) for tags in gold_lists)
+    correct = sum(g == p for gold_tags, pred_tags in zip(gold_lists, pred_lists) for g, p in zip(gold_tags, pred_tags))
+    return {
+        "precision": float(micro["precision"]),
+        "recall": float(micro["recall"]),
+        "f1": float(micro["f1-score"]),
+        "macro_f1": float(np.mean([row["f1"] for row in per_type.values()])) if per_type else 0.0,
+        "accuracy": correct / total if total else 0.0,
+        "per_type": per_type,
+    }
+
+
+def make_compute_metrics(
+    id2label: Mapping[int, str] | Sequence[str], scheme: str | None = "BIO", mode: str = "conlleval"
+) -> Callable[[Any], dict[str, float]]:
+    """A ``compute_metrics`` function for :class:`transformers.Trainer` on token classification.
+
+    The returned function takes an ``EvalPrediction`` (or a ``(predictions, label_ids)`` tuple):
+    ``predictions`` are logits ``(n, seq, num_labels)`` (a tuple of arrays is accepted, its first
+    item is used) or already arg-maxed ids ``(n, seq)``; ``label_ids`` are ``(n, seq)`` with
+    ``-100`` at positions not to score. Those positions are dropped and each row's remaining
+    positions form one tag sequence, scored with :func:`entity_scores`.
+
+    The score is word-level only if the evaluation labels mark exactly one sub-token per word:
+    align evaluation data with strategy ``"first"`` whatever strategy was used for training
+    (with ``"all"`` every piece would count as a token and multi-piece entities would weigh
+    more), so that scores of models trained with different alignments stay comparable.
+
+    Returns:
+        ``{"precision", "recall", "f1", "accuracy", "macro_f1"}`` as floats (Trainer adds ``eval_``).
+    """
+    labels = dict(id2label) if isinstance(id2label, Mapping) else dict(enumerate(id2label))
+    labels = {int(key): value for key, value in labels.items()}
+    scheme = _check_mode(mode, scheme)
+
+    def compute_metrics(eval_pred: Any) -> dict[str, float]:
+        predictions, label_ids = (
+            (eval_pred.predictions, eval_pred.label_ids) if hasattr(eval_pred, "label_ids") else eval_pred
+        )
+        if isinstance(predictions, (tuple, list)):
+            predictions = predictions[0]
+        predictions = np.asarray(predictions)
+        label_ids = np.asarray(label_ids)
+        if predictions.ndim == 3:
+            predictions = predictions.argmax(axis=-1)
+        if predictions.shape != label_ids.shape:
+            raise ValueError(f"predictions have shape {predictions.shape} but label_ids {label_ids.shape}")
+        gold, pred = [], []
+        for row, (row_pred, row_gold) in enumerate(zip(predictions, label_ids)):
+            keep = row_gold != -100
+            for label_id in np.unique(np.concatenate([row_pred[keep], row_gold[keep]])):
+                if int(label_id) not in labels:
+                    raise ValueError(f"row {row}: label id {int(label_id)} is not in id2label")
+            gold.append([labels[int(i)] for i in row_gold[keep]])
+            pred.append([labels[int(i)] for i in row_pred[keep]])
+        scores = entity_scores(gold, pred, scheme=scheme, mode=mode)
+        return {key: float(scores[key]) for key in ("precision", "recall", "f1", "accuracy", "macro_f1")}
+
+    return compute_metrics
+
+
+def _entity_set(tags: list[str], mode: str, scheme: str | None) -> set[tuple]:
+    if mode == "strict":
+        tokens = seqeval_scheme.Tokens(tags, scheme=_SEQEVAL_SCHEMES[scheme])
+        return {entity.to_tuple()[1:] for entity in tokens.entities}
+    return set(get_entities(tags))
+
+
+def entity_counts(
+    gold: TagSequences, pred: TagSequences, scheme: str | None = "BIO", mode: str = "conlleval"
+) -> np.ndarray:
+    """Per-sentence ``[true positives, predicted entities, gold entities]``, shape ``(n, 3)``.
+
+    Entities are read exactly as :func:`entity_scores` reads them, so summing the rows and
+    taking ``2 * tp / (predicted + gold)`` gives the same micro F1.
+    """
+    scheme = _check_mode(mode, scheme)
+    _check_sequences(gold, pred, scheme)
+    counts = np.zeros((len(gold), 3), dtype=np.int64)
+    for index, (gold_tags, pred_tags) in enumerate(zip(gold, pred)):
+        gold_entities = _entity_set(list(gold_tags), mode, scheme)
+        pred_entities = _entity_set(list(pred_tags), mode, scheme)
+        counts[index] = (len(gold_entities & pred_entities), len(pred_entities), len(gold_entities))
+    return counts
+
+
+def _f1(tp: np.ndarray, predicted: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    denominator = predicted + gold
+    return np.divide(2.0 * tp, denominator, out=np.zeros(np.shape(tp), dtype=float), where=denominator > 0)
+
+
+def paired_bootstrap(
+    gold: TagSequences,
+    pred_a: TagSequences,
+    pred_b: TagSequences,
+    n_samples: int = 1000,
+    seed: int = 0,
+    scheme: str | None = "BIO",
+    mode: str = "conlleval",
+) -> dict[str, float]:
+    """Paired bootstrap test that system A's entity F1 beats system B's.
+
+    Follows Berg-Kirkpatrick et al. (2012) as presented in Jurafsky & Martin (ch. 4): draw
+    ``n_samples`` test sets of the same size by resampling sentences with replacement, compute
+    δ(x⁽ⁱ⁾) = F1_A − F1_B on each, and report the fraction of samples with δ(x⁽ⁱ⁾) ≥ 2·δ(x)
+    where δ(x) is the observed difference. The doubling re-centres the bootstrap distribution,
+    which is shifted by δ(x), on the null hypothesis δ = 0.
+
+    The p-value is one-sided for "A better than B": when δ(x) ≤ 0 it is large (identical systems
+    give exactly 1.0); swap the systems to test the other direction. Entity counts are computed
+    once per sentence and resampled with numpy, so the cost of a sample does not involve seqeval.
+
+    Returns:
+        ``{"delta", "p_value", "n_samples", "f1_a", "f1_b"}``.
+    """
+    if n_samples < 1:
+        raise ValueError(f"n_samples must be positive, got {n_samples}")
+    if len(pred_a) != len(pred_b):
+        raise ValueError(f"pred_a has {len(pred_a)} sentences but pred_b has {len(pred_b)}")
+    if len(gold) == 0:
+        raise ValueError("paired_bootstrap needs at least one sentence")
+    counts_a = entity_counts(gold, pred_a, scheme, mode)
+    counts_b = entity_counts(gold, pred_b, scheme, mode)
+    # Columns: tp_a, predicted_a, tp_b, predicted_b, gold.
+    counts = np.column_stack([counts_a[:, 0], counts_a[:, 1], counts_b[:, 0], counts_b[:, 1], counts_a[:, 2]])
+    f1_a = float(_f1(*counts[:, [0, 1, 4]].sum(axis=0)))
+    f1_b = float(_f1(*counts[:, [2, 3, 4]].sum(axis=0)))
+    delta = f1_a - f1_b
+    n = len(counts)
+    rng = np.random.default_rng(seed)
+    # A sample is a vector of how often each sentence was drawn; chunks bound the memory.
+    chunk = max(1, 2_000_000 // n)
+    sample_deltas = []
+    for start in range(0, n_samples, chunk):
+        size = min(chunk, n_samples - start)
+        draws = rng.multinomial(n, np.full(n, 1.0 / n), size=size)
+        totals = draws @ counts
+        f1_a_samples = _f1(totals[:, 0], totals[:, 1], totals[:, 4])
+        sample_deltas.append(f1_a_samples - _f1(totals[:, 2], totals[:, 3], totals[:, 4]))
+    deltas = np.concatenate(sample_deltas)
+    # A tiny tolerance keeps float noise from deciding ties (e.g. identical systems, δ = 0).
+    p_value = float(np.mean(deltas >= 2 * delta - 1e-12))
+    return {"delta": delta, "p_value": p_value, "n_samples": int(n_samples), "f1_a": f1_a, "f1_b": f1_b}

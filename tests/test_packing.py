@@ -1,0 +1,203 @@
+"""Packing documents into full rows: layout, no lost tokens, per-document masking, cu_seqlens."""
+
+from __future__ import annotations
+
+import datasets
+import pytest
+import torch
+from transformers import AutoTokenizer, DataCollatorForLanguageModeling
+
+from mlm_suite import resources
+from mlm_suite.data.packing import document_boundaries, pack_documents, packing_map_function
+
+MAX_LENGTH = 128
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(resources.minilm_dir())
+
+
+@pytest.fixture(scope="module")
+def review_texts() -> list[str]:
+    return [text for _, text in resources.pang_lee_reviews()[:150]]
+
+
+@pytest.fixture(scope="module")
+def review_tokens(tokenizer, review_texts) -> list[list[int]]:
+    return tokenizer(review_texts, add_special_tokens=False, verbose=False)["input_ids"]
+
+
+@pytest.fixture(scope="module")
+def packed(tokenizer, review_tokens):
+    return pack_documents(review_tokens, tokenizer, MAX_LENGTH, return_document_ids=True)
+
+
+def test_small_example_matches_hand_layout(tokenizer):
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    packed = pack_documents([[5, 6, 7], [8, 9], [10, 11, 12, 13, 14, 15, 16, 17, 18]], tokenizer, 8, True)
+    # Row 1: [CLS] d0 [SEP] d1 [SEP]; d2 (9 tokens) needs two rows of at most 6 content tokens.
+    assert packed["input_ids"] == [
+        [cls, 5, 6, 7, sep, 8, 9, sep],
+        [cls, 10, 11, 12, 13, 14, 15, sep],
+        [cls, 16, 17, 18, sep],
+    ]
+    assert packed["position_ids"] == [[0, 1, 2, 3, 4, 0, 1, 2], [0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 2, 3, 4]]
+    assert packed["special_tokens_mask"] == [[1, 0, 0, 0, 1, 0, 0, 1], [1, 0, 0, 0, 0, 0, 0, 1], [1, 0, 0, 0, 1]]
+    assert packed["document_ids"] == [[0, 0, 0, 0, 0, 1, 1, 1], [2] * 8, [2] * 5]
+    assert packed["attention_mask"] == [[1] * 8, [1] * 8, [1] * 5]
+
+
+def test_one_free_slot_starts_a_new_row_and_empty_documents_vanish(tokenizer):
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    packed = pack_documents([[5, 6, 7, 8, 9], [], [10]], tokenizer, 8)
+    # After [CLS] 5..9 [SEP] one slot is left: too small for a token and its [SEP].
+    assert packed["input_ids"] == [[cls, 5, 6, 7, 8, 9, sep], [cls, 10, sep]]
+    assert packed["position_ids"] == [[0, 1, 2, 3, 4, 5, 6], [0, 1, 2]]
+
+
+def test_no_content_token_lost_or_duplicated(packed, review_tokens):
+    content = [
+        token
+        for row, special in zip(packed["input_ids"], packed["special_tokens_mask"])
+        for token, is_special in zip(row, special)
+        if not is_special
+    ]
+    assert content == [token for document in review_tokens for token in document]
+
+
+def test_rows_fill_max_length(packed):
+    lengths = [len(row) for row in packed["input_ids"]]
+    assert max(lengths) <= MAX_LENGTH
+    # Only the last row, or a row whose single free slot was unusable, may be shorter.
+    assert all(length >= MAX_LENGTH - 1 for length in lengths[:-1])
+    for key in ("position_ids", "attention_mask", "special_tokens_mask", "document_ids"):
+        assert [len(row) for row in packed[key]] == lengths
+
+
+def test_position_ids_restart_exactly_at_document_starts(packed, tokenizer):
+    for row, positions, documents in zip(packed["input_ids"], packed["position_ids"], packed["document_ids"]):
+        assert row[0] == tokenizer.cls_token_id and row[-1] == tokenizer.sep_token_id
+        assert max(positions) <= MAX_LENGTH - 1
+        starts = [i for i, position in enumerate(positions) if position == 0]
+        document_starts = [0] + [i for i in range(1, len(row)) if documents[i] != documents[i - 1]]
+        assert starts == document_starts
+        # A document's [SEP] ends its segment, so every new segment follows a [SEP].
+        assert all(row[i - 1] == tokenizer.sep_token_id for i in starts[1:])
+        for i in range(1, len(row)):
+            if i not in starts:
+                assert positions[i] == positions[i - 1] + 1
+
+
+def test_maskable_tokens_per_document_unchanged_by_packing(packed, tokenizer, review_texts):
+    packed_maskable = [0] * len(review_texts)
+    for documents, special in zip(packed["document_ids"], packed["special_tokens_mask"]):
+        for document, is_special in zip(documents, special):
+            packed_maskable[document] += 1 - is_special
+    alone = tokenizer(review_texts, return_special_tokens_mask=True, verbose=False)["special_tokens_mask"]
+    assert packed_maskable == [mask.count(0) for mask in alone]
+
+
+def test_mlm_collator_masks_each_document_at_the_same_rate(packed, tokenizer):
+    """A real collator that honours special_tokens_mask masks ~15 % of every document, never a special."""
+    torch.manual_seed(0)
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    features = [
+        {"input_ids": row, "special_tokens_mask": special}
+        for row, special in zip(packed["input_ids"], packed["special_tokens_mask"])
+    ]
+    per_document: dict[int, list[int]] = {}  # document -> [masked, maskable] over 4 draws
+    for _ in range(4):
+        batch = collator(features)
+        chosen = batch["labels"] != -100
+        for row, documents in enumerate(packed["document_ids"]):
+            special = torch.tensor(packed["special_tokens_mask"][row], dtype=torch.bool)
+            row_chosen = chosen[row, : len(documents)]
+            assert not (row_chosen & special).any()
+            for document, is_chosen, is_special in zip(documents, row_chosen.tolist(), special.tolist()):
+                if not is_special:
+                    counts = per_document.setdefault(document, [0, 0])
+                    counts[0] += is_chosen
+                    counts[1] += 1
+    masked = sum(counts[0] for counts in per_document.values())
+    total = sum(counts[1] for counts in per_document.values())
+    assert abs(masked / total - 0.15) < 0.005
+    # Every document (~900 tokens x 4 draws) stays within 5 sigma of 15 %.
+    for chosen_count, count in per_document.values():
+        sigma = (0.15 * 0.85 / count) ** 0.5
+        assert abs(chosen_count / count - 0.15) < 5 * sigma
+
+
+def test_document_boundaries_hand_computed():
+    position_ids = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2], [0, 1, 2, 3, 0, 1, 0, 0]])
+    # Row 0: segments of 5 and 3; row 1: 4, 2 then two padding tokens.
+    attention_mask = torch.tensor([[1] * 8, [1, 1, 1, 1, 1, 1, 0, 0]])
+    cu_seqlens = document_boundaries(position_ids, attention_mask)
+    assert cu_seqlens.dtype == torch.int32
+    assert cu_seqlens.tolist() == [0, 5, 8, 12, 14]
+    # Without a mask the padding zeros are one-token segments of their own.
+    assert document_boundaries(position_ids).tolist() == [0, 5, 8, 12, 14, 15, 16]
+    # Left padding, and a row whose first real position is not 0 (a continuation) still starts a segment.
+    left = document_boundaries(
+        torch.tensor([[0, 0, 0, 1, 2], [3, 4, 0, 1, 2]]), torch.tensor([[0, 0, 1, 1, 1], [1] * 5])
+    )
+    assert left.tolist() == [0, 3, 5, 8]
+    assert document_boundaries(torch.tensor([0, 1, 0, 1, 2])).tolist() == [0, 2, 5]
+
+
+def test_document_boundaries_match_packed_segments(packed):
+    width = max(len(row) for row in packed["position_ids"])
+    position_ids = torch.zeros(len(packed["position_ids"]), width, dtype=torch.long)
+    attention_mask = torch.zeros_like(position_ids)
+    expected = [0]
+    for row, (positions, documents) in enumerate(zip(packed["position_ids"], packed["document_ids"])):
+        position_ids[row, : len(positions)] = torch.tensor(positions)
+        attention_mask[row, : len(positions)] = 1
+        run = 1
+        for previous, current in zip(documents, documents[1:]):
+            if current == previous:
+                run += 1
+            else:
+                expected.append(expected[-1] + run)
+                run = 1
+        expected.append(expected[-1] + run)
+    cu_seqlens = document_boundaries(position_ids, attention_mask)
+    assert cu_seqlens.tolist() == expected
+    assert cu_seqlens.diff().max().item() <= MAX_LENGTH
+
+
+def test_map_function_with_datasets(tokenizer, review_texts, review_tokens):
+    dataset = datasets.Dataset.from_dict({"text": review_texts, "label": list(range(len(review_texts)))})
+    function = packing_map_function(tokenizer, MAX_LENGTH, return_document_ids=True)
+    whole = dataset.map(function, batched=True, batch_size=len(review_texts), remove_columns=dataset.column_names)
+    reference = pack_documents(review_tokens, tokenizer, MAX_LENGTH, return_document_ids=True)
+    assert whole.column_names == list(reference)
+    assert whole["input_ids"] == reference["input_ids"]
+    assert whole["position_ids"] == reference["position_ids"]
+    # Smaller batches: each batch ends with its own short row, but no content changes.
+    batched = dataset.map(
+        packing_map_function(tokenizer, MAX_LENGTH), batched=True, batch_size=40, remove_columns=["text", "label"]
+    )
+    assert len(batched) > len(whole)
+    content = [
+        token
+        for row, special in zip(batched["input_ids"], batched["special_tokens_mask"])
+        for token, is_special in zip(row, special)
+        if not is_special
+    ]
+    assert content == [token for document in review_tokens for token in document]
+
+
+@pytest.mark.parametrize("max_length", [2, 513])
+def test_bad_max_length_names_both_values(tokenizer, max_length):
+    with pytest.raises(ValueError, match=rf"max_length={max_length}.*model_max_length=512"):
+        pack_documents([[5, 6]], tokenizer, max_length)
+    with pytest.raises(ValueError, match=rf"max_length={max_length}"):
+        packing_map_function(tokenizer, max_length)
+
+
+def test_shape_errors():
+    with pytest.raises(ValueError, match="position_ids must be"):
+        document_boundaries(torch.zeros(2, 3, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="attention_mask shape"):
+        document_boundaries(torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 4))
