@@ -114,7 +114,11 @@ def convert_bert_state_dict(state: dict[str, torch.Tensor], num_layers: int) -> 
     for layer in range(num_layers):
         prefix = f"encoder.layer.{layer}.attention.self."
         for kind in ("weight", "bias"):
-            parts = [state[f"{prefix}{projection}.{kind}"] for projection in ("query", "key", "value")]
+            names = [f"{prefix}{projection}.{kind}" for projection in ("query", "key", "value")]
+            missing = [name for name in names if name not in state]
+            if missing:
+                raise ValueError(f"checkpoint is missing {missing}; it does not hold {num_layers} BERT layers")
+            parts = [state[name] for name in names]
             converted[f"layers.{layer}.attention.qkv.{kind}"] = torch.cat(parts, dim=0)
     return converted
 

@@ -201,3 +201,26 @@ def test_shape_errors():
         document_boundaries(torch.zeros(2, 3, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="attention_mask shape"):
         document_boundaries(torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 4))
+
+
+def test_packed_row_gives_each_document_its_own_hidden_states(tokenizer):
+    """A packed row through the padding-free encoder equals each document run on its own."""
+    from mlm_suite import MlmSuiteConfig, MlmSuiteModel
+
+    texts = ["the plot is thin .", "a warm , funny film with a great cast .", "dull ."]
+    documents = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    packed = pack_documents(documents, tokenizer, max_length=64, return_document_ids=True)
+    assert len(packed["input_ids"]) == 1, "the three documents should share one row"
+    config = MlmSuiteConfig.preset("tiny", vocab_size=len(tokenizer), hidden_dropout_prob=0.0)
+    torch.manual_seed(0)
+    model = MlmSuiteModel(config, add_pooling_layer=False).eval()
+    row = {key: torch.tensor(packed[key][0]) for key in ("input_ids", "position_ids", "document_ids")}
+    with torch.no_grad():
+        together = model(input_ids=row["input_ids"][None], position_ids=row["position_ids"][None]).last_hidden_state[0]
+        for document in range(len(texts)):
+            in_document = row["document_ids"] == document
+            alone = model(
+                input_ids=row["input_ids"][in_document][None],
+                position_ids=row["position_ids"][in_document][None],
+            ).last_hidden_state[0]
+            torch.testing.assert_close(together[in_document], alone, atol=1e-5, rtol=1e-5)

@@ -96,7 +96,7 @@ class SequenceLayout:
             changed[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
             starts |= real & changed
         packed = bool((starts.sum(dim=1) > 1).any())
-        if attention_mask is None or (not packed and bool(real.all())):
+        if not packed and bool(real.all()):
             positions = columns if position_ids is None else position_ids
             return cls(batch_size, seq_len, positions.reshape(-1))
 
@@ -105,7 +105,8 @@ class SequenceLayout:
         segment_lengths = torch.bincount(segment_of_token)  # (num_segments,)
         segment_starts = segment_lengths.cumsum(0) - segment_lengths  # (num_segments,)
         offset_in_segment = torch.arange(token_index.numel(), device=device) - segment_starts[segment_of_token]
-        num_segments, max_segment_len = segment_lengths.numel(), int(segment_lengths.max())
+        num_segments = segment_lengths.numel()
+        max_segment_len = int(segment_lengths.max()) if num_segments else 0  # 0 when every row is padding
         segment_index = segment_of_token * max_segment_len + offset_in_segment
         key_padding_mask = torch.zeros(num_segments * max_segment_len, dtype=torch.bool, device=device)
         key_padding_mask[segment_index] = True
@@ -405,11 +406,9 @@ def _check_inputs(config: MlmSuiteConfig, shape: tuple[int, int], token_type_ids
         if largest >= config.max_position_embeddings:
             raise ValueError(f"position id {largest} exceeds max_position_embeddings={config.max_position_embeddings}")
     if token_type_ids is not None and token_type_ids.numel():
-        largest = int(token_type_ids.max())
-        if largest >= config.type_vocab_size or int(token_type_ids.min()) < 0:
-            raise ValueError(
-                f"token type id {largest} is out of range for type_vocab_size={config.type_vocab_size}"
-            )
+        for extreme in (int(token_type_ids.max()), int(token_type_ids.min())):
+            if not 0 <= extreme < config.type_vocab_size:
+                raise ValueError(f"token type id {extreme} is out of range for type_vocab_size={config.type_vocab_size}")
 
 
 def _check_labels(labels: torch.Tensor | None, expected_shape: torch.Size, what: str) -> None:
@@ -735,6 +734,7 @@ class MlmSuiteForSequenceClassification(MlmSuitePreTrainedModel):
             else:
                 config.problem_type = "multi_label_classification"
         if config.problem_type == "regression":
+            _check_labels(labels.reshape(-1), logits.reshape(-1).shape, "regression targets")
             return F.mse_loss(logits.float().view(-1), labels.float().view(-1))
         if config.problem_type == "single_label_classification":
             _check_labels(labels.view(-1), logits.shape[:1], "sequence labels")

@@ -1,0 +1,114 @@
+"""Shared fixtures for the model tests: tiny configurations, random inputs, a random tiny HF BERT,
+and the real MiniLM-L6 folder and tokenizer (fetched offline from a package registry, see
+``mlm_suite.resources``).
+
+Fixtures that return factories (``tiny_config``, ``random_batch``, ``tiny_bert_config``) can be
+called several times per test with overrides.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import mlm_suite  # noqa: F401  (registers the Auto classes)
+from mlm_suite import MlmSuiteConfig, resources
+
+TINY_VOCAB = 99
+TINY_SIZES = dict(
+    vocab_size=TINY_VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=48,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+)
+
+
+def make_tiny_config(**overrides) -> MlmSuiteConfig:
+    """A tiny ``MlmSuiteConfig`` (2 layers, hidden 32, 4 heads, vocab 99) with dropout off by default."""
+    values = dict(TINY_SIZES, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    values.update(overrides)
+    return MlmSuiteConfig(**values)
+
+
+def make_random_batch(
+    lengths=(7, 4, 9, 1),
+    seq_len: int | None = None,
+    vocab_size: int = TINY_VOCAB,
+    pairs: bool = True,
+    seed: int = 0,
+) -> dict[str, torch.Tensor]:
+    """A right-padded batch: ``input_ids`` (pads = 0, real ids ≥ 1), ``attention_mask`` and, with
+    ``pairs``, ``token_type_ids`` (second half of each row is segment 1; pads 0)."""
+    generator = torch.Generator().manual_seed(seed)
+    seq_len = seq_len or max(lengths)
+    batch = len(lengths)
+    input_ids = torch.randint(1, vocab_size, (batch, seq_len), generator=generator)
+    attention_mask = torch.zeros(batch, seq_len, dtype=torch.long)
+    token_type_ids = torch.zeros(batch, seq_len, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        attention_mask[row, :length] = 1
+        token_type_ids[row, length // 2 : length] = 1
+    input_ids = input_ids * attention_mask
+    out = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if pairs:
+        out["token_type_ids"] = token_type_ids
+    return out
+
+
+def make_tiny_bert_config(**overrides):
+    """A tiny ``transformers.BertConfig`` matching ``TINY_SIZES`` (dropout off)."""
+    from transformers import BertConfig
+
+    values = dict(TINY_SIZES, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    values.update(overrides)
+    return BertConfig(**values)
+
+
+@pytest.fixture
+def tiny_config():
+    """Factory: ``tiny_config(**overrides) -> MlmSuiteConfig``."""
+    return make_tiny_config
+
+
+@pytest.fixture
+def random_batch():
+    """Factory: ``random_batch(lengths=..., seq_len=..., pairs=True, seed=0) -> dict of tensors``."""
+    return make_random_batch
+
+
+@pytest.fixture
+def tiny_bert_config():
+    """Factory: ``tiny_bert_config(**overrides) -> transformers.BertConfig``."""
+    return make_tiny_bert_config
+
+
+@pytest.fixture
+def random_bert():
+    """Factory: ``random_bert(cls=BertForPreTraining, seed=0, **config_overrides)`` → a randomly
+    initialised tiny HF BERT model in eval mode."""
+    from transformers import BertForPreTraining
+
+    def build(cls=BertForPreTraining, seed: int = 0, **overrides):
+        torch.manual_seed(seed)
+        return cls(make_tiny_bert_config(**overrides)).eval()
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """The real all-MiniLM-L6-v2 BERT folder (weights + tokenizer files)."""
+    return resources.minilm_dir()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(minilm_dir):
+    """The MiniLM (bert-base-uncased vocabulary) fast tokenizer."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(minilm_dir)
