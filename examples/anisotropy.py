@@ -1,0 +1,6 @@
+"""Thin wrapper: the logic lives in ``mlm_suite.jobs.anisotropy`` (also ``mlm-suite anisotropy``)."""
+
+from mlm_suite.jobs.anisotropy import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Anisotropy of contextual word vectors, layer by layer, before and after z-scoring.
+
+Embeds a random sample of real movie-review sentences (Pang & Lee) with an encoder, takes
+every word instance's vector at each entry of ``hidden_states`` (0 = embedding layer), and
+measures the expected cosine between random pairs of distinct instances (Ethayarajh, 2019)
+on the raw vectors and on per-dimension z-scored vectors (Timkey & van Schijndel, 2021).
+Writes ``anisotropy.json`` and ``anisotropy.png`` (x = layer, raw vs z-scored).
+
+    mlm-suite anisotropy
+    mlm-suite anisotropy --num_sentences 1000 --model_name_or_path ./my-model
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from transformers import AutoModel, AutoTokenizer  # noqa: E402
+
+from mlm_suite import resources  # noqa: E402
+from mlm_suite.embeddings import ContextualEmbedder, layerwise_anisotropy, save_json, split_words  # noqa: E402
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model_name_or_path", help="encoder folder (default: the real all-MiniLM-L6-v2 converted to mlm_suite)")
+    parser.add_argument("--num_sentences", type=int, default=300, help="sentences sampled from Pang & Lee")
+    parser.add_argument("--n_pairs", type=int, default=10000, help="random instance pairs per layer")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--output_dir", default="outputs/anisotropy")
+    return parser
+
+
+def plot(results: list[dict], path: Path, title: str) -> None:
+    layers = [row["layer"] for row in results]
+    figure, axis = plt.subplots(figsize=(6, 4))
+    axis.plot(layers, [row["raw"] for row in results], marker="o", label="raw")
+    axis.plot(layers, [row["standardized"] for row in results], marker="s", label="z-scored")
+    axis.axhline(0.0, color="grey", linewidth=0.5)
+    axis.set_xticks(layers)
+    axis.set_xlabel("layer (0 = embeddings)")
+    axis.set_ylabel("expected cosine of random word pairs")
+    axis.set_title(title)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = build_parser().parse_args(argv)
+    rows = resources.pang_lee_sentences()
+    if not 2 <= args.num_sentences <= len(rows):
+        raise SystemExit(f"--num_sentences must be between 2 and {len(rows)}, got {args.num_sentences}")
+    sample = random.Random(args.seed).sample(rows, args.num_sentences)
+    sentences = [[word for word, _, _ in split_words(text)] for _, text in sample]
+
+    model_path = args.model_name_or_path or str(resources.converted_minilm_dir())
+    model = AutoModel.from_pretrained(model_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    embedder = ContextualEmbedder(model, tokenizer, batch_size=args.batch_size)
+    results = layerwise_anisotropy(embedder, sentences, n_pairs=args.n_pairs, seed=args.seed)
+
+    n_words = sum(len(words) for words in sentences)
+    print(f"{args.num_sentences} Pang & Lee sentences, {n_words} word instances, model {model_path}")
+    print(f"{'layer':>5}{'raw':>9}{'z-scored':>10}{'top rogue dim':>15}{'its share':>11}")
+    for row in results:
+        print(
+            f"{row['layer']:>5}{row['raw']:>9.4f}{row['standardized']:>10.4f}"
+            f"{row['top_rogue_dimension']:>15}{row['top_rogue_share']:>11.3f}"
+        )
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    save_json(
+        {"model": model_path, "num_sentences": args.num_sentences, "n_word_instances": n_words, "layers": results},
+        output_dir / "anisotropy.json",
+    )
+    plot(results, output_dir / "anisotropy.png", f"Anisotropy by layer ({Path(model_path).name})")
+    print(f"wrote {output_dir / 'anisotropy.json'} and {output_dir / 'anisotropy.png'}")
+    return results
+

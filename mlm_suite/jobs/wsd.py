@@ -1,0 +1,95 @@
+"""Word sense disambiguation with sense centroids of contextual word vectors.
+
+Trains a nearest-centroid classifier (one centroid per word sense, cosine) on sense-labelled
+word instances and compares it with the most-frequent-sense baseline. The default data are
+the WordNet 3.0 example sentences (see :mlm_suite.wordnet:); your own data are JSON lines
+``{"tokens": [...], "target": index, "sense": "...", "lemma": "..." (optional)}``.
+
+    mlm-suite wsd                                   # WordNet data, real MiniLM-L6
+    mlm-suite wsd --standardize --layers last4_mean
+    mlm-suite wsd --train_file train.jsonl --test_file test.jsonl --model_name_or_path ./my-model
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from transformers import AutoModel, AutoTokenizer
+
+from mlm_suite import resources
+from mlm_suite.embeddings import ContextualEmbedder, save_json
+from mlm_suite.wordnet import WSDSplit, evaluate_wsd, limit_lemmas, read_jsonl, wordnet_wsd_dataset
+
+
+def parse_layers(value: str) -> str | list[int]:
+    """``last``, ``last4_mean``, ``last4_sum`` or comma-separated indices into hidden_states (``0,3``)."""
+    if value in ("last", "last4_mean", "last4_sum"):
+        return value
+    try:
+        return [int(part) for part in value.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--layers must be last, last4_mean, last4_sum or comma-separated integers, got {value!r}"
+        ) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--train_file", help="JSON-lines training instances (default: WordNet example sentences)")
+    parser.add_argument("--test_file", help="JSON-lines test instances (required with --train_file)")
+    parser.add_argument("--model_name_or_path", help="encoder folder (default: the real all-MiniLM-L6-v2 converted to mlm_suite)")
+    parser.add_argument("--layers", type=parse_layers, default="last", help="last | last4_mean | last4_sum | i,j,...")
+    parser.add_argument("--subword_pooling", choices=("mean", "first"), default="mean")
+    parser.add_argument("--standardize", action="store_true", help="also score centroids of z-scored vectors")
+    parser.add_argument("--pos", default="n,v", help="WordNet data: parts of speech, comma-separated (n, v, a, r)")
+    parser.add_argument("--max_lemmas", type=int, help="keep only the first N lemmas (alphabetically) that have test instances, for quick runs")
+    parser.add_argument("--test_fraction", type=float, default=0.3, help="WordNet data: share of each sense held out")
+    parser.add_argument("--seed", type=int, default=0, help="WordNet data: seed of the train/test split")
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--output_dir", default="outputs/wsd")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = build_parser().parse_args(argv)
+    if (args.train_file is None) != (args.test_file is None):
+        raise SystemExit("give both --train_file and --test_file, or neither (to use the WordNet data)")
+    if args.train_file:
+        split = WSDSplit(train=read_jsonl(args.train_file), test=read_jsonl(args.test_file), dropped_test=0)
+        data_name = f"{args.train_file} / {args.test_file}"
+    else:
+        pos = tuple(tag.strip() for tag in args.pos.split(","))
+        split = wordnet_wsd_dataset(pos=pos, test_fraction=args.test_fraction, seed=args.seed)
+        data_name = f"WordNet 3.0 example sentences (pos: {args.pos})"
+    if args.max_lemmas is not None:
+        split = limit_lemmas(split, args.max_lemmas)
+
+    model_path = args.model_name_or_path or str(resources.converted_minilm_dir())
+    model = AutoModel.from_pretrained(model_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    embedder = ContextualEmbedder(
+        model, tokenizer, layers=args.layers, subword_pooling=args.subword_pooling, batch_size=args.batch_size
+    )
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    standardizer_path = output_dir / "standardizer.safetensors"
+    results = evaluate_wsd(
+        embedder, split.train, split.test, standardize=args.standardize, standardizer_path=standardizer_path
+    )
+    results.update(data=data_name, model=model_path, layers=args.layers, subword_pooling=args.subword_pooling)
+
+    print(f"data: {data_name}")
+    print(
+        f"{results['n_lemmas']} lemmas, {results['n_senses']} senses, {results['n_train']} train / "
+        f"{results['n_test']} test instances ({results['dropped_test']} test instances dropped: unseen sense)"
+    )
+    print(f"{'method':<34}{'accuracy':>9}")
+    print(f"{'most frequent sense (baseline)':<34}{results['baseline_accuracy']:>9.4f}")
+    print(f"{'sense centroids':<34}{results['accuracy']:>9.4f}")
+    if "standardized_accuracy" in results:
+        print(f"{'sense centroids, z-scored':<34}{results['standardized_accuracy']:>9.4f}")
+    save_json(results, output_dir / "results.json")
+    print(f"wrote {output_dir / 'results.json'}")
+    return results
+
