@@ -147,10 +147,12 @@ class SequenceLayout:
         grid = grid.index_copy(0, self.segment_index, flat)
         return grid.view(self.num_segments, self.max_segment_len, *flat.shape[1:])
 
-    def from_segments(self, grid: torch.Tensor) -> torch.Tensor:
-        """``(num_segments, max_segment_len, ...)`` → ``(total, ...)``."""
+    def from_segments(self, grid: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """``(num_segments, max_segment_len, ...)`` → ``(total, ...)``, or ``(len(tokens), ...)`` for the flat indices ``tokens``."""
         flat = grid.reshape(-1, *grid.shape[2:])
-        return flat if self.is_dense else flat[self.segment_index]
+        if self.is_dense:
+            return flat if tokens is None else flat[tokens]
+        return flat[self.segment_index if tokens is None else self.segment_index[tokens]]
 
     def additive_attention_mask(self, dtype: torch.dtype) -> torch.Tensor | None:
         """``(num_segments, 1, 1, max_segment_len)`` bias hiding the grid's empty cells from every query.
@@ -238,8 +240,14 @@ class MlmSuiteSelfAttention(nn.Module):
         self.config = config
 
     def forward(
-        self, hidden: torch.Tensor, layout: SequenceLayout, rotary: tuple | None, output_attentions: bool
+        self,
+        hidden: torch.Tensor,
+        layout: SequenceLayout,
+        rotary: tuple | None,
+        output_attentions: bool,
+        outputs_for: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Every token attends; outputs are returned for the flat token indices ``outputs_for`` (all when None)."""
         total = hidden.shape[0]
         qkv = self.qkv(hidden).view(total, 3, self.num_heads, self.head_size)  # (total, 3, heads, head_size)
         if rotary is not None:
@@ -260,7 +268,7 @@ class MlmSuiteSelfAttention(nn.Module):
         else:
             context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
         context = context.transpose(1, 2).flatten(2)  # (segments, max_len, hidden)
-        return self.out(layout.from_segments(context)), weights
+        return self.out(layout.from_segments(context, outputs_for)), weights
 
 
 class MlmSuiteFeedForward(nn.Module):
@@ -292,14 +300,25 @@ class MlmSuiteLayer(GradientCheckpointingLayer):
         self.pre_norm = config.norm_position == "pre"
 
     def forward(
-        self, hidden: torch.Tensor, layout: SequenceLayout, rotary: tuple | None = None, output_attentions: bool = False
+        self,
+        hidden: torch.Tensor,
+        layout: SequenceLayout,
+        rotary: tuple | None = None,
+        output_attentions: bool = False,
+        outputs_for: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(total, hidden)`` → ``(total, hidden)``, or only the rows of the flat token indices ``outputs_for``.
+
+        With ``outputs_for`` every token still serves as a key and value, but the attention output
+        projection, the residuals, norms and feed-forward network run on the selected tokens only.
+        """
+        residual = hidden if outputs_for is None else hidden[outputs_for]
         if self.pre_norm:
-            attended, weights = self.attention(self.attention_norm(hidden), layout, rotary, output_attentions)
-            hidden = hidden + self.dropout(attended)
+            attended, weights = self.attention(self.attention_norm(hidden), layout, rotary, output_attentions, outputs_for)
+            hidden = residual + self.dropout(attended)
             return hidden + self.dropout(self.ffn(self.ffn_norm(hidden))), weights
-        attended, weights = self.attention(hidden, layout, rotary, output_attentions)
-        hidden = self.attention_norm(hidden + self.dropout(attended))
+        attended, weights = self.attention(hidden, layout, rotary, output_attentions, outputs_for)
+        hidden = self.attention_norm(residual + self.dropout(attended))
         return self.ffn_norm(hidden + self.dropout(self.ffn(hidden))), weights
 
 
@@ -477,10 +496,18 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        output_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, SequenceLayout, tuple | None, tuple | None]:
-        """Run the stack on real tokens only; return ``(total, hidden)`` states and their layout."""
+        """Run the stack on real tokens only; return ``(total, hidden)`` states and their layout.
+
+        ``output_mask`` ``(batch, seq)`` (real tokens only) asks for the final states of those tokens
+        alone, as ``(num_selected, hidden)`` in row-major order: the last layer then finishes only
+        them (sparse MLM prediction needs nothing else), while its attention still reads every token.
+        """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        if output_mask is not None and (output_attentions or output_hidden_states):
+            raise ValueError("output_mask cannot be combined with output_attentions or output_hidden_states")
         reference = input_ids if input_ids is not None else inputs_embeds
         shape = tuple(reference.shape[:2])
         _check_inputs(self.config, shape, token_type_ids, position_ids)
@@ -492,8 +519,12 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
             rotary = rotary_tables(layout.positions, head_size, self.config.rope_theta, hidden.dtype)
         all_hidden = [hidden] if output_hidden_states else None
         all_attentions = [] if output_attentions else None
-        for layer in self.layers:
-            hidden, weights = layer(hidden, layout, rotary, output_attentions)
+        selected = None if output_mask is None else layout.unpad(output_mask).nonzero().squeeze(1)  # flat indices
+        if selected is not None and not self.layers:
+            hidden = hidden[selected]
+        for index, layer in enumerate(self.layers):
+            outputs_for = selected if index == len(self.layers) - 1 else None
+            hidden, weights = layer(hidden, layout, rotary, output_attentions, outputs_for)
             if output_hidden_states:
                 all_hidden.append(hidden)
             if output_attentions:
@@ -600,6 +631,23 @@ class _MaskedLMMixin:
         loss = token_cross_entropy(logits.view(-1, logits.shape[-1]), labels.reshape(-1), num_items_in_batch)
         return loss, logits
 
+    def sparse_output_mask(self, labels, reference, attention_mask, output_attentions, output_hidden_states):
+        """The ``(batch, seq)`` mask of labelled tokens when the encoder may finish only those, else None.
+
+        That is sparse prediction (training, labels given) when no per-layer outputs are requested
+        and no label sits on padding (the padded path scores the zero states there).
+        """
+        config = self.config
+        if not (config.sparse_prediction and self.training and labels is not None) or reference is None:
+            return None
+        if output_attentions or output_hidden_states or config.output_attentions or config.output_hidden_states:
+            return None
+        _check_labels(labels, reference.shape[:2], "MLM labels")
+        selected = labels != IGNORE_INDEX
+        if attention_mask is not None and bool((selected & ~attention_mask.bool()).any()):
+            return None
+        return selected
+
 
 class MlmSuiteForMaskedLM(_MaskedLMMixin, MlmSuitePreTrainedModel):
     def __init__(self, config: MlmSuiteConfig):
@@ -623,6 +671,15 @@ class MlmSuiteForMaskedLM(_MaskedLMMixin, MlmSuitePreTrainedModel):
         num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs,
     ) -> MaskedLMOutput | tuple:
+        reference = input_ids if input_ids is not None else inputs_embeds
+        selected = self.sparse_output_mask(labels, reference, attention_mask, output_attentions, output_hidden_states)
+        if selected is not None:
+            # Sparse prediction all the way down: the last layer finishes the labelled tokens only.
+            encoder_inputs = (attention_mask, token_type_ids, position_ids, document_ids, inputs_embeds)
+            hidden = self.encoder.encode(input_ids, *encoder_inputs, output_mask=selected)[0]  # (num_labelled, hidden)
+            logits = self.lm_head(hidden)  # (num_labelled, vocab)
+            output = MaskedLMOutput(loss=token_cross_entropy(logits, labels[selected], num_items_in_batch), logits=logits)
+            return output if return_dict is not False else output.to_tuple()
         outputs = self.encoder(input_ids, **_encoder_kwargs(locals()))
         loss, logits = self.masked_lm(outputs.last_hidden_state, labels, num_items_in_batch)
         output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)

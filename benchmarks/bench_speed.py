@@ -1,0 +1,595 @@
+"""Speed benchmark: mlm_suite vs Hugging Face BERT (sdpa) and ModernBERT, on CPU (or whatever device torch picks).
+
+Run ``python benchmarks/bench_speed.py`` (``make bench``); ``--quick`` is a < 60 s smoke run.
+It prints a markdown table and optionally writes ``--output results.json`` / ``--markdown table.md``.
+
+Method
+------
+* **Identical work.** mlm_suite and BERT get identical weights (BERT's, mapped with
+  ``mlm_suite.convert.convert_bert_state_dict``), identical batches and identical labels (a seeded
+  15 % BERT-style 80/10/10 masking of the real, non-special tokens). Dropout is 0 so the two compute
+  the same function; before timing, the script checks that their losses (training workloads) or
+  hidden states (inference) agree to 1e-4 in fp32 and aborts if they do not. ModernBERT is a
+  different architecture of matched size (see ``modernbert_config``): it is only timed.
+* **Timing.** One process; every repetition runs each contender once on the same batch, in an
+  order rotated per repetition, so machine-load drift hits all contenders alike. Warm-up
+  repetitions are discarded. Reported: the median over repetitions of real (non-pad) tokens per
+  second, and the ratio to HF BERT = median over repetitions of the *paired* step-time ratio.
+  A training step is forward + backward + ``AdamW(fused=True).step()`` + ``zero_grad`` (the same
+  optimizer for every contender). Inference is one encoder forward under ``inference_mode``.
+* **Memory.** "peak MiB" is the peak, during one extra (untimed) step, of the bytes held by live
+  tensor storages that were allocated during that step: a ``TorchDispatchMode`` records every
+  storage an ATen op creates (outputs that alias an input - views, in-place ops - are skipped)
+  and a weakref finaliser subtracts it when the storage is freed. It is the CPU analogue of CUDA's
+  ``max_memory_allocated() - memory_allocated()`` at the step's start: activations saved for
+  backward, logits, gradients, temporaries. Parameters and optimizer state, allocated before the
+  step, are not included; scratch buffers a kernel allocates internally (oneDNN, the flash-attention
+  kernel) are not seen. It is deterministic, unlike sampling the process RSS.
+* **FLOPs.** Only useful work is counted, the same way for every contender (so a model that
+  computes on padding or on unmasked positions gets a lower rate):
+  ``mult * (P_layers * T + 2 * h * L * sum(n_i^2)) + mult * P_head * M`` with ``mult`` = 6 for a
+  training step (forward 2 + backward 4) and 2 for inference, ``P_layers`` the weight count of the
+  linear layers of the L blocks (BERT/mlm_suite: ``4h^2 + 2hI`` per block; ModernBERT:
+  ``4h^2 + 3hI``), ``T`` the real tokens, ``n_i`` the real length of sequence i (QK^T and PV are
+  ``2 * n^2 * h`` each per layer), ``P_head`` the head's weights (MLM: ``h^2 + hV`` at the M masked
+  positions; token classification: ``h * num_labels`` at every real token, M = T). Embeddings,
+  norms, activations, softmax, the loss and the optimizer are not counted. GFLOP/s is divided by
+  the peak of a 2048^3 GEMM measured at start-up in the same dtype (fp32, or bf16 for autocast rows).
+
+The machine may be shared: the load average at start and end is printed; compare ratios, which
+are paired per repetition, rather than absolute throughputs across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import weakref
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    BertForTokenClassification,
+    BertModel,
+    ModernBertConfig,
+    ModernBertForMaskedLM,
+    ModernBertForTokenClassification,
+    ModernBertModel,
+)
+from transformers.utils import logging as hf_logging
+
+from mlm_suite.convert import config_from_bert, convert_bert_state_dict
+from mlm_suite.model import MlmSuiteForMaskedLM, MlmSuiteForTokenClassification, MlmSuiteModel
+
+PAD, CLS, SEP, MASK = 0, 101, 102, 103
+FIRST_WORD_ID = 1000  # random "word" ids are drawn from [FIRST_WORD_ID, vocab_size)
+NUM_TAGS = 9
+TOLERANCE = 1e-4
+
+# name -> (hidden, layers, heads, intermediate); ModernBERT's GLU intermediate is chosen so its MLP
+# (3 * h * I weights) matches BERT's (2 * h * I): I_mb ~ 2/3 I, rounded to a multiple of 32.
+SIZES = {
+    "tiny": (64, 2, 2, 256),
+    "mini": (256, 4, 4, 1024),
+    "base": (768, 12, 12, 3072),
+}
+MODERNBERT_INTERMEDIATE = {"tiny": 160, "mini": 672, "base": 2048}
+
+HF, OURS, MODERNBERT = "HF BERT (sdpa)", "mlm_suite", "ModernBERT (sdpa)"
+
+
+@dataclass
+class Workload:
+    name: str
+    task: str  # "mlm" | "tokcls" | "infer"
+    size: str
+    batch: int
+    seq_len: int
+    lengths: str  # "packed" (full rows) | "variable" (uniform in [min_len, seq_len], dynamic padding)
+    dtype: str = "fp32"  # "fp32" | "bf16" (torch.autocast)
+    reps: int = 7
+    warmup: int = 1
+    min_len: int = 16
+    target: float | None = None  # required speed-up over HF BERT, if any
+    vocab_size: int = 30522
+
+
+DEFAULT_WORKLOADS = [
+    Workload("mlm-mini-packed", "mlm", "mini", 32, 128, "packed", target=2.5),
+    Workload("mlm-mini-var", "mlm", "mini", 32, 128, "variable", target=3.0),
+    Workload("mlm-mini-var-bf16", "mlm", "mini", 32, 128, "variable", dtype="bf16"),
+    Workload("mlm-base-var", "mlm", "base", 8, 128, "variable", reps=5, target=1.6),
+    Workload("tokcls-mini-var", "tokcls", "mini", 32, 128, "variable", target=1.5),
+    Workload("infer-mini-var", "infer", "mini", 64, 128, "variable", reps=9, target=1.5),
+    Workload("infer-mini-var-bf16", "infer", "mini", 64, 128, "variable", dtype="bf16", reps=9),
+]
+# Not run by default (time); select with --workloads.
+EXTRA_WORKLOADS = [
+    Workload("mlm-base-packed", "mlm", "base", 8, 128, "packed", reps=5),
+    Workload("tokcls-mini-packed", "tokcls", "mini", 32, 128, "packed"),
+    Workload("infer-mini-packed", "infer", "mini", 64, 128, "packed", reps=9),
+]
+
+
+def quick_workloads(size: str = "tiny") -> list[Workload]:
+    """Small, fast versions of every kind of workload, with a 4k vocabulary (smoke test; timings meaningless)."""
+    common = dict(size=size, seq_len=64, reps=2, warmup=1, vocab_size=4096)
+    return [
+        Workload("mlm-packed", "mlm", batch=8, lengths="packed", **common),
+        Workload("mlm-var", "mlm", batch=8, lengths="variable", **common),
+        Workload("mlm-var-bf16", "mlm", batch=8, lengths="variable", dtype="bf16", **common),
+        Workload("tokcls-var", "tokcls", batch=8, lengths="variable", **common),
+        Workload("infer-var", "infer", batch=16, lengths="variable", **common),
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # (batch, max_len), masked for MLM
+    attention_mask: torch.Tensor  # (batch, max_len)
+    labels: torch.Tensor  # (batch, max_len), -100 where nothing is predicted
+    lengths: list[int]
+
+    @property
+    def real_tokens(self) -> int:
+        return sum(self.lengths)
+
+    @property
+    def labelled(self) -> int:
+        return int((self.labels != -100).sum())
+
+
+def make_batch(workload: Workload, seed: int) -> Batch:
+    """``[CLS] random words [SEP]`` rows, padded to the longest row; MLM or tag labels."""
+    generator = torch.Generator().manual_seed(seed)
+    if workload.lengths == "packed":
+        lengths = [workload.seq_len] * workload.batch
+    else:
+        lengths = torch.randint(workload.min_len, workload.seq_len + 1, (workload.batch,), generator=generator).tolist()
+    width = max(lengths)
+    ids = torch.randint(FIRST_WORD_ID, workload.vocab_size, (workload.batch, width), generator=generator)
+    columns = torch.arange(width)[None, :]
+    length = torch.tensor(lengths)[:, None]
+    real = columns < length
+    ids[:, 0] = CLS
+    ids[columns == length - 1] = SEP
+    ids[~real] = PAD
+    if workload.task == "mlm":
+        ids, labels = mask_tokens(ids, real & (ids != CLS) & (ids != SEP), workload.vocab_size, generator)
+    else:
+        labels = torch.randint(0, NUM_TAGS, ids.shape, generator=generator).masked_fill(~real, -100)
+    return Batch(ids, real.long(), labels, lengths)
+
+
+def mask_tokens(ids: torch.Tensor, maskable: torch.Tensor, vocab_size: int, generator: torch.Generator, rate: float = 0.15):
+    """BERT masking: select ``rate`` of the maskable tokens; 80 % -> [MASK], 10 % -> random, 10 % kept."""
+    selected = maskable & (torch.rand(ids.shape, generator=generator) < rate)
+    labels = ids.masked_fill(~selected, -100)
+    draw = torch.rand(ids.shape, generator=generator)
+    corrupted = ids.masked_fill(selected & (draw < 0.8), MASK)
+    random_ids = torch.randint(FIRST_WORD_ID, vocab_size, ids.shape, generator=generator)
+    corrupted = torch.where(selected & (draw >= 0.8) & (draw < 0.9), random_ids, corrupted)
+    return corrupted, labels
+
+
+# --------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------
+def bert_config(workload: Workload) -> BertConfig:
+    hidden, layers, heads, intermediate = SIZES[workload.size]
+    return BertConfig(
+        vocab_size=workload.vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=intermediate,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        num_labels=NUM_TAGS if workload.task == "tokcls" else 2,
+        attn_implementation="sdpa",
+    )
+
+
+def modernbert_config(workload: Workload) -> ModernBertConfig:
+    """ModernBERT at BERT's width/depth/heads; GLU intermediate matched on MLP weights; its own sparse prediction on."""
+    hidden, layers, heads, _ = SIZES[workload.size]
+    return ModernBertConfig(
+        vocab_size=workload.vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=MODERNBERT_INTERMEDIATE[workload.size],
+        max_position_embeddings=512,
+        pad_token_id=PAD,
+        bos_token_id=CLS,
+        cls_token_id=CLS,
+        eos_token_id=SEP,
+        sep_token_id=SEP,
+        num_labels=NUM_TAGS if workload.task == "tokcls" else 2,
+        sparse_prediction=True,
+        attn_implementation="sdpa",
+    )
+
+
+def build_models(workload: Workload, seed: int = 0, modernbert: bool = True) -> dict[str, torch.nn.Module]:
+    """HF BERT (random init), mlm_suite with BERT's converted weights, and ModernBERT; all dropout-free."""
+    torch.manual_seed(seed)
+    config = bert_config(workload)
+    hf_class, ours_class, mb_class = {
+        "mlm": (BertForMaskedLM, MlmSuiteForMaskedLM, ModernBertForMaskedLM),
+        "tokcls": (BertForTokenClassification, MlmSuiteForTokenClassification, ModernBertForTokenClassification),
+        "infer": (BertModel, MlmSuiteModel, ModernBertModel),
+    }[workload.task]
+    extra = {"add_pooling_layer": False} if workload.task == "infer" else {}
+    hf = hf_class(config, **extra)
+    ours_config = config_from_bert(config.to_dict())
+    ours_config.num_labels = config.num_labels
+    ours = ours_class(ours_config, **extra)
+    weights = convert_bert_state_dict(hf.state_dict(), config.num_hidden_layers)
+    if ours.base_model is not ours:  # task model: encoder weights live under "encoder."
+        weights = {(k if k.split(".")[0].endswith("head") else f"encoder.{k}"): v for k, v in weights.items()}
+    if workload.task == "tokcls":
+        weights["classifier.weight"] = hf.classifier.weight.detach().clone()
+        weights["classifier.bias"] = hf.classifier.bias.detach().clone()
+    missing, unexpected = ours.load_state_dict(weights, strict=False)
+    missing = [k for k in missing if k != "lm_head.decoder.weight"]  # tied to the word embeddings
+    if missing or unexpected:
+        raise RuntimeError(f"weight conversion mismatch: missing {missing}, unexpected {unexpected}")
+    if workload.task == "mlm":
+        ours.tie_weights()
+    models = {HF: hf, OURS: ours}
+    if modernbert:
+        models[MODERNBERT] = mb_class(modernbert_config(workload))
+    return models
+
+
+def parameter_counts(workload: Workload, contender: str) -> tuple[int, int]:
+    """(linear weights of the blocks, weights of the head per predicted position) for the FLOP count."""
+    h, layers, _, intermediate = SIZES[workload.size]
+    if contender == MODERNBERT:
+        per_layer = 4 * h * h + 3 * h * MODERNBERT_INTERMEDIATE[workload.size]
+    else:
+        per_layer = 4 * h * h + 2 * h * intermediate
+    head = {"mlm": h * h + h * workload.vocab_size, "tokcls": h * NUM_TAGS, "infer": 0}[workload.task]
+    return layers * per_layer, head
+
+
+def useful_flops(workload: Workload, contender: str, batch: Batch) -> float:
+    h, layers, _, _ = SIZES[workload.size]
+    mult = 2 if workload.task == "infer" else 6
+    block_weights, head_weights = parameter_counts(workload, contender)
+    tokens = batch.real_tokens
+    squares = sum(n * n for n in batch.lengths)
+    predicted = batch.labelled if workload.task == "mlm" else tokens
+    return mult * (block_weights * tokens + 2 * h * layers * squares + head_weights * predicted)
+
+
+# --------------------------------------------------------------------------------------------
+# Steps
+# --------------------------------------------------------------------------------------------
+class Contender:
+    """A model plus what it needs to run one timed step of a workload."""
+
+    def __init__(self, name: str, model: torch.nn.Module, workload: Workload):
+        self.name, self.model, self.workload = name, model, workload
+        self.train = workload.task != "infer"
+        model.train(self.train)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True) if self.train else None
+
+    def autocast(self):
+        if self.workload.dtype == "bf16":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def loss_or_output(self, batch: Batch) -> torch.Tensor:
+        """Training: the loss (graph attached). Inference: the last hidden state."""
+        with self.autocast():
+            if self.train:
+                return self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels).loss
+            return self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+
+    def step(self, batch: Batch) -> None:
+        if self.train:
+            loss = self.loss_or_output(batch)
+            loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            with torch.inference_mode():
+                self.loss_or_output(batch)
+
+
+# --------------------------------------------------------------------------------------------
+# Measurements
+# --------------------------------------------------------------------------------------------
+class LiveTensorBytes(TorchDispatchMode):
+    """Tracks the bytes of tensor storages created by ATen ops while active, and their peak."""
+
+    def __init__(self):
+        super().__init__()
+        self.current = 0
+        self.peak = 0
+        self._live: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        for tensor in tree_leaves(out):
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            storage = tensor.untyped_storage()
+            pointer, size = storage.data_ptr(), storage.nbytes()
+            if pointer == 0 or pointer in inputs or pointer in self._live:
+                continue
+            self._live.add(pointer)
+            self.current += size
+            self.peak = max(self.peak, self.current)
+            weakref.finalize(storage, self._release, pointer, size)
+        return out
+
+    def _release(self, pointer: int, size: int) -> None:
+        self.current -= size
+        self._live.discard(pointer)
+
+
+def peak_step_bytes(contender: Contender, batch: Batch) -> int:
+    gc.collect()
+    tracker = LiveTensorBytes()
+    with tracker:
+        contender.step(batch)
+    return tracker.peak
+
+
+def gemm_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
+    """GFLOP/s of an n^3 matmul: median of ``reps`` after one warm-up."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / statistics.median(times) / 1e9
+
+
+def check_equivalence(workload: Workload, models: dict[str, torch.nn.Module], batch: Batch) -> dict:
+    """mlm_suite vs HF BERT on the same batch in fp32: losses (training) or hidden states (inference)."""
+    ours, hf = models[OURS], models[HF]
+    train = workload.task != "infer"
+    ours.train(train)
+    hf.train(train)
+    with torch.inference_mode():
+        a = hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **({"labels": batch.labels} if train else {}))
+        b = ours(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **({"labels": batch.labels} if train else {}))
+    if train:
+        what, reference, difference = "loss", float(a.loss), abs(float(a.loss) - float(b.loss))
+        detail = f"HF {float(a.loss):.6f} vs mlm_suite {float(b.loss):.6f}"
+    else:
+        real = batch.attention_mask.bool()
+        x, y = a.last_hidden_state[real], b.last_hidden_state[real]
+        what, reference, difference = "hidden", float(x.abs().max()), float((x - y).abs().max())
+        detail = f"max |h| {reference:.3f}"
+    ok = difference <= TOLERANCE * max(1.0, abs(reference) if train else 1.0)
+    return {"workload": workload.name, "compared": what, "max_abs_diff": difference, "detail": detail, "ok": ok}
+
+
+@dataclass
+class Result:
+    workload: str
+    contender: str
+    dtype: str
+    real_tokens_per_step: float
+    pad_fraction: float
+    step_ms: float
+    tokens_per_s: float
+    vs_hf: float | None
+    vs_modernbert: float | None
+    peak_mib: float
+    gflops: float
+    peak_fraction: float
+    step_times: list[float] = field(default_factory=list)
+
+
+def run_workload(
+    workload: Workload, peaks: dict[str, float], seed: int = 0, log=print, modernbert: bool = True
+) -> tuple[dict, list[Result]]:
+    models = build_models(workload, seed, modernbert)
+    batches = [make_batch(workload, seed * 1000 + i) for i in range(3)]
+    check = check_equivalence(workload, models, batches[0])
+    status = "OK" if check["ok"] else "FAILED"
+    log(
+        f"check {workload.name}: mlm_suite vs HF BERT {check['compared']} max |diff| = {check['max_abs_diff']:.2e} "
+        f"({check['detail']}) -> {status}"
+    )
+    if not check["ok"]:
+        return check, []
+    contenders = [Contender(name, model, workload) for name, model in models.items()]
+    times: dict[str, list[float]] = {c.name: [] for c in contenders}
+    used: list[Batch] = []
+    for rep in range(workload.warmup + workload.reps):
+        batch = batches[rep % len(batches)]
+        shift = rep % len(contenders)
+        for contender in contenders[shift:] + contenders[:shift]:
+            start = time.perf_counter()
+            contender.step(batch)
+            elapsed = time.perf_counter() - start
+            if rep >= workload.warmup:
+                times[contender.name].append(elapsed)
+        if rep >= workload.warmup:
+            used.append(batch)
+    peak_bytes = {c.name: peak_step_bytes(c, batches[0]) for c in contenders}
+    gemm = peaks[workload.dtype]
+    results = []
+    for contender in contenders:
+        name = contender.name
+        step_times = times[name]
+        tokens = [b.real_tokens for b in used]
+        padded = sum(b.input_ids.numel() for b in used)
+
+        def paired_ratio(other: str) -> float | None:
+            if other not in times:
+                return None
+            return statistics.median(t_other / t for t_other, t in zip(times[other], step_times))
+
+        results.append(
+            Result(
+                workload=workload.name,
+                contender=name,
+                dtype=workload.dtype,
+                real_tokens_per_step=statistics.mean(tokens),
+                pad_fraction=1 - sum(tokens) / padded,
+                step_ms=1000 * statistics.median(step_times),
+                tokens_per_s=statistics.median(n / t for n, t in zip(tokens, step_times)),
+                vs_hf=paired_ratio(HF),
+                vs_modernbert=paired_ratio(MODERNBERT),
+                peak_mib=peak_bytes[name] / 2**20,
+                gflops=statistics.median(useful_flops(workload, name, b) / t / 1e9 for b, t in zip(used, step_times)),
+                peak_fraction=0.0,
+                step_times=step_times,
+            )
+        )
+        results[-1].peak_fraction = results[-1].gflops / gemm
+    del contenders, models
+    gc.collect()
+    return check, results
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def markdown_table(results: list[Result]) -> str:
+    lines = [
+        "| workload | model | real tok/step | pad % | step ms | real tok/s | × HF BERT | × ModernBERT | peak MiB | GFLOP/s | % GEMM peak |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.workload} | {r.contender} | {r.real_tokens_per_step:.0f} | {100 * r.pad_fraction:.0f} | {r.step_ms:.0f} | "
+            f"{r.tokens_per_s:,.0f} | {r.vs_hf:.2f} | {_ratio(r.vs_modernbert)} | {r.peak_mib:.0f} | {r.gflops:.1f} | "
+            f"{100 * r.peak_fraction:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def targets_table(workloads: list[Workload], results: list[Result]) -> str:
+    lines = ["| workload | target (× HF BERT) | mlm_suite × HF BERT | met | peak MiB mlm_suite / HF | memory ≤ HF |", "|---|---:|---:|---|---:|---|"]
+    for workload in workloads:
+        rows = {r.contender: r for r in results if r.workload == workload.name}
+        if OURS not in rows:
+            continue
+        ours, hf = rows[OURS], rows[HF]
+        target = f"{workload.target:.1f}" if workload.target else "-"
+        met = "-" if workload.target is None else ("yes" if ours.vs_hf >= workload.target else "NO")
+        memory_ok = "yes" if ours.peak_mib <= hf.peak_mib else "NO"
+        lines.append(
+            f"| {workload.name} | {target} | {ours.vs_hf:.2f} | {met} | {ours.peak_mib:.0f} / {hf.peak_mib:.0f} | {memory_ok} |"
+        )
+    return "\n".join(lines)
+
+
+def environment(peaks: dict[str, float]) -> dict:
+    return {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "gemm_peak_gflops": peaks,
+        "load_average_start": os.getloadavg(),
+    }
+
+
+def run(workloads: list[Workload], seed: int = 0, log=print, modernbert: bool = True, gemm_size: int = 2048) -> dict:
+    """Run the workloads; return ``{"environment", "checks", "results", "markdown"}`` (raises on a failed check)."""
+    hf_logging.set_verbosity_error()
+    peaks = {"fp32": gemm_peak(torch.float32, gemm_size), "bf16": gemm_peak(torch.bfloat16, gemm_size)}
+    env = environment(peaks)
+    log(
+        f"torch {env['torch']}, {env['threads']} threads, {env['cpu_capability']}; GEMM peak "
+        f"({gemm_size}^3) fp32 {peaks['fp32']:.0f} GFLOP/s, bf16 {peaks['bf16']:.0f} GFLOP/s; load average {env['load_average_start'][0]:.1f}"
+    )
+    checks, results = [], []
+    for workload in workloads:
+        start = time.perf_counter()
+        check, rows = run_workload(workload, peaks, seed, log, modernbert)
+        checks.append(check)
+        if not check["ok"]:
+            raise SystemExit(f"equivalence check failed for {workload.name}: {check}")
+        results.extend(rows)
+        log(markdown_table(rows).split("\n", 2)[2])
+        log(f"  {workload.name}: {time.perf_counter() - start:.0f} s")
+    env["load_average_end"] = os.getloadavg()
+    markdown = markdown_table(results) + "\n\n" + targets_table(workloads, results)
+    return {"environment": env, "workloads": [asdict(w) for w in workloads], "checks": checks,
+            "results": [asdict(r) for r in results], "markdown": markdown}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny, short workloads (smoke test, < 60 s)")
+    parser.add_argument("--workloads", nargs="+", metavar="NAME", help="run only these (prefix match), e.g. mlm-mini infer")
+    parser.add_argument("--reps", type=int, help="timed repetitions per workload (default: per workload, ≥ 5)")
+    parser.add_argument("--warmup", type=int, help="warm-up repetitions per workload")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-modernbert", action="store_true", help="time only HF BERT and mlm_suite")
+    parser.add_argument("--output", help="write all results as JSON here")
+    parser.add_argument("--markdown", help="write the markdown tables here")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    workloads = quick_workloads() if args.quick else list(DEFAULT_WORKLOADS)
+    if args.workloads:
+        candidates = workloads if args.quick else workloads + EXTRA_WORKLOADS
+        workloads = [w for w in candidates if any(w.name.startswith(prefix) for prefix in args.workloads)]
+        if not workloads:
+            parser.error(f"no workload matches {args.workloads}")
+    for w in workloads:
+        if args.reps:
+            w.reps = args.reps
+        if args.warmup is not None:
+            w.warmup = args.warmup
+    report = run(
+        workloads,
+        args.seed,
+        log=lambda message: print(message, file=sys.stderr, flush=True),
+        modernbert=not args.no_modernbert,
+        gemm_size=1024 if args.quick else 2048,
+    )
+    e = report["environment"]
+    print(
+        f"torch {e['torch']} · {e['threads']} threads · {e['cpu_capability']} · GEMM peak fp32 "
+        f"{e['gemm_peak_gflops']['fp32']:.0f} / bf16 {e['gemm_peak_gflops']['bf16']:.0f} GFLOP/s · "
+        f"load average {e['load_average_start'][0]:.1f} → {e['load_average_end'][0]:.1f}\n"
+    )
+    print(report["markdown"])
+    if args.output:
+        with open(args.output, "w") as handle:
+            json.dump(report, handle, indent=2)
+    if args.markdown:
+        with open(args.markdown, "w") as handle:
+            handle.write(report["markdown"] + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

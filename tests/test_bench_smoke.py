@@ -1,0 +1,82 @@
+"""Smoke test of benchmarks/bench_speed.py on a tiny configuration: the equivalence checks pass,
+a failing check aborts, the tables have the expected rows, the memory tracker counts. No timing asserts."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_speed.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_speed", BENCH_PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+def tiny_workloads(bench):
+    common = dict(size="tiny", seq_len=16, reps=1, warmup=0, vocab_size=1200, min_len=4)
+    return [
+        bench.Workload("mlm-var", "mlm", batch=3, lengths="variable", **common),
+        bench.Workload("tokcls-var", "tokcls", batch=3, lengths="variable", **common),
+        bench.Workload("infer-var-bf16", "infer", batch=3, lengths="variable", dtype="bf16", **common),
+    ]
+
+
+def test_quick_run_checks_pass_and_tables_have_every_row(bench):
+    workloads = tiny_workloads(bench)
+    report = bench.run(workloads, log=lambda message: None, gemm_size=128)
+    assert [check["workload"] for check in report["checks"]] == [w.name for w in workloads]
+    assert all(check["ok"] for check in report["checks"])
+    contenders = (bench.HF, bench.OURS, bench.MODERNBERT)
+    rows = {(r["workload"], r["contender"]) for r in report["results"]}
+    assert rows == {(w.name, c) for w in workloads for c in contenders}
+    table, targets = report["markdown"].split("\n\n")
+    for workload in workloads:
+        for contender in contenders:
+            assert f"| {workload.name} | {contender} |" in table
+        assert f"| {workload.name} |" in targets
+    for result in report["results"]:
+        assert result["tokens_per_s"] > 0 and result["peak_mib"] > 0 and result["gflops"] > 0
+        if result["contender"] == bench.HF:
+            assert result["vs_hf"] == pytest.approx(1.0)
+
+
+def test_failed_equivalence_check_aborts(bench, monkeypatch):
+    monkeypatch.setattr(bench, "TOLERANCE", -1.0)
+    with pytest.raises(SystemExit, match="equivalence check failed"):
+        bench.run(tiny_workloads(bench)[:1], log=lambda message: None, gemm_size=128)
+
+
+def test_masking_selects_only_real_non_special_tokens(bench):
+    workload = bench.Workload("mlm", "mlm", "tiny", batch=8, seq_len=32, lengths="variable", vocab_size=1200, min_len=4)
+    batch = bench.make_batch(workload, seed=3)
+    assert batch.attention_mask.sum(1).tolist() == batch.lengths
+    labelled = batch.labels != -100
+    assert not (labelled & ~batch.attention_mask.bool()).any()
+    assert labelled.any()
+    original = batch.labels[labelled]
+    assert not ((original == bench.CLS) | (original == bench.SEP) | (original == bench.PAD)).any()
+    assert batch.real_tokens == sum(batch.lengths)
+
+
+def test_live_tensor_tracker_counts_allocations_and_frees(bench):
+    tracker = bench.LiveTensorBytes()
+    with tracker:
+        a = torch.ones(1024, 256)  # 1 MiB
+        b = a * 2  # another MiB
+        view = b[:10]  # a view: no new storage
+        del a
+        c = torch.ones(512, 256)  # 0.5 MiB, while b is alive
+        del b, view, c
+    assert tracker.peak == 2 * 2**20
+    assert tracker.current == 0
