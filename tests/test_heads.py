@@ -517,3 +517,31 @@ def test_every_parameter_gets_a_gradient(cls, kind, overrides):
     assert not missing, f"parameters without gradient (DDP find_unused_parameters=False would fail): {missing}"
     zero = [name for name, p in model.named_parameters() if not p.grad.abs().sum() > 0]
     assert not zero, f"parameters with an all-zero gradient: {zero}"
+
+
+def test_num_items_in_batch_pretraining_weights_nsp_as_one_average():
+    """MLM + NSP: micro-batches with num_items_in_batch add up to the full batch's loss and gradients.
+
+    Every sequence carries the same number of masked tokens, the case in which weighting each
+    micro-batch's NSP mean by its share of the masked tokens is exactly the full-batch NSP mean.
+    """
+    model = build(MlmSuiteForPreTraining).train()
+    batch = make_random_batch((9, 4, 7, 5, 9, 6, 6, 8), seed=6)
+    labels = torch.full_like(batch["input_ids"], -100)
+    labels[:, 1:3] = batch["input_ids"][:, 1:3]
+    next_sentence = torch.tensor([0, 1, 1, 0, 1, 1, 0, 0])
+
+    full_loss = model(**batch, labels=labels, next_sentence_label=next_sentence).loss
+    full_loss.backward()
+    full = grads(model)
+    model.zero_grad()
+    total = torch.tensor(int((labels != -100).sum()))
+    accumulated_loss = 0.0
+    for i in range(4):
+        rows = slice(2 * i, 2 * i + 2)
+        micro = {k: v[rows] for k, v in batch.items()}
+        loss = model(**micro, labels=labels[rows], next_sentence_label=next_sentence[rows], num_items_in_batch=total).loss
+        loss.backward()
+        accumulated_loss += loss.item()
+    assert accumulated_loss == pytest.approx(full_loss.item(), rel=1e-5)
+    assert_grads_equal(full, grads(model))

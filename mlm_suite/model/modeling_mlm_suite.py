@@ -18,6 +18,8 @@ torch, transformers and its siblings.
 from __future__ import annotations
 
 import math
+import re
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -396,11 +398,23 @@ class MlmSuitePreTrainedModel(PreTrainedModel):
         if isinstance(self, MlmSuiteForSequenceClassification):
             auto_map["AutoModelForSequenceClassification"] = f"{module}.{type(self).__name__}"
         self.config.auto_map = auto_map
+        if isinstance(self, MlmSuiteForTokenClassification) and has_placeholder_labels(self.config):
+            warnings.warn(
+                f"saving {type(self).__name__} with placeholder label names {sorted(self.config.id2label.values())}: "
+                "set config.id2label / config.label2id to the real tags (e.g. 'B-PER') before saving",
+                UserWarning,
+                stacklevel=2,
+            )
         if self._auto_class is None:
             type(self).register_for_auto_class(_auto_class_of(type(self)))
         if getattr(type(self.config), "_auto_class", None) is None:
             type(self.config).register_for_auto_class()
         return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+def has_placeholder_labels(config: MlmSuiteConfig) -> bool:
+    """True while ``id2label`` holds transformers' default names ``LABEL_0, LABEL_1, ...``."""
+    return all(re.fullmatch(r"LABEL_\d+", str(name)) for name in config.id2label.values())
 
 
 def _auto_class_of(cls: type) -> str:
@@ -753,7 +767,13 @@ class MlmSuiteForPreTraining(_MaskedLMMixin, MlmSuitePreTrainedModel):
         losses = [mlm_loss] if mlm_loss is not None else []
         if next_sentence_label is not None:
             _check_labels(next_sentence_label, nsp_logits.shape[:1], "next-sentence labels")
-            losses.append(F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1)))
+            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
+            if num_items_in_batch is not None and labels is not None:
+                # The Trainer sums micro-batch losses normalised by the global masked-token count
+                # (num_items_in_batch). Weighting each micro-batch's NSP mean by its share of that
+                # count makes the NSP terms add up to one average, not one mean per micro-batch.
+                nsp_loss = nsp_loss * (labels != IGNORE_INDEX).sum() / num_items_in_batch
+            losses.append(nsp_loss)
         output = MlmSuiteForPreTrainingOutput(
             loss=sum(losses) if losses else None,
             prediction_logits=prediction_logits,
@@ -837,13 +857,31 @@ class MlmSuiteForPairClassification(MlmSuiteForSequenceClassification):
             )
         super().__init__(config)
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, *args, **kwargs):
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput | tuple:
         if token_type_ids is None:
             raise ValueError(
                 "pair classification needs token_type_ids (0 for [CLS] A [SEP], 1 for B [SEP]); "
                 "tokenize pairs with tokenizer(text_a, text_b)"
             )
-        return super().forward(input_ids, attention_mask, token_type_ids, *args, **kwargs)
+        return super().forward(
+            input_ids,
+            labels=labels,
+            return_dict=return_dict,
+            **_encoder_kwargs(locals()),
+        )
 
 
 def _class_weight_tensor(config: MlmSuiteConfig, logits: torch.Tensor) -> torch.Tensor | None:
@@ -980,5 +1018,6 @@ __all__ = [
     "MlmSuiteModel",
     "MlmSuitePreTrainedModel",
     "SequenceLayout",
+    "has_placeholder_labels",
     "token_cross_entropy",
 ]

@@ -1,0 +1,9 @@
+"""MLM (+NSP) pretraining with the Hugging Face Trainer; see ``mlm_suite/jobs/pretrain.py`` for the options.
+
+    python examples/pretrain_mlm.py --output_dir runs/pretrain       # embedded default data
+    python examples/pretrain_mlm.py --help
+"""
+
+from mlm_suite.jobs.pretrain import main
+
+raise SystemExit(main())

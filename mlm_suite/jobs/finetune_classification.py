@@ -1,0 +1,293 @@
+"""Fine-tune a sequence-classification (or regression) model with the HF Trainer.
+
+Flags follow Hugging Face's ``run_glue.py`` / ``run_classification.py``: ``--model_name_or_path
+--train_file --validation_file --test_file --text_column_name --label_column_name
+--max_seq_length`` and every ``TrainingArguments`` flag. Files are CSV/TSV or JSON lines with a
+text column and a label column; labels that are non-integer numbers make it a regression
+(``--task_type`` forces either).
+
+Without data flags it fine-tunes the real all-MiniLM-L6-v2 weights (converted to mlm_suite) on
+the Pang & Lee sentence-polarity data (4,000 movie-review sentences, negative/positive) split
+80/10/10 with a fixed seed::
+
+    mlm-suite finetune-cls --output_dir outputs/sentiment
+    python examples/finetune_classification.py --train_file train.csv --validation_file dev.csv
+    accelerate launch examples/finetune_classification.py --train_file reviews.jsonl --text_column_name review
+
+Reported: ``eval_accuracy`` and ``eval_f1`` (macro-averaged F1; pearson/spearman/mse for
+regression), and ``test_*`` when there is a test split.
+
+The machinery (:func:`finetune_sequence_task`) is shared with the sentence-pair job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from mlm_suite import resources
+from mlm_suite.jobs.finetuning import (
+    FinetuneTrainingArguments,
+    ModelArguments,
+    apply_freezing,
+    class_label_names,
+    classification_metrics,
+    column,
+    first_n,
+    infer_task_type,
+    label_maps,
+    label_table,
+    load_hub_splits,
+    parse_arguments,
+    read_records,
+    regression_metrics,
+    resolve_label_list,
+    resolve_model_path,
+    run_trainer,
+    save_everything,
+    split_80_10_10,
+    training_summary,
+    write_card,
+)
+from mlm_suite.model_card import markdown_table
+
+SPLITS = ("train", "validation", "test")
+Example = dict[str, Any]  # text column(s) and "label"
+
+
+@dataclass
+class TextDataArguments:
+    """Data flags shared by the single-text and the sentence-pair jobs."""
+
+    dataset_name: str | None = field(default=None, metadata={"help": "Hub dataset (needs Hub access)."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration."})
+    train_file: str | None = field(
+        default=None, metadata={"help": "CSV/TSV or JSON-lines training file. Alone, it is split 80/10/10."}
+    )
+    validation_file: str | None = field(default=None, metadata={"help": "CSV/TSV or JSON-lines validation file."})
+    test_file: str | None = field(default=None, metadata={"help": "CSV/TSV or JSON-lines test file."})
+    label_column_name: str = field(default="label", metadata={"help": "Column holding the label (or score)."})
+    task_type: Literal["auto", "classification", "regression"] = field(
+        default="auto", metadata={"help": "auto: regression when the labels are non-integer numbers."}
+    )
+    label_list: list[str] | None = field(
+        default=None, metadata={"help": "Class names in id order; other labels are an error."}
+    )
+    max_seq_length: int = field(default=128, metadata={"help": "Longer inputs are truncated."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N training examples."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N validation examples."})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "Keep only the first N test examples."})
+
+
+@dataclass
+class ClassificationDataArguments(TextDataArguments):
+    text_column_name: str = field(default="text", metadata={"help": "Column holding the text."})
+
+
+@dataclass
+class ClassificationTrainingArguments(FinetuneTrainingArguments):
+    output_dir: str | None = field(default="outputs/sentiment", metadata={"help": "Where the model and results go."})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "Training epochs."})
+    learning_rate: float = field(default=1e-4, metadata={"help": "Peak learning rate of AdamW."})
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------
+def read_examples(path: str, text_columns: Sequence[str], label_column: str) -> list[Example]:
+    """Rows of a data file reduced to the text column(s) and ``label``."""
+    records = read_records(path)
+    columns = {name: column(records, name, path) for name in (*text_columns, label_column)}
+    return [
+        {**{name: str(columns[name][row]) for name in text_columns}, "label": columns[label_column][row]}
+        for row in range(len(records))
+    ]
+
+
+def load_text_splits(
+    args: TextDataArguments, text_columns: Sequence[str], seed: int, embedded: Callable[[], tuple[dict, str]]
+) -> tuple[dict[str, list[Example]], str]:
+    """The splits as ``{split: examples}`` and a description, from the Hub, files or ``embedded()``.
+
+    A lone ``--train_file`` is split 80/10/10 with ``random.Random(seed)``.
+    """
+    if args.dataset_name:
+        splits = {}
+        for split, dataset in load_hub_splits(args.dataset_name, args.dataset_config_name).items():
+            names = class_label_names(dataset, args.label_column_name)
+            splits[split] = [
+                {**{name: row[name] for name in text_columns},
+                 "label": names[row[args.label_column_name]] if names else row[args.label_column_name]}
+                for row in dataset
+            ]
+        return splits, f"Hub dataset `{args.dataset_name}`"
+    if args.train_file:
+        files = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}
+        if not (args.validation_file or args.test_file):
+            examples = read_examples(args.train_file, text_columns, args.label_column_name)
+            return dict(zip(SPLITS, split_80_10_10(examples, seed))), f"`{args.train_file}`, split 80/10/10 with a fixed seed"
+        splits = {role: read_examples(path, text_columns, args.label_column_name) for role, path in files.items() if path}
+        return splits, ", ".join(f"{role}: `{path}`" for role, path in files.items() if path)
+    if args.validation_file or args.test_file:
+        raise ValueError("--validation_file/--test_file need a --train_file")
+    return embedded()
+
+
+def pang_lee_splits(seed: int, text_column: str = "text") -> tuple[dict[str, list[Example]], str]:
+    """Pang & Lee sentence polarity, labels -1/1 named negative/positive, split 80/10/10."""
+    names = {-1: "negative", 1: "positive"}
+    examples = [{text_column: text, "label": names[label]} for label, text in resources.pang_lee_sentences()]
+    description = "Pang & Lee sentence polarity (4,000 movie-review snippets, negative/positive), split 80/10/10 with a fixed seed"
+    return dict(zip(SPLITS, split_80_10_10(examples, seed))), description
+
+
+def class_names(labels: Sequence[Any]) -> list[str]:
+    """Distinct labels as strings, in numeric order when they are all integers, else alphabetical."""
+    names = {str(label) for label in labels}
+    try:
+        return sorted(names, key=int)
+    except ValueError:
+        return sorted(names)
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------
+def finetune_sequence_task(
+    model_args: ModelArguments,
+    data_args: TextDataArguments,
+    training_args: FinetuneTrainingArguments,
+    splits: Mapping[str, list[Example]],
+    text_columns: Sequence[str],
+    data_description: str,
+    load_model: Callable[[str, Any, bool], Any],
+    task_description: str,
+    pipeline_tag: str = "text-classification",
+) -> dict[str, float]:
+    """Fine-tune, evaluate, save and write the card for a (pair) classification/regression task.
+
+    ``load_model(path, config, ignore_mismatched_sizes)`` builds the model; the config already
+    carries the labels. Returns the flat metrics dictionary (what ``all_results.json`` holds).
+    """
+    from datasets import Dataset
+    from transformers import (
+        AutoConfig,
+        AutoTokenizer,
+        DataCollatorWithPadding,
+        Trainer,
+        set_seed,
+    )
+
+    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
+              "test": data_args.max_predict_samples}
+    splits = {split: first_n(list(examples), limits.get(split)) for split, examples in splits.items() if examples}
+    all_labels = [example["label"] for examples in splits.values() for example in examples]
+    task_type = infer_task_type(all_labels, data_args.task_type)
+
+    model_path = resolve_model_path(model_args.model_name_or_path, training_args)
+    config = AutoConfig.from_pretrained(model_path)
+    if task_type == "regression":
+        label_list: list[str] = []
+        config.update(dict(num_labels=1, id2label={0: "score"}, label2id={"score": 0}, problem_type="regression"))
+    else:
+        data_labels = list(data_args.label_list) if data_args.label_list else class_names(all_labels)
+        unknown = sorted({str(label) for label in all_labels} - set(data_labels))
+        if unknown:
+            raise ValueError(f"labels {unknown} of the data are not in the label list {data_labels}")
+        label_list = resolve_label_list(config, data_labels, model_path, model_args.ignore_mismatched_sizes)
+        id2label, label2id = label_maps(label_list)
+        config.update(dict(num_labels=len(label_list), id2label=id2label, label2id=label2id,
+                           problem_type="single_label_classification"))
+
+    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path)
+
+    def encode(examples: list[Example]) -> Dataset:
+        raw = Dataset.from_dict({name: [example[name] for example in examples] for name in text_columns})
+        encoded = raw.map(
+            lambda batch: tokenizer(*(batch[name] for name in text_columns), truncation=True,
+                                    max_length=data_args.max_seq_length),
+            batched=True,
+            remove_columns=list(text_columns),
+        )
+        labels = [float(example["label"]) if task_type == "regression" else config.label2id[str(example["label"])]
+                  for example in examples]
+        return encoded.add_column("labels", labels)
+
+    datasets = {split: encode(examples) for split, examples in splits.items()}
+    if training_args.label_names is None:
+        # The Trainer finds label columns in forward()'s signature; a head whose forward takes
+        # **kwargs (the pair head) would have its labels dropped and never be scored.
+        training_args.label_names = ["labels"]
+    set_seed(training_args.seed)
+    model = load_model(model_path, config, model_args.ignore_mismatched_sizes)
+    trainable = apply_freezing(model, model_args.train_last_k_layers)
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=datasets.get("train"),
+        eval_dataset=datasets.get("validation"),
+        processing_class=tokenizer,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        compute_metrics=regression_metrics if task_type == "regression" else classification_metrics,
+    )
+    metrics = run_trainer(trainer, datasets, training_args)
+    save_everything(trainer, metrics)
+    flat = {key: value for values in metrics.values() for key, value in values.items()}
+
+    scored = {key: value for key, value in flat.items()
+              if key.startswith(("eval_", "test_")) and not key.endswith(("runtime", "per_second"))}
+    if task_type == "regression":
+        labels_text = "Regression: one output, the predicted score (trained with mean squared error)."
+        metric_note = "Pearson and Spearman correlation with the gold scores, and mean squared error."
+    else:
+        labels_text = label_table(config.id2label)
+        metric_note = "Accuracy and macro-averaged F1 over the classes."
+    write_card(
+        trainer,
+        pipeline_tag=pipeline_tag,
+        task_description=task_description,
+        base_model=model_path,
+        auto_class="AutoModelForSequenceClassification",
+        labels=labels_text,
+        data=data_description + "\n\n" + markdown_table({s: len(e) for s, e in splits.items()}, ("split", "examples")),
+        training=training_summary(training_args, **{"max_seq_length": data_args.max_seq_length,
+                                                   "trained layers": trainable}),
+        metrics=metric_note + "\n\n" + markdown_table(scored, ("metric", "value")),
+    )
+    if trainer.is_world_process_zero():
+        main_metrics = ("accuracy", "f1") if task_type == "classification" else ("pearson", "spearman")
+        for split in ("eval", "test"):
+            shown = [f"{name} = {flat[f'{split}_{name}']:.4f}" for name in main_metrics if f"{split}_{name}" in flat]
+            if shown:
+                print(f"{split}: " + ", ".join(shown))
+        print(f"trained on {training_args.world_size} process(es); saved the model, tokenizer, model card "
+              f"and all_results.json to {training_args.output_dir}")
+    return flat
+
+
+def load_sequence_classifier(path: str, config: Any, ignore_mismatched_sizes: bool) -> Any:
+    from transformers import AutoModelForSequenceClassification
+
+    return AutoModelForSequenceClassification.from_pretrained(
+        path, config=config, ignore_mismatched_sizes=ignore_mismatched_sizes
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    model_args, data_args, training_args = parse_arguments(
+        (ModelArguments, ClassificationDataArguments, ClassificationTrainingArguments), argv
+    )
+    text_columns = [data_args.text_column_name]
+    splits, description = load_text_splits(
+        data_args, text_columns, training_args.seed, lambda: pang_lee_splits(training_args.seed, text_columns[0])
+    )
+    finetune_sequence_task(
+        model_args, data_args, training_args, splits, text_columns, description, load_sequence_classifier,
+        task_description="A text-classification model",
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,612 @@
+"""MLM (+NSP) pretraining of an mlm_suite encoder with the Hugging Face ``Trainer``.
+
+    mlm-suite pretrain --output_dir runs/pretrain          # embedded default data, a few minutes on 2 CPU cores
+    python examples/pretrain_mlm.py --train_file corpus.txt --output_dir runs/mine --masking whole_word
+    mlm-suite pretrain --train_file docs.jsonl --objective mlm_nsp --max_steps -1 --num_train_epochs 3
+    accelerate launch --num_processes 2 --cpu examples/pretrain_mlm.py --output_dir runs/ddp
+
+Data: ``--train_file`` (plain text with one document per blank-line-separated block, or JSON
+lines with a ``text`` field when the name ends in ``.json``/``.jsonl``), ``--dataset_name`` (a
+``datasets.load_dataset`` name, for machines that reach the Hub), or, with neither, the embedded
+default: the 1,500 Pang & Lee movie reviews (``mlm_suite.resources.pang_lee_reviews``). The
+held-out documents are ``--validation_file`` or a seeded ``--validation_split_percentage`` of the
+training documents.
+
+Every argument of ``transformers.TrainingArguments`` is accepted; ``JOB_DEFAULTS`` lists the ones
+whose defaults differ here (sized so the embedded default fits the time budget). Masks are
+seeded: a training mask is a function of ``(--seed, epoch, example index)`` and changes every
+epoch; evaluation masks and NSP pairs use a fixed seed, so eval numbers compare across runs.
+
+The output folder is a complete checkpoint, the one ``trainer.push_to_hub()`` uploads: weights,
+config with ``auto_map``, model code, tokenizer, model card (``README.md``), ``all_results.json``,
+``train_results.json``, ``eval_results.json``, ``trainer_state.json`` and ``training_curves.png``.
+Every input is validated before that folder is created.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from datasets import Dataset, DatasetDict
+from tokenizers import models as tokenizer_models
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    EvalPrediction,
+    HfArgumentParser,
+    PreTrainedTokenizerBase,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
+
+from .. import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining, resources
+from ..data.masking import WORD_ID_SENTINEL, DataCollatorForMaskedLM, MaskingEpochCallback, count_tokens, tokenize_for_mlm
+from ..data.nsp import build_nsp_examples, split_sentences
+from ..data.packing import packing_map_function
+from ..model_card import architecture_rows, markdown_table, write_model_card
+from ..tokenization import train_wordpiece_tokenizer
+
+# Seeds that do not follow --seed, so that the held-out split, its NSP pairs and its masks are the
+# same in every run and eval numbers can be compared across runs.
+SPLIT_SEED = 0
+EVAL_SEED = 1234
+DEFAULT_TRAINED_VOCAB_SIZE = 2048
+
+# TrainingArguments defaults replaced by this job (explicit command-line values still win).
+JOB_DEFAULTS: dict[str, Any] = dict(
+    output_dir="runs/pretrain",
+    max_steps=160,
+    per_device_train_batch_size=16,
+    per_device_eval_batch_size=32,
+    learning_rate=2e-3,
+    weight_decay=0.01,
+    warmup_steps=0.06,  # a value below 1 is a fraction of the total steps
+    logging_steps=10,
+    eval_strategy="steps",
+    eval_steps=0.5,  # likewise a fraction: evaluate half-way and at the end
+    save_strategy="no",
+    report_to="none",
+    # The collator needs word_ids, special_tokens_mask and example_index, which the model does not
+    # take; it consumes them itself, so nothing unused ever reaches the model.
+    remove_unused_columns=False,
+    ddp_find_unused_parameters=False,
+)
+
+
+@dataclass
+class PretrainingArguments:
+    """Data, tokenizer and model arguments (the training loop is configured by ``TrainingArguments``)."""
+
+    train_file: str | None = field(
+        default=None,
+        metadata={"help": "text file (documents separated by blank lines) or .json/.jsonl lines with a text field"},
+    )
+    validation_file: str | None = field(default=None, metadata={"help": "held-out documents, same formats"})
+    dataset_name: str | None = field(default=None, metadata={"help": "a datasets.load_dataset name (needs the Hub)"})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "configuration of --dataset_name"})
+    text_column: str = field(default="text", metadata={"help": "field holding the text (JSON lines, datasets)"})
+    validation_split_percentage: float = field(
+        default=5.0, metadata={"help": "without a validation file/split: share of training documents held out"}
+    )
+    max_eval_samples: int | None = field(default=None, metadata={"help": "evaluate on at most this many rows"})
+    objective: Literal["mlm", "mlm_nsp"] = field(
+        default="mlm", metadata={"help": "mlm, or mlm_nsp (MLM + next-sentence prediction on sentence pairs)"}
+    )
+    masking: Literal["token", "whole_word", "span"] = field(default="token", metadata={"help": "masking unit"})
+    mlm_probability: float = field(default=0.15, metadata={"help": "expected share of tokens selected for MLM"})
+    nsp_probability: float = field(default=0.5, metadata={"help": "mlm_nsp: share of pairs whose B is random"})
+    packing: bool = field(
+        default=False, metadata={"help": "pack documents into full rows; position ids restart per document"}
+    )
+    max_seq_length: int = field(default=128, metadata={"help": "longest row, special tokens included"})
+    tokenizer: str | None = field(
+        default=None, metadata={"help": "tokenizer folder (default: --model_name_or_path's, else a trained one)"}
+    )
+    train_tokenizer: bool | None = field(
+        default=None,
+        metadata={
+            "help": "train a WordPiece vocabulary on the training documents; default: yes unless --tokenizer or "
+            "--model_name_or_path gives one. false: use the MiniLM (bert-base-uncased) vocabulary instead"
+        },
+    )
+    vocab_size: int | None = field(
+        default=None, metadata={"help": f"size of the trained vocabulary (implies --train_tokenizer; default {DEFAULT_TRAINED_VOCAB_SIZE})"}
+    )
+    config_preset: str = field(default="tiny", metadata={"help": "tiny, mini, small, base or large"})
+    config_overrides: str | None = field(
+        default=None, metadata={"help": "comma-separated config changes, e.g. num_hidden_layers=2,hidden_size=128"}
+    )
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "continue pretraining this mlm_suite (or converted BERT) folder"}
+    )
+    warmup_ratio: float | None = field(
+        default=None, metadata={"help": "share of the steps spent warming up (sets --warmup_steps to this fraction)"}
+    )
+    masking_seed_per_rank: bool = field(
+        default=False,
+        metadata={
+            "help": "mix the process rank into the mask seeds. Off by default: masks are keyed by the global "
+            "example index, so they do not depend on the number of processes"
+        },
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Arguments
+# ------------------------------------------------------------------------------------------------
+def parse_arguments(argv: list[str] | None) -> tuple[PretrainingArguments, TrainingArguments]:
+    parser = HfArgumentParser((PretrainingArguments, TrainingArguments), description=__doc__.split("\n\n")[0])
+    parser.set_defaults(**JOB_DEFAULTS)
+    args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    if args.warmup_ratio is not None:
+        if not 0.0 <= args.warmup_ratio < 1.0:
+            raise ValueError(f"--warmup_ratio must lie in [0, 1), got {args.warmup_ratio}")
+        training_args.warmup_steps = args.warmup_ratio
+    # Forced even when given on the command line: dropping the collator's inputs breaks masking.
+    training_args.remove_unused_columns = False
+    return args, training_args
+
+
+def validate_arguments(args: PretrainingArguments) -> None:
+    """Checks that need no data; raise ValueError naming the offending option."""
+    if args.train_file and args.dataset_name:
+        raise ValueError("give --train_file or --dataset_name, not both")
+    for name in ("train_file", "validation_file"):
+        path = getattr(args, name)
+        if path is not None and not Path(path).is_file():
+            raise ValueError(f"--{name} {path} does not exist or is not a file")
+    if not 0.0 < args.validation_split_percentage < 100.0:
+        raise ValueError(f"--validation_split_percentage must lie in (0, 100), got {args.validation_split_percentage}")
+    if not 0.0 < args.mlm_probability < 1.0:
+        raise ValueError(f"--mlm_probability must lie in (0, 1), got {args.mlm_probability}")
+    if args.max_eval_samples is not None and args.max_eval_samples < 1:
+        raise ValueError(f"--max_eval_samples must be positive, got {args.max_eval_samples}")
+    if args.objective == "mlm_nsp" and args.packing:
+        raise ValueError("--packing cannot be combined with --objective mlm_nsp: NSP pairs are rows of their own")
+    if args.tokenizer and (args.train_tokenizer or args.vocab_size):
+        raise ValueError("give either --tokenizer or --train_tokenizer/--vocab_size, not both")
+    if args.train_tokenizer is False and args.vocab_size:
+        raise ValueError("--vocab_size sets the size of a trained vocabulary; it contradicts --train_tokenizer false")
+    if args.vocab_size is not None and args.vocab_size < 16:
+        raise ValueError(f"--vocab_size must be at least 16, got {args.vocab_size}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Data
+# ------------------------------------------------------------------------------------------------
+def read_documents(path: str | Path, text_column: str = "text") -> list[str]:
+    """Documents of a local file: JSON lines (``.json``/``.jsonl``) or blank-line-separated text blocks."""
+    path = Path(path)
+    content = path.read_text(encoding="utf-8")
+    if path.suffix.lower() in (".json", ".jsonl"):
+        documents = []
+        for number, line in enumerate(content.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path} line {number} is not JSON ({error.msg}); expected JSON lines") from None
+            if not isinstance(record, dict) or not isinstance(record.get(text_column), str):
+                raise ValueError(f"{path} line {number} has no string field {text_column!r}")
+            documents.append(record[text_column].strip())
+    else:
+        documents = [block.strip() for block in re.split(r"\n\s*\n", content)]
+    documents = [document for document in documents if document]
+    if not documents:
+        raise ValueError(f"{path} holds no text: nothing to train or evaluate on")
+    return documents
+
+
+def load_text_splits(args: PretrainingArguments) -> tuple[DatasetDict, str]:
+    """``train`` and ``validation`` splits with one ``text`` column, and a description of the data."""
+    validation = read_documents(args.validation_file, args.text_column) if args.validation_file else None
+    if args.dataset_name:
+        from datasets import load_dataset
+
+        raw = load_dataset(args.dataset_name, args.dataset_config_name)
+        if "train" not in raw:
+            raise ValueError(f"{args.dataset_name} has no train split (splits: {list(raw)})")
+        if args.text_column not in raw["train"].column_names:
+            raise ValueError(f"{args.dataset_name} has no column {args.text_column!r}; pass --text_column")
+        documents = [text for text in raw["train"][args.text_column] if text and text.strip()]
+        if validation is None and "validation" in raw:
+            validation = [text for text in raw["validation"][args.text_column] if text and text.strip()]
+        source = f"`{args.dataset_name}`" + (f" ({args.dataset_config_name})" if args.dataset_config_name else "")
+    elif args.train_file:
+        documents = read_documents(args.train_file, args.text_column)
+        source = f"`{Path(args.train_file).name}`"
+    else:
+        documents = [text for _, text in resources.pang_lee_reviews()]
+        source = "the Pang & Lee (2004) polarity corpus: 1,500 English movie reviews (text only)"
+    if not documents:
+        raise ValueError(f"{source} holds no training text")
+
+    train = Dataset.from_dict({"text": documents})
+    if validation is not None:
+        return DatasetDict(train=train, validation=Dataset.from_dict({"text": validation})), source
+    held_out = max(1, round(len(documents) * args.validation_split_percentage / 100))
+    if held_out >= len(documents):
+        raise ValueError(
+            f"{len(documents)} document(s) cannot be split into training and validation documents; "
+            "add documents or pass --validation_file"
+        )
+    split = train.train_test_split(test_size=held_out, seed=SPLIT_SEED)
+    return DatasetDict(train=split["train"], validation=split["test"]), source
+
+
+def load_tokenizer(args: PretrainingArguments, train_texts: list[str]) -> PreTrainedTokenizerBase:
+    """``--tokenizer``, the checkpoint's, a WordPiece vocabulary trained on ``train_texts``, or MiniLM's."""
+    train = args.train_tokenizer
+    if train is None:
+        # A small vocabulary fitted to the data learns faster than a general 30k one (see JOB_DEFAULTS).
+        train = bool(args.vocab_size) or not (args.tokenizer or args.model_name_or_path)
+    if train:
+        tokenizer = train_wordpiece_tokenizer(train_texts, vocab_size=args.vocab_size or DEFAULT_TRAINED_VOCAB_SIZE)
+    else:
+        source = args.tokenizer or args.model_name_or_path or str(resources.minilm_dir())
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    if tokenizer.mask_token is None or tokenizer.mask_token_id is None:
+        raise ValueError(
+            f"the tokenizer {type(tokenizer).__name__} has no mask token; masked language modelling needs one "
+            "(add it with tokenizer.add_special_tokens({'mask_token': '[MASK]'}) and save the tokenizer)"
+        )
+    if tokenizer.pad_token_id is None:
+        raise ValueError(f"the tokenizer {type(tokenizer).__name__} has no pad token")
+    if not tokenizer.is_fast:
+        raise ValueError(f"a fast tokenizer is needed (word ids, batched encoding); {type(tokenizer).__name__} is not")
+    return tokenizer
+
+
+def _derives_word_ids(args: PretrainingArguments) -> bool:
+    """NSP pairs and packed rows come without the tokenizer's word ids, which word-level masking needs."""
+    return args.masking != "token" and (args.objective == "mlm_nsp" or args.packing)
+
+
+def wordpiece_word_ids(batch: dict[str, list], tokenizer: PreTrainedTokenizerBase) -> dict[str, list[list[int]]]:
+    """Batched map: word ids read off WordPiece tokens (a continuation piece starts with ``##``).
+
+    Special tokens get ``WORD_ID_SENTINEL``; a continuation piece cut from its word (at the
+    start of a truncated pair or packed row) counts as a word of its own.
+    """
+    prefix = tokenizer.backend_tokenizer.model.continuing_subword_prefix
+    rows = []
+    for ids, special in zip(batch["input_ids"], batch["special_tokens_mask"]):
+        word, row = -1, []
+        for token, is_special in zip(tokenizer.convert_ids_to_tokens(ids), special):
+            if is_special:
+                row.append(WORD_ID_SENTINEL)
+                continue
+            if word < 0 or not token.startswith(prefix):
+                word += 1
+            row.append(word)
+        rows.append(row)
+    return {"word_ids": rows}
+
+
+def build_features(
+    texts: Dataset, tokenizer: PreTrainedTokenizerBase, args: PretrainingArguments, seed: int, split: str
+) -> Dataset:
+    """Model rows of one split: tokenised (or packed) documents, or NSP pairs; plus ``example_index``."""
+    if args.objective == "mlm_nsp":
+        documents = [split_sentences(text) for text in texts["text"]]
+        try:
+            pairs = build_nsp_examples(
+                documents, tokenizer, args.max_seq_length, nsp_probability=args.nsp_probability, seed=seed
+            )
+        except ValueError as error:
+            raise ValueError(f"{split} documents: {error}") from None
+        features = Dataset.from_dict(pairs)
+    elif args.packing:
+        pack = packing_map_function(tokenizer, args.max_seq_length)
+        features = texts.map(pack, batched=True, remove_columns=texts.column_names, desc=f"packing {split}")
+    else:
+        features = texts.map(
+            tokenize_for_mlm,
+            batched=True,
+            remove_columns=texts.column_names,
+            fn_kwargs={"tokenizer": tokenizer, "max_length": args.max_seq_length},
+            desc=f"tokenizing {split}",
+        )
+    if _derives_word_ids(args):
+        features = features.map(wordpiece_word_ids, batched=True, fn_kwargs={"tokenizer": tokenizer})
+    if len(features) == 0:
+        raise ValueError(f"the {split} documents produced no rows")
+    # Seeded masks are keyed by this index, so a row's mask does not depend on batching or on its process.
+    return features.add_column("example_index", list(range(len(features))))
+
+
+def most_frequent_token(features: Dataset, tokenizer: PreTrainedTokenizerBase) -> int:
+    """The most frequent non-special token id of the training rows: the baseline's single prediction."""
+    counts = count_tokens(features, len(tokenizer))
+    counts[torch.tensor(tokenizer.all_special_ids)] = 0
+    return int(counts.argmax())
+
+
+# ------------------------------------------------------------------------------------------------
+# Model
+# ------------------------------------------------------------------------------------------------
+def build_config(args: PretrainingArguments, tokenizer: PreTrainedTokenizerBase) -> MlmSuiteConfig:
+    if args.model_name_or_path:
+        config = AutoConfig.from_pretrained(args.model_name_or_path)
+        if not isinstance(config, MlmSuiteConfig):
+            raise ValueError(
+                f"{args.model_name_or_path} holds a {type(config).__name__}, not an mlm_suite model; convert a BERT "
+                "folder first (mlm-suite convert-bert)"
+            )
+    else:
+        config = MlmSuiteConfig.preset(
+            args.config_preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id
+        )
+    if args.config_overrides:
+        config.update_from_string(args.config_overrides)
+        # update_from_string sets attributes one by one; rebuilding re-runs the config's own checks.
+        config = MlmSuiteConfig.from_dict(config.to_dict())
+    if len(tokenizer) > config.vocab_size:
+        raise ValueError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}")
+    if config.position_embedding_type == "absolute" and args.max_seq_length > config.max_position_embeddings:
+        raise ValueError(
+            f"--max_seq_length {args.max_seq_length} exceeds the model's max_position_embeddings "
+            f"({config.max_position_embeddings})"
+        )
+    if args.max_seq_length > tokenizer.model_max_length:
+        raise ValueError(
+            f"--max_seq_length {args.max_seq_length} exceeds the tokenizer's model_max_length "
+            f"({tokenizer.model_max_length})"
+        )
+    if args.objective == "mlm_nsp" and config.type_vocab_size < 2:
+        raise ValueError(f"mlm_nsp needs type_vocab_size >= 2 for the two segments, got {config.type_vocab_size}")
+    return config
+
+
+def build_model(args: PretrainingArguments, config: MlmSuiteConfig) -> MlmSuiteForMaskedLM | MlmSuiteForPreTraining:
+    model_class = MlmSuiteForPreTraining if args.objective == "mlm_nsp" else MlmSuiteForMaskedLM
+    if args.model_name_or_path:
+        return model_class.from_pretrained(args.model_name_or_path, config=config)
+    return model_class(config)
+
+
+# ------------------------------------------------------------------------------------------------
+# Evaluation
+# ------------------------------------------------------------------------------------------------
+def preprocess_logits_for_metrics(logits, labels) -> tuple[torch.Tensor, ...]:
+    """Shrink one eval batch's dense ``(batch, seq, vocab)`` logits before the Trainer gathers them.
+
+    Returns ``(batch, seq)`` predicted ids (-100 where nothing is masked), ``(batch, seq)``
+    log-probabilities of the true ids (0 where nothing is masked) and, for NSP, ``(batch,)``
+    predicted next-sentence labels. The softmax runs at masked positions only.
+    """
+    mlm_logits, nsp_logits = logits if isinstance(logits, tuple) else (logits, None)
+    mlm_labels = labels[0] if isinstance(labels, tuple) else labels
+    masked = mlm_labels != -100
+    selected = mlm_logits[masked].float()  # (n_masked, vocab)
+    predictions = torch.full_like(mlm_labels, -100)
+    predictions[masked] = selected.argmax(-1)
+    label_log_probs = torch.zeros(mlm_labels.shape, dtype=torch.float32, device=mlm_labels.device)
+    label_log_probs[masked] = selected.log_softmax(-1).gather(1, mlm_labels[masked][:, None]).squeeze(1)
+    if nsp_logits is None:
+        return predictions, label_log_probs
+    return predictions, label_log_probs, nsp_logits.argmax(-1)
+
+
+def make_compute_metrics(baseline_token_id: int):
+    """``compute_metrics`` over the masked positions: accuracy, token-level MLM loss, baseline, NSP accuracy."""
+
+    def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
+        predictions, label_log_probs, *nsp_predictions = prediction.predictions
+        labels = prediction.label_ids
+        mlm_labels, nsp_labels = (labels[0], labels[1]) if isinstance(labels, (tuple, list)) else (labels, None)
+        masked = mlm_labels != -100
+        targets = mlm_labels[masked]
+        metrics = {
+            "accuracy": float(np.mean(predictions[masked] == targets)),
+            "mlm_loss": float(-np.mean(label_log_probs[masked])),
+            "baseline_accuracy": float(np.mean(targets == baseline_token_id)),
+            "masked_tokens": int(masked.sum()),
+        }
+        if nsp_predictions:
+            metrics["nsp_accuracy"] = float(np.mean(nsp_predictions[0] == nsp_labels))
+        return metrics
+
+    return compute_metrics
+
+
+# ------------------------------------------------------------------------------------------------
+# Trainer
+# ------------------------------------------------------------------------------------------------
+class PretrainingTrainer(Trainer):
+    """A ``Trainer`` that evaluates with its own fixed-mask collator and writes mlm_suite's model card.
+
+    ``create_model_card`` is what ``push_to_hub`` calls, so the card uploaded is the one written here
+    (set ``model_card_fields`` first).
+    """
+
+    def __init__(self, *args, eval_data_collator: DataCollatorForMaskedLM, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.eval_data_collator = eval_data_collator
+        self.model_card_fields: dict[str, object] = {}
+
+    def get_eval_dataloader(self, eval_dataset=None):
+        training_collator = self.data_collator
+        self.data_collator = self.eval_data_collator
+        try:
+            return super().get_eval_dataloader(eval_dataset)
+        finally:
+            self.data_collator = training_collator
+
+    def create_model_card(self, model_name: str | None = None, **kwargs) -> None:
+        if self.is_world_process_zero():
+            fields = {"model_name": model_name or Path(self.args.output_dir).name, **self.model_card_fields}
+            write_model_card(self.args.output_dir, "pretraining", **fields)
+
+
+def final_evaluation(trainer: Trainer) -> dict[str, float]:
+    """Metrics at the last step: those of the scheduled evaluation if it just ran there, else a new evaluation."""
+    history = trainer.state.log_history
+    last = next((entry for entry in reversed(history) if "eval_loss" in entry), None)
+    if last is not None and last["step"] == trainer.state.global_step:
+        return {key: value for key, value in last.items() if key.startswith("eval_") or key == "epoch"}
+    return trainer.evaluate()
+
+
+def plot_training_curves(log_history: list[dict], path: Path) -> None:
+    """Train loss (every logging step) and eval loss (every evaluation) against the optimizer step."""
+    from matplotlib.figure import Figure  # no pyplot: no global backend state, renders with Agg
+
+    figure = Figure(figsize=(6, 4), layout="tight")
+    axes = figure.subplots()
+    for key, label, style in (("loss", "train loss", "-"), ("eval_loss", "eval loss", "o-")):
+        points = [(entry["step"], entry[key]) for entry in log_history if key in entry]
+        if points:
+            axes.plot(*zip(*points), style, label=label)
+    axes.set_xlabel("optimizer step")
+    axes.set_ylabel("loss")
+    axes.legend()
+    figure.savefig(path, dpi=100)
+
+
+def _model_card_fields(
+    args: PretrainingArguments,
+    training_args: TrainingArguments,
+    model,
+    tokenizer: PreTrainedTokenizerBase,
+    data: dict[str, object],
+    train_metrics: dict[str, float],
+    eval_metrics: dict[str, float],
+) -> dict[str, object]:
+    config = model.config
+    parameters = sum(parameter.numel() for parameter in model.parameters())
+    objective = (
+        "masked language modelling + next-sentence prediction" if args.objective == "mlm_nsp" else "masked language modelling"
+    )
+    objective += f", {args.masking.replace('_', '-')} masking of {args.mlm_probability:.0%} of the tokens"
+    start = f"continued from `{args.model_name_or_path}`" if args.model_name_or_path else f"preset `{args.config_preset}`"
+    training = {
+        "initialisation": start,
+        "optimizer steps": train_metrics.get("train_steps", training_args.max_steps),
+        "batch size (global)": training_args.train_batch_size
+        * training_args.gradient_accumulation_steps
+        * training_args.world_size,
+        "learning rate": f"{training_args.learning_rate:g} (AdamW, linear warmup {training_args.warmup_steps:g} + decay)",
+        "weight decay": training_args.weight_decay,
+        "max sequence length": args.max_seq_length,
+        "packing": args.packing,
+        "seed": training_args.seed,
+        "final train loss": train_metrics["train_loss"],
+        "train runtime (s)": train_metrics["train_runtime"],
+    }
+    shown = {
+        "MLM loss": eval_metrics["eval_mlm_loss"],
+        "perplexity": eval_metrics["perplexity"],
+        "masked-token accuracy": eval_metrics["eval_accuracy"],
+        "most-frequent-token baseline accuracy": eval_metrics["eval_baseline_accuracy"],
+        "masked tokens evaluated": eval_metrics["eval_masked_tokens"],
+    }
+    if "eval_nsp_accuracy" in eval_metrics:
+        shown["next-sentence accuracy"] = eval_metrics["eval_nsp_accuracy"]
+    return {
+        "architecture": f"{parameters / 1e6:.1f}M-parameter BERT-style",
+        "objective": objective,
+        "architecture_table": markdown_table(architecture_rows(config), ("hyper-parameter", "value")),
+        "data": markdown_table({**data, "tokenizer": f"{type(tokenizer).__name__}, {len(tokenizer)} tokens"}),
+        "training": markdown_table(training),
+        "metrics": markdown_table(shown, ("metric", "value"))
+        + "\n\nEvaluation masks are fixed (seeded), so these numbers compare across runs. The baseline predicts "
+        "the most frequent token of the training data at every masked position.",
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# Entry point
+# ------------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    started = time.time()
+    args, training_args = parse_arguments(argv)
+
+    # Everything that can fail on bad input happens before the Trainer creates the output folder.
+    validate_arguments(args)
+    texts, source = load_text_splits(args)
+    tokenizer = load_tokenizer(args, texts["train"]["text"])
+    if _derives_word_ids(args) and not isinstance(tokenizer.backend_tokenizer.model, tokenizer_models.WordPiece):
+        raise ValueError(
+            f"--masking {args.masking} with {'NSP pairs' if args.objective == 'mlm_nsp' else '--packing'} reads word "
+            "boundaries off WordPiece '##' pieces and needs a WordPiece tokenizer; use --masking token"
+        )
+    config = build_config(args, tokenizer)
+    train_features = build_features(texts["train"], tokenizer, args, training_args.seed, "training")
+    eval_features = build_features(texts["validation"], tokenizer, args, EVAL_SEED, "validation")
+    if args.max_eval_samples is not None and len(eval_features) > args.max_eval_samples:
+        eval_features = eval_features.select(range(args.max_eval_samples))
+    baseline_token_id = most_frequent_token(train_features, tokenizer)
+
+    set_seed(training_args.seed)  # the initial weights follow --seed
+    model = build_model(args, config)
+    masking = dict(tokenizer=tokenizer, mlm_probability=args.mlm_probability, masking=args.masking)
+    train_collator = DataCollatorForMaskedLM(
+        **masking, seed=training_args.seed, process_rank=None if args.masking_seed_per_rank else 0
+    )
+    trainer = PretrainingTrainer(
+        model=model,
+        args=training_args,
+        data_collator=train_collator,
+        eval_data_collator=DataCollatorForMaskedLM(**masking, seed=EVAL_SEED, process_rank=0),
+        train_dataset=train_features,
+        eval_dataset=eval_features,
+        processing_class=tokenizer,
+        compute_metrics=make_compute_metrics(baseline_token_id),
+        preprocess_logits_for_metrics=preprocess_logits_for_metrics,
+        callbacks=[MaskingEpochCallback(train_collator)],
+    )
+
+    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_metrics = {**train_result.metrics, "train_samples": len(train_features), "train_steps": trainer.state.global_step}
+    eval_metrics = final_evaluation(trainer)
+    eval_metrics["perplexity"] = math.exp(min(eval_metrics["eval_mlm_loss"], 700.0))  # exp overflows past ~709
+    eval_metrics["eval_samples"] = len(eval_features)
+
+    trainer.save_model()
+    trainer.save_metrics("train", train_metrics)
+    trainer.save_metrics("eval", eval_metrics)
+    trainer.save_state()
+    output_dir = Path(training_args.output_dir)
+    if trainer.is_world_process_zero():
+        plot_training_curves(trainer.state.log_history, output_dir / "training_curves.png")
+    data = {
+        "source": source,
+        "training documents": len(texts["train"]),
+        "validation documents": len(texts["validation"]),
+        "training rows": len(train_features),
+        "validation rows": len(eval_features),
+    }
+    trainer.model_card_fields = _model_card_fields(
+        args, training_args, model, tokenizer, data, train_metrics, eval_metrics
+    )
+    if training_args.push_to_hub:
+        trainer.push_to_hub()
+    else:
+        trainer.create_model_card()
+
+    if trainer.is_world_process_zero():
+        print(f"\neval on {eval_metrics['eval_masked_tokens']} masked tokens of {len(eval_features)} held-out rows:")
+        print(f"  eval MLM loss       {eval_metrics['eval_mlm_loss']:.4f}  (perplexity {eval_metrics['perplexity']:.1f})")
+        print(f"  masked-token acc.   {eval_metrics['eval_accuracy']:.4f}")
+        print(
+            f"  baseline acc.       {eval_metrics['eval_baseline_accuracy']:.4f}  "
+            f"(always {tokenizer.convert_ids_to_tokens(baseline_token_id)!r}, the most frequent training token)"
+        )
+        if "eval_nsp_accuracy" in eval_metrics:
+            print(f"  next-sentence acc.  {eval_metrics['eval_nsp_accuracy']:.4f}")
+        print(f"saved to {output_dir} in {time.time() - started:.0f} s")
+    return 0
+
+
+__all__ = ["JOB_DEFAULTS", "PretrainingArguments", "main", "read_documents", "wordpiece_word_ids"]

@@ -1,0 +1,368 @@
+"""The fine-tuning jobs end to end on tiny files, with a tiny mlm_suite model and the MiniLM tokenizer.
+
+Each run trains 1–2 steps: these tests check plumbing (outputs, configs, parsing, errors,
+scheme handling, distributed evaluation), not accuracy.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import (
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    BertTokenizerLegacy,
+    Trainer,
+    TrainingArguments,
+)
+
+from mlm_suite import (
+    MlmSuiteConfig,
+    MlmSuiteForTokenClassification,
+    MlmSuiteModel,
+    resources,
+)
+from mlm_suite.jobs import finetune_classification, finetune_ner, finetune_pair
+from mlm_suite.jobs.finetuning import (
+    infer_task_type,
+    read_conll,
+    save_everything,
+    split_80_10_10,
+)
+from mlm_suite.tagging import InvalidTagSequenceError, validate_tags
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["--max_steps", "2", "--report_to", "none", "--per_device_eval_batch_size", "4", "--disable_tqdm", "true"]
+
+# (words, BIO tags); every word is in the MiniLM vocabulary.
+SENTENCES = [
+    ("john lives in paris".split(), ["B-PER", "O", "O", "B-LOC"]),
+    ("mary smith works in new york".split(), ["B-PER", "I-PER", "O", "O", "B-LOC", "I-LOC"]),
+    ("the cat sleeps".split(), ["O", "O", "O"]),
+    ("paris and london are cities".split(), ["B-LOC", "O", "B-LOC", "O", "O"]),
+    ("anna met john in berlin".split(), ["B-PER", "O", "B-PER", "O", "B-LOC"]),
+    ("peter parker flew to rome".split(), ["B-PER", "I-PER", "O", "O", "B-LOC"]),
+    ("nothing happened today".split(), ["O", "O", "O"]),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    """A randomly initialised 2-layer mlm_suite encoder with the MiniLM tokenizer saved next to it."""
+    folder = tmp_path_factory.mktemp("tiny_model")
+    tokenizer = AutoTokenizer.from_pretrained(resources.minilm_dir())
+    config = MlmSuiteConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=48, max_position_embeddings=128,
+    )
+    torch.manual_seed(0)
+    MlmSuiteModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def write_conll(path: Path, sentences, docstart: bool = True) -> Path:
+    """CoNLL-2003 layout: token, POS, chunk, tag; -DOCSTART- lines between documents."""
+    lines = ["-DOCSTART- -X- -X- O", ""] if docstart else []
+    for words, tags in sentences:
+        lines += [f"{word} NN I-NP {tag}" for word, tag in zip(words, tags)] + [""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def results(folder: Path) -> dict:
+    return json.loads((folder / "all_results.json").read_text())
+
+
+def config_of(folder: Path) -> dict:
+    return json.loads((folder / "config.json").read_text())
+
+
+def n_entities(sentences) -> int:
+    return sum(tag.startswith("B-") for _, tags in sentences for tag in tags)
+
+
+# --------------------------------------------------------------------------------------------
+# Token classification
+# --------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ner_run(tiny_model, tmp_path_factory) -> Path:
+    data = tmp_path_factory.mktemp("ner_data")
+    out = tmp_path_factory.mktemp("ner_out")
+    finetune_ner.main([
+        "--model_name_or_path", str(tiny_model),
+        "--train_file", str(write_conll(data / "train.conll", SENTENCES * 3)),
+        "--validation_file", str(write_conll(data / "dev.conll", SENTENCES[:5])),
+        "--test_file", str(write_conll(data / "test.conll", SENTENCES[2:])),
+        "--output_dir", str(out), *FAST,
+    ])
+    return out
+
+
+def test_ner_outputs(ner_run):
+    names = {path.name for path in ner_run.iterdir()}
+    assert {"model.safetensors", "config.json", "modeling_mlm_suite.py", "tokenizer.json", "README.md",
+            "all_results.json"} <= names
+    metrics = results(ner_run)
+    for split in ("eval", "test"):
+        for key in ("f1", "precision", "recall", "accuracy", "conlleval_f1", "strict_f1"):
+            assert 0.0 <= metrics[f"{split}_{key}"] <= 1.0
+    # every sentence and gold entity scored exactly once, at word level
+    assert metrics["eval_n_sentences"] == 5 and metrics["eval_gold_entities"] == n_entities(SENTENCES[:5])
+    assert metrics["test_n_sentences"] == 5 and metrics["test_gold_entities"] == n_entities(SENTENCES[2:])
+    assert "hf_eval_f1" not in metrics  # --compare_hf is off for user data
+
+    config = config_of(ner_run)
+    assert config["tagging_scheme"] == "BIO"
+    assert config["id2label"] == {"0": "O", "1": "B-LOC", "2": "I-LOC", "3": "B-PER", "4": "I-PER"}
+    assert config["label2id"] == {label: int(i) for i, label in config["id2label"].items()}
+    assert config["auto_map"]["AutoModelForTokenClassification"] == "modeling_mlm_suite.MlmSuiteForTokenClassification"
+    card = (ner_run / "README.md").read_text()
+    assert "$" not in card
+    assert "B-LOC" in card and "**BIO**" in card and "conlleval" in card
+    assert f"{metrics['eval_f1']:.4f}" in card
+
+    reloaded = AutoModelForTokenClassification.from_pretrained(ner_run)
+    assert isinstance(reloaded, MlmSuiteForTokenClassification) and reloaded.config.tagging_scheme == "BIO"
+
+
+def test_read_conll_skips_docstart_and_takes_first_and_last_columns(tmp_path):
+    path = tmp_path / "x.conll"
+    path.write_text("-DOCSTART- -X- O O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\n\n-DOCSTART- -X- O O\n\n"
+                    "Peter NNP B-NP B-PER\n")
+    assert read_conll(path) == [(["EU", "rejects"], ["B-ORG", "O"]), (["Peter"], ["B-PER"])]
+    path.write_text("EU B-ORG\nrejects\n")
+    with pytest.raises(ValueError, match=r"x.conll, line 2: expected 'token ... tag'"):
+        read_conll(path)
+
+
+IOB1 = [
+    ("john lives in paris".split(), ["I-PER", "O", "O", "I-LOC"]),
+    ("paris london are cities".split(), ["I-LOC", "B-LOC", "O", "O"]),  # B- separates adjacent LOCs
+    ("mary smith works in rome".split(), ["I-PER", "I-PER", "O", "O", "I-LOC"]),
+]
+
+
+def test_iob1_file_is_detected_and_converted(tiny_model, tmp_path):
+    train = write_conll(tmp_path / "train.conll", IOB1 * 4)
+    finetune_ner.main(["--model_name_or_path", str(tiny_model), "--train_file", str(train), "--convert_to", "BIO",
+                       "--output_dir", str(tmp_path / "out"), *FAST])
+    config = config_of(tmp_path / "out")
+    assert config["tagging_scheme"] == "BIO"
+    assert set(config["label2id"]) == {"O", "B-LOC", "I-LOC", "B-PER", "I-PER"}
+    assert "converted from IOB1" in (tmp_path / "out" / "README.md").read_text()
+    sources = {"train": ("f", [(words, list(tags)) for words, tags in IOB1])}
+    assert finetune_ner.settle_scheme(sources, None, "BIO") == ("IOB1", "BIO")
+    assert sources["train"][1][1][1] == ["B-LOC", "B-LOC", "O", "O"]
+
+
+def test_ner_input_errors(tiny_model, tmp_path):
+    base = ["--model_name_or_path", str(tiny_model), "--output_dir", str(tmp_path / "out"), *FAST]
+    bad_counts = write_jsonl(tmp_path / "bad.jsonl", [{"tokens": ["a", "b"], "ner_tags": ["O", "O"]},
+                                                      {"tokens": ["john", "x", "y"], "ner_tags": ["B-PER", "O"]}])
+    with pytest.raises(ValueError, match=r"bad.jsonl, line 2: 3 tokens but 2 tags"):
+        finetune_ner.main(["--train_file", str(bad_counts), *base])
+
+    conll = write_conll(tmp_path / "train.conll", SENTENCES)
+    with pytest.raises(ValueError, match=r"train.conll: sentence 0, position 3: tag 'B-LOC' is not in the label list"):
+        finetune_ner.main(["--train_file", str(conll), "--label_list", "O", "B-PER", "I-PER", *base])
+
+    iob1 = write_conll(tmp_path / "iob1.conll", IOB1)
+    with pytest.raises(InvalidTagSequenceError, match=r"iob1.conll: sentence 0, position 0: I-PER after O is not allowed in BIO"):
+        finetune_ner.main(["--train_file", str(iob1), "--tagging_scheme", "BIO", *base])
+
+
+def test_slow_tokenizer_is_refused(tiny_model, tmp_path):
+    folder = tmp_path / "slow"
+    folder.mkdir()
+    for path in tiny_model.iterdir():
+        if not path.name.startswith("tokenizer"):
+            (folder / path.name).write_bytes(path.read_bytes())
+    BertTokenizerLegacy(vocab_file=str(resources.minilm_dir() / "vocab.txt")).save_pretrained(folder)
+    assert not AutoTokenizer.from_pretrained(folder).is_fast
+    conll = write_conll(tmp_path / "train.conll", SENTENCES)
+    with pytest.raises(ValueError, match="slow .*tokenizer.*fast tokenizer"):
+        finetune_ner.main(["--model_name_or_path", str(folder), "--train_file", str(conll),
+                           "--output_dir", str(tmp_path / "out"), *FAST])
+
+
+def test_finetuned_checkpoint_with_other_labels(ner_run, tmp_path):
+    org = [("google hired anna".split(), ["B-ORG", "O", "B-PER"])] * 10
+    train = write_conll(tmp_path / "org.conll", org)
+    args = ["--model_name_or_path", str(ner_run), "--train_file", str(train), "--output_dir", str(tmp_path / "out"), *FAST]
+    with pytest.raises(ValueError, match=r"lack \['B-ORG', 'I-ORG'\].*--ignore_mismatched_sizes"):
+        finetune_ner.main(args)
+    finetune_ner.main(args + ["--ignore_mismatched_sizes"])
+    assert set(config_of(tmp_path / "out")["label2id"]) == {"O", "B-ORG", "I-ORG", "B-PER", "I-PER"}
+
+
+def test_default_label_names_warn_on_save(tmp_path):
+    torch.manual_seed(0)
+    from conftest import make_tiny_config
+
+    model = MlmSuiteForTokenClassification(make_tiny_config(num_labels=3))
+    trainer = Trainer(model=model, args=TrainingArguments(output_dir=str(tmp_path), report_to="none"))
+    with pytest.warns(UserWarning, match=r"placeholder label names \['LABEL_0', 'LABEL_1', 'LABEL_2'\]"):
+        save_everything(trainer, {})
+    assert (tmp_path / "model.safetensors").exists()
+    model.config.id2label = {0: "O", 1: "B-X", 2: "I-X"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        save_everything(trainer, {})
+
+
+def test_crf_trains_and_predicts_valid_bio(tiny_model, tmp_path):
+    conll = write_conll(tmp_path / "train.conll", SENTENCES * 4)
+    out = tmp_path / "out"
+    finetune_ner.main(["--model_name_or_path", str(tiny_model), "--train_file", str(conll), "--use_crf",
+                       "--output_dir", str(out), *FAST, "--max_steps", "3", "--learning_rate", "1e-2"])
+    metrics = results(out)
+    assert torch.isfinite(torch.tensor(metrics["train_loss"]))
+    model = AutoModelForTokenClassification.from_pretrained(out).eval()
+    assert model.config.use_crf and model.config.tagging_scheme == "BIO"
+    # Unconstrained, these emissions would put I- tags right after O.
+    torch.manual_seed(1)
+    logits = torch.randn(6, 10, model.config.num_labels)
+    logits[..., [model.config.label2id["I-PER"], model.config.label2id["I-LOC"]]] += 3.0
+    mask = torch.ones(6, 10, dtype=torch.bool)
+    mask[:, 7:] = False
+    paths = model.decode(logits, mask)
+    for index, path in enumerate(paths):
+        assert len(path) == 7
+        validate_tags([model.config.id2label[i] for i in path], "BIO", sentence_index=index)
+    assert any(model.config.id2label[i] != "O" for path in paths for i in path)
+
+
+def test_distributed_evaluation_scores_each_sentence_once(tiny_model, tmp_path):
+    """Under ``accelerate launch`` with 2 processes, 7 eval sentences are scored once each."""
+    train = write_conll(tmp_path / "train.conll", SENTENCES * 2)
+    dev = write_conll(tmp_path / "dev.conll", SENTENCES)  # 7 sentences: odd, uneven across 2 processes
+    # learning rate 0: one real DDP step that leaves the weights as they were, so both runs
+    # evaluate the same model and must agree exactly.
+    common = ["--model_name_or_path", str(tiny_model), "--train_file", str(train), "--validation_file", str(dev),
+              "--max_steps", "1", "--learning_rate", "0", "--per_device_eval_batch_size", "2",
+              "--report_to", "none", "--disable_tqdm", "true"]
+    finetune_ner.main(common + ["--output_dir", str(tmp_path / "single")])
+    # In accelerate 1.x `--cpu --num_processes 2` starts a single process (multi-CPU needs mpirun);
+    # the torchrun launcher behind --multi_gpu plus the Trainer's --use_cpu gives 2 gloo processes.
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               str(REPO / "examples" / "finetune_ner.py"), *common, "--use_cpu", "true",
+               "--output_dir", str(tmp_path / "ddp")]
+    completed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "trained on 2 process(es)" in completed.stdout
+    single, ddp = results(tmp_path / "single"), results(tmp_path / "ddp")
+    assert ddp["eval_n_sentences"] == 7
+    assert ddp["eval_gold_entities"] == n_entities(SENTENCES)
+    for key in ("eval_f1", "eval_precision", "eval_recall", "eval_accuracy", "eval_n_sentences", "eval_gold_entities"):
+        assert ddp[key] == single[key], key
+
+
+# --------------------------------------------------------------------------------------------
+# Sequence and pair classification
+# --------------------------------------------------------------------------------------------
+def test_classification_job(tiny_model, tmp_path):
+    rows = [{"review": text, "label": "positive" if label == 1 else "negative"}
+            for label, text in resources.pang_lee_sentences()[1990:2030]]
+    train = write_jsonl(tmp_path / "train.jsonl", rows)
+    out = tmp_path / "out"
+    finetune_classification.main(["--model_name_or_path", str(tiny_model), "--train_file", str(train),
+                                  "--text_column_name", "review", "--output_dir", str(out), *FAST])
+    metrics = results(out)
+    for key in ("eval_accuracy", "eval_f1", "test_accuracy", "test_f1"):
+        assert 0.0 <= metrics[key] <= 1.0
+    assert metrics["eval_n_examples"] == 4 and metrics["test_n_examples"] == 4  # 40 rows split 80/10/10
+    config = config_of(out)
+    assert config["id2label"] == {"0": "negative", "1": "positive"}
+    assert config["architectures"] == ["MlmSuiteForSequenceClassification"]
+    card = (out / "README.md").read_text()
+    assert "$" not in card and "negative" in card and "eval_accuracy" in card
+
+
+def write_pairs(path: Path, labels) -> Path:
+    sentences = [text for _, text in resources.pang_lee_sentences()[:60]]
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["premise", "hypothesis", "label"])
+        for index, label in enumerate(labels):
+            writer.writerow([sentences[2 * index], sentences[2 * index + 1], label])
+    return path
+
+
+def test_pair_classification_job(tiny_model, tmp_path):
+    train = write_pairs(tmp_path / "pairs.csv", ["entailment", "neutral", "contradiction"] * 10)
+    out = tmp_path / "out"
+    finetune_pair.main(["--model_name_or_path", str(tiny_model), "--train_file", str(train),
+                        "--sentence1_column", "premise", "--sentence2_column", "hypothesis",
+                        "--output_dir", str(out), *FAST])
+    metrics = results(out)
+    assert 0.0 <= metrics["eval_accuracy"] <= 1.0 and "test_f1" in metrics
+    config = config_of(out)
+    assert config["architectures"] == ["MlmSuiteForPairClassification"]
+    assert config["auto_map"]["AutoModelForSequenceClassification"] == "modeling_mlm_suite.MlmSuiteForPairClassification"
+    assert set(config["label2id"]) == {"contradiction", "entailment", "neutral"}
+    assert "$" not in (out / "README.md").read_text()
+
+
+def test_pair_regression_job(tiny_model, tmp_path):
+    train = write_pairs(tmp_path / "sts.csv", [f"{score:.2f}" for score in random.Random(0).choices(range(6), k=30)])
+    out = tmp_path / "out"
+    finetune_pair.main(["--model_name_or_path", str(tiny_model), "--train_file", str(train), "--task_type", "regression",
+                        "--sentence1_column", "premise", "--sentence2_column", "hypothesis",
+                        "--output_dir", str(out), *FAST])
+    metrics = results(out)
+    assert {"eval_pearson", "eval_spearman", "eval_mse", "test_pearson"} <= set(metrics)
+    config = config_of(out)
+    assert config["problem_type"] == "regression" and config["id2label"] == {"0": "score"}
+
+
+def test_coherence_pairs_are_balanced_and_split_by_review(monkeypatch):
+    reviews = [(1, "\n".join(f"r{r}s{i} ." for i in range(6))) for r in range(40)]
+    monkeypatch.setattr(resources, "pang_lee_reviews", lambda: reviews)
+    args = finetune_pair.PairDataArguments(coherence_train_pairs=60, coherence_eval_pairs=10)
+    splits, _ = finetune_pair.coherence_splits(args, seed=3)
+    def review_of(sentence: str) -> str:
+        return sentence.split("s")[0]
+
+    seen: dict[str, set[str]] = {}
+    for split, examples in splits.items():
+        assert len(examples) == (60 if split == "train" else 10)
+        assert sum(e["label"] == "follows" for e in examples) == len(examples) // 2
+        for e in examples:
+            a, b = e["sentence1"].split()[0], e["sentence2"].split()[0]
+            if e["label"] == "follows":
+                assert review_of(a) == review_of(b) and int(b.split("s")[1]) == int(a.split("s")[1]) + 1
+            else:
+                assert review_of(a) != review_of(b)
+        seen[split] = {review_of(e[c].split()[0]) for e in examples for c in ("sentence1", "sentence2")}
+    assert not seen["train"] & seen["validation"] and not seen["train"] & seen["test"]
+    assert not seen["validation"] & seen["test"]
+    assert finetune_pair.coherence_splits(args, seed=3)[0] == splits  # fixed seed, same pairs
+
+
+def test_split_and_task_type_helpers():
+    train, validation, test = split_80_10_10(range(50), seed=1)
+    assert (len(train), len(validation), len(test)) == (40, 5, 5)
+    assert sorted(train + validation + test) == list(range(50))
+    assert (train, validation, test) == split_80_10_10(range(50), seed=1) != split_80_10_10(range(50), seed=2)
+    assert infer_task_type(["0", "1", "2"], "auto") == "classification"
+    assert infer_task_type(["1", "2.5"], "auto") == "regression"
+    assert infer_task_type([0.0, 1.0], "auto") == "regression"
+    assert infer_task_type(["neutral", "0.5"], "auto") == "classification"
+    assert infer_task_type([0.5], "classification") == "classification"

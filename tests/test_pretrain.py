@@ -1,0 +1,280 @@
+"""End-to-end tests of the pretraining job (``mlm_suite.jobs.pretrain``) on tiny models and corpora.
+
+Every run uses a 2-layer, hidden-64 model with dropout off, a few optimizer steps and short rows,
+so the whole file runs in well under two minutes on two CPU cores.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoTokenizer
+
+from mlm_suite import MlmSuiteForMaskedLM, MlmSuiteForPreTraining
+from mlm_suite.jobs.pretrain import main, wordpiece_word_ids
+from mlm_suite.model import AUTO_CLASSES
+
+TINY_MODEL = (
+    "num_hidden_layers=2,hidden_size=64,num_attention_heads=2,intermediate_size=128,max_position_embeddings=64,"
+    "hidden_dropout_prob=0,attention_probs_dropout_prob=0"
+)
+WORDS = (
+    "the film story actor scene music plot director camera audience character ending dialogue moment "
+    "drama comedy script light night city house friend family dream money war love time world"
+).split()
+
+
+def job_args(output_dir: Path, *extra: str) -> list[str]:
+    """Arguments shared by the runs: tiny model, short rows, small batches, frequent logging."""
+    return [
+        "--output_dir", str(output_dir),
+        "--config_overrides", TINY_MODEL,
+        "--max_seq_length", "32",
+        "--per_device_train_batch_size", "4",
+        "--per_device_eval_batch_size", "8",
+        "--learning_rate", "1e-3",
+        "--warmup_ratio", "0",
+        "--logging_steps", "1",
+        "--eval_steps", "2",
+        "--report_to", "none",
+        "--disable_tqdm", "true",
+        "--dataloader_pin_memory", "false",
+        *extra,
+    ]  # fmt: skip
+
+
+def make_documents(count: int, sentences: int = 3, seed: int = 0) -> list[str]:
+    """Documents of ``sentences`` short sentences each, drawn from a small vocabulary."""
+    rng = random.Random(seed)
+    return [
+        " ".join(" ".join(rng.choices(WORDS, k=rng.randint(4, 8))).capitalize() + "." for _ in range(sentences))
+        for _ in range(count)
+    ]
+
+
+def write_text(path: Path, documents: list[str]) -> Path:
+    path.write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+    return path
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def weights(output_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(output_dir / "model.safetensors")
+
+
+def max_difference(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -> float:
+    assert first.keys() == second.keys()
+    return max(float((first[name] - second[name]).abs().max()) for name in first)
+
+
+def assert_complete_checkpoint(output_dir: Path, architecture: str) -> dict:
+    """The folder holds weights, config with a full auto_map, code, tokenizer, card, results and plot."""
+    for name in (
+        "model.safetensors",
+        "configuration_mlm_suite.py",
+        "modeling_mlm_suite.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "train_results.json",
+        "eval_results.json",
+        "trainer_state.json",
+    ):
+        assert (output_dir / name).is_file(), name
+    config = read_json(output_dir / "config.json")
+    assert config["architectures"] == [architecture]
+    assert set(config["auto_map"]) == {"AutoConfig", *AUTO_CLASSES}
+    assert (output_dir / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    results = read_json(output_dir / "all_results.json")
+    for key in ("eval_loss", "eval_mlm_loss", "perplexity", "eval_accuracy", "eval_baseline_accuracy", "train_loss"):
+        assert math.isfinite(results[key]), key
+    assert results["perplexity"] == pytest.approx(math.exp(results["eval_mlm_loss"]))
+    assert 0.0 <= results["eval_accuracy"] <= 1.0 and 0.0 < results["eval_baseline_accuracy"] <= 1.0
+
+    card = (output_dir / "README.md").read_text(encoding="utf-8")
+    assert re.search(r"\$\w", card) is None, "unfilled model-card placeholder"
+    assert f"{results['eval_accuracy']:.4f}" in card and f"{results['eval_baseline_accuracy']:.4f}" in card
+    assert "| num_hidden_layers | 2 |" in card
+
+    history = read_json(output_dir / "trainer_state.json")["log_history"]
+    assert any("loss" in entry for entry in history) and any("eval_loss" in entry for entry in history)
+    return results
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("corpus")
+    return {
+        "train": write_text(folder / "train.txt", make_documents(30, seed=1)),
+        "validation": write_text(folder / "validation.txt", make_documents(6, seed=2)),
+    }
+
+
+@pytest.fixture(scope="module")
+def packed_run(tmp_path_factory, corpus) -> Path:
+    """A packed MLM run with the MiniLM tokenizer and a held-out percentage split."""
+    output_dir = tmp_path_factory.mktemp("runs") / "mlm_packed"
+    extra = ["--train_file", str(corpus["train"]), "--validation_split_percentage", "20", "--packing", "--max_steps", "4"]
+    extra += ["--train_tokenizer", "false"]
+    assert main(job_args(output_dir, *extra)) == 0
+    return output_dir
+
+
+def test_mlm_with_packing_writes_a_complete_checkpoint(packed_run):
+    results = assert_complete_checkpoint(packed_run, "MlmSuiteForMaskedLM")
+    assert "eval_nsp_accuracy" not in results
+    assert read_json(packed_run / "trainer_state.json")["global_step"] == 4
+
+
+def test_checkpoint_loads_as_remote_code_without_mlm_suite(packed_run, tmp_path):
+    """The folder loads with trust_remote_code where mlm_suite cannot be imported, and gives the same logits."""
+    script = (
+        "import sys; sys.modules['mlm_suite'] = None\n"
+        "import torch\n"
+        "from transformers import AutoModelForMaskedLM, AutoTokenizer\n"
+        "folder, out = sys.argv[1], sys.argv[2]\n"
+        "model = AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True).eval()\n"
+        "assert type(model).__module__.startswith('transformers_modules'), type(model).__module__\n"
+        "batch = AutoTokenizer.from_pretrained(folder)(['the film was [MASK] good .'], return_tensors='pt')\n"
+        "with torch.inference_mode():\n"
+        "    torch.save(model(**batch).logits, out)\n"
+    )
+    out = tmp_path / "logits.pt"
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
+    subprocess.run([sys.executable, "-c", script, str(packed_run), str(out)], check=True, env=env, cwd=tmp_path)
+
+    model = MlmSuiteForMaskedLM.from_pretrained(packed_run).eval()
+    batch = AutoTokenizer.from_pretrained(packed_run)(["the film was [MASK] good ."], return_tensors="pt")
+    with torch.inference_mode():
+        expected = model(**batch).logits
+    torch.testing.assert_close(torch.load(out), expected)
+
+
+def test_mlm_nsp_with_whole_word_masking(tmp_path):
+    """JSON-lines data, a trained WordPiece vocabulary, NSP pairs and whole-word masks."""
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"text": text}) + "\n" for text in make_documents(24, sentences=4)))
+    output_dir = tmp_path / "nsp"
+    extra = ["--train_file", str(train), "--validation_split_percentage", "25", "--objective", "mlm_nsp"]
+    extra += ["--masking", "whole_word", "--vocab_size", "120", "--max_steps", "4"]
+    assert main(job_args(output_dir, *extra)) == 0
+
+    results = assert_complete_checkpoint(output_dir, "MlmSuiteForPreTraining")
+    assert 0.0 <= results["eval_nsp_accuracy"] <= 1.0
+    assert "next-sentence accuracy" in (output_dir / "README.md").read_text(encoding="utf-8")
+    assert len(AutoTokenizer.from_pretrained(output_dir)) == 120
+    assert isinstance(MlmSuiteForPreTraining.from_pretrained(output_dir), MlmSuiteForPreTraining)
+
+
+def test_wordpiece_word_ids(tokenizer):
+    # A continuation piece cut from its word (first here) starts a word of its own.
+    tokens = ["[CLS]", "##s", "em", "##bed", "##ding", "##s", "film", "[SEP]", "##izer"]
+    assert tokenizer.convert_tokens_to_ids(tokens).count(tokenizer.unk_token_id) == 0
+    batch = {"input_ids": [tokenizer.convert_tokens_to_ids(tokens)], "special_tokens_mask": [[1, 0, 0, 0, 0, 0, 0, 1, 0]]}
+    assert wordpiece_word_ids(batch, tokenizer)["word_ids"] == [[-1, 0, 1, 1, 1, 1, 2, -1, 2]]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_without_mask(tmp_path_factory, minilm_dir) -> Path:
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir)
+    tokenizer.mask_token = None
+    folder = tmp_path_factory.mktemp("tokenizer_without_mask")
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "case, extra, message",
+    [
+        ("empty", ["--train_file", "{empty}"], "holds no text"),
+        ("missing", ["--train_file", "{missing}"], "does not exist"),
+        ("nsp_short", ["--train_file", "{one_sentence}", "--objective", "mlm_nsp"], "at least 2 non-empty sentences"),
+        ("nsp_packing", ["--train_file", "{train}", "--objective", "mlm_nsp", "--packing"], "cannot be combined"),
+        ("positions", ["--train_file", "{train}", "--max_seq_length", "128"], "max_position_embeddings"),
+        (
+            "tokenizer_length",
+            ["--train_file", "{train}", "--max_seq_length", "600", "--config_overrides", "max_position_embeddings=1024"],
+            "model_max_length",
+        ),
+        ("no_mask", ["--train_file", "{train}", "--tokenizer", "{no_mask}"], "no mask token"),
+        ("vocab", ["--train_file", "{train}", "--train_tokenizer", "false", "--vocab_size", "100"], "contradicts"),
+        ("overrides", ["--train_file", "{train}", "--config_overrides", "hidden_size=65"], "divisible"),
+    ],
+)
+def test_bad_input_fails_before_writing_anything(tmp_path, corpus, tokenizer_without_mask, case, extra, message):
+    paths = {
+        "empty": write_text(tmp_path / "empty.txt", ["  \n"]),
+        "missing": tmp_path / "missing.txt",
+        "one_sentence": write_text(tmp_path / "short.txt", ["One sentence only.", *make_documents(4)]),
+        "train": corpus["train"],
+        "no_mask": tokenizer_without_mask,
+    }
+    output_dir = tmp_path / "out"
+    argv = job_args(output_dir, "--max_steps", "1") + [value.format(**paths) for value in extra]
+    with pytest.raises(ValueError, match=message):
+        main(argv)
+    assert not output_dir.exists()
+
+
+def test_gradient_accumulation_matches_one_large_batch(tmp_path, corpus):
+    """8 rows × 1 micro-batch and 2 rows × 4 micro-batches make the same optimizer step.
+
+    The loss is a sum over masked tokens divided by the Trainer's ``num_items_in_batch`` (all
+    micro-batches), and masks are seeded per example, so both runs compute the same gradient up to
+    float32 summation order: weights agree to 1e-5 after one AdamW step of lr 1e-3. AdamW's epsilon
+    is raised to 1e-6 because its first step, lr * g / (|g| + eps), turns summation noise in
+    gradients near 1e-8 into differences of a few percent of lr.
+    """
+    common = ["--train_file", str(corpus["train"]), "--validation_file", str(corpus["validation"])]
+    common += ["--max_steps", "1", "--max_eval_samples", "4", "--train_tokenizer", "false", "--adam_epsilon", "1e-6"]
+    runs = {}
+    for batch, accumulation in ((8, 1), (2, 4)):
+        output_dir = tmp_path / f"batch{batch}x{accumulation}"
+        argv = job_args(output_dir, *common) + [
+            "--per_device_train_batch_size", str(batch), "--gradient_accumulation_steps", str(accumulation)
+        ]  # fmt: skip
+        assert main(argv) == 0
+        runs[batch] = output_dir
+    first_logs = [read_json(runs[batch] / "trainer_state.json")["log_history"][0] for batch in (8, 2)]
+    assert first_logs[0]["learning_rate"] > 0 and first_logs[0]["grad_norm"] > 0
+    assert first_logs[1]["loss"] == pytest.approx(first_logs[0]["loss"], rel=1e-5)
+    assert first_logs[1]["grad_norm"] == pytest.approx(first_logs[0]["grad_norm"], rel=1e-4)
+    assert max_difference(weights(runs[8]), weights(runs[2])) < 1e-5
+
+
+def test_resume_from_checkpoint_matches_an_uninterrupted_run(tmp_path, corpus):
+    """Resuming at step 2 of 4 (the run crosses an epoch boundary at step 3) ends where the uninterrupted run ends.
+
+    Masks are a function of (seed, epoch, example index) and the checkpoint restores optimizer,
+    scheduler, sampler and RNG states, so the weights agree to 1e-6.
+    """
+    documents = make_documents(12, seed=3)  # 12 rows of 4: an epoch is 3 steps
+    train = write_text(tmp_path / "train.txt", documents)
+    common = ["--train_file", str(train), "--validation_file", str(corpus["validation"]), "--max_steps", "4"]
+    common += ["--max_eval_samples", "4", "--eval_strategy", "no", "--train_tokenizer", "false"]
+    full = tmp_path / "full"
+    assert main(job_args(full, *common, "--save_strategy", "steps", "--save_steps", "2")) == 0
+    resumed = tmp_path / "resumed"
+    assert main(job_args(resumed, *common, "--resume_from_checkpoint", str(full / "checkpoint-2"))) == 0
+
+    assert read_json(resumed / "trainer_state.json")["global_step"] == 4
+    assert max_difference(weights(full), weights(resumed)) < 1e-6
+    # The resumed run really started at the checkpoint: its steps 3 and 4 repeat the full run's losses.
+    losses = [
+        {entry["step"]: entry["loss"] for entry in read_json(run / "trainer_state.json")["log_history"] if "loss" in entry}
+        for run in (full, resumed)
+    ]
+    assert [losses[1][step] for step in (3, 4)] == pytest.approx([losses[0][step] for step in (3, 4)], rel=1e-5)
