@@ -1,6 +1,6 @@
 """MLM (+NSP) pretraining with the Hugging Face Trainer; see ``mlm_suite/jobs/pretrain.py`` for the options.
 
-    python examples/pretrain_mlm.py --output_dir runs/pretrain       # embedded default data
+    python examples/pretrain_mlm.py --output_dir outputs/pretrain       # embedded default data
     python examples/pretrain_mlm.py --help
 """
 

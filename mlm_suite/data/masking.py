@@ -40,6 +40,7 @@ from transformers import PreTrainedTokenizerBase, TrainerCallback, TrainerContro
 __all__ = [
     "WORD_ID_SENTINEL",
     "DataCollatorForMaskedLM",
+    "check_mlm_tokenizer",
     "MaskingEpochCallback",
     "count_tokens",
     "tokenize_for_mlm",
@@ -98,6 +99,17 @@ def tokenize_for_mlm(
         for row in range(len(encoding["input_ids"]))
     ]
     return outputs
+
+
+def check_mlm_tokenizer(tokenizer: PreTrainedTokenizerBase) -> None:
+    """Raise a ValueError if ``tokenizer`` lacks the mask or pad token that masked language modelling needs."""
+    if tokenizer.mask_token is None or tokenizer.mask_token_id is None:
+        raise ValueError(
+            f"{type(tokenizer).__name__} has no mask token (tokenizer.mask_token is None); masked "
+            "language modelling needs one: add it with tokenizer.add_special_tokens({'mask_token': ...})"
+        )
+    if tokenizer.pad_token_id is None:
+        raise ValueError(f"{type(tokenizer).__name__} has no pad token (tokenizer.pad_token is None)")
 
 
 def count_tokens(data: Iterable[Any], vocab_size: int, column: str = "input_ids") -> torch.Tensor:
@@ -211,13 +223,7 @@ class DataCollatorForMaskedLM:
 
     def __post_init__(self) -> None:
         tokenizer = self.tokenizer
-        if tokenizer.mask_token is None or tokenizer.mask_token_id is None:
-            raise ValueError(
-                f"{type(tokenizer).__name__} has no mask token (tokenizer.mask_token is None); masked "
-                "language modelling needs one: add it with tokenizer.add_special_tokens({'mask_token': ...})"
-            )
-        if tokenizer.pad_token_id is None:
-            raise ValueError(f"{type(tokenizer).__name__} has no pad token (tokenizer.pad_token is None)")
+        check_mlm_tokenizer(tokenizer)
         if not 0.0 < self.mlm_probability < 1.0:
             raise ValueError(f"mlm_probability must lie in (0, 1), got {self.mlm_probability}")
         for name in ("mask_replace_prob", "random_replace_prob"):

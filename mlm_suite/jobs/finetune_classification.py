@@ -88,8 +88,8 @@ class ClassificationDataArguments(TextDataArguments):
 @dataclass
 class ClassificationTrainingArguments(FinetuneTrainingArguments):
     output_dir: str | None = field(default="outputs/sentiment", metadata={"help": "Where the model and results go."})
-    num_train_epochs: float = field(default=1.0, metadata={"help": "Training epochs."})
-    learning_rate: float = field(default=1e-4, metadata={"help": "Peak learning rate of AdamW."})
+    num_train_epochs: float = field(default=3.0, metadata={"help": "Training epochs."})
+    learning_rate: float = field(default=5e-5, metadata={"help": "Peak learning rate of AdamW."})
 
 
 # --------------------------------------------------------------------------------------------
@@ -187,6 +187,12 @@ def finetune_sequence_task(
 
     model_path = resolve_model_path(model_args.model_name_or_path, training_args)
     config = AutoConfig.from_pretrained(model_path)
+    if model_args.classifier_pooling is not None:
+        if config.model_type != "mlm_suite":
+            raise ValueError(f"--classifier_pooling needs an mlm_suite model; {model_path} is {config.model_type!r}")
+        if model_args.classifier_pooling not in ("cls", "mean"):
+            raise ValueError(f"--classifier_pooling must be cls or mean, got {model_args.classifier_pooling!r}")
+        config.classifier_pooling = model_args.classifier_pooling
     if task_type == "regression":
         label_list: list[str] = []
         config.update(dict(num_labels=1, id2label={0: "score"}, label2id={"score": 0}, problem_type="regression"))

@@ -123,7 +123,7 @@ class NerModelArguments(ModelArguments):
 @dataclass
 class NerTrainingArguments(FinetuneTrainingArguments):
     output_dir: str | None = field(default="outputs/ner", metadata={"help": "Where the model and results go."})
-    num_train_epochs: float = field(default=2.0, metadata={"help": "Training epochs."})
+    num_train_epochs: float = field(default=5.0, metadata={"help": "Training epochs."})
     learning_rate: float = field(default=1e-4, metadata={"help": "Peak learning rate of AdamW."})
 
 

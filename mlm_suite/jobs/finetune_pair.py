@@ -57,8 +57,8 @@ class PairDataArguments(TextDataArguments):
 @dataclass
 class PairTrainingArguments(FinetuneTrainingArguments):
     output_dir: str | None = field(default="outputs/coherence", metadata={"help": "Where the model and results go."})
-    num_train_epochs: float = field(default=1.0, metadata={"help": "Training epochs."})
-    learning_rate: float = field(default=1e-4, metadata={"help": "Peak learning rate of AdamW."})
+    num_train_epochs: float = field(default=3.0, metadata={"help": "Training epochs."})
+    learning_rate: float = field(default=5e-5, metadata={"help": "Peak learning rate of AdamW."})
 
 
 def review_sentences(text: str) -> list[str]:

@@ -13,7 +13,6 @@ import dataclasses
 import json
 import random
 import re
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,40 +22,20 @@ import numpy as np
 from transformers import PretrainedConfig, Trainer, TrainingArguments
 
 from mlm_suite import resources
-from mlm_suite.convert import convert_bert_checkpoint
 from mlm_suite.freezing import freeze_encoder
 from mlm_suite.model.modeling_mlm_suite import has_placeholder_labels
 from mlm_suite.model_card import markdown_table, write_model_card
-
-DEFAULT_MODEL_FOLDER = "minilm-l6-mlm_suite"
 
 
 # --------------------------------------------------------------------------------------------
 # Default model
 # --------------------------------------------------------------------------------------------
-def default_model_path() -> Path:
-    """The real all-MiniLM-L6-v2 weights as an mlm_suite folder, converted on first use and cached.
-
-    The conversion goes to a temporary folder that is renamed at the end, so an interrupted run
-    never leaves a half-written folder behind. Under ``accelerate launch`` call it inside
-    ``training_args.main_process_first()`` so that only one process converts.
-    """
-    destination = resources.cache_dir() / DEFAULT_MODEL_FOLDER
-    if (destination / "config.json").exists():
-        return destination
-    partial = destination.with_name(destination.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    convert_bert_checkpoint(resources.minilm_dir(), partial)
-    partial.rename(destination)
-    return destination
-
-
 def resolve_model_path(model_name_or_path: str | None, training_args: TrainingArguments) -> str:
     """``model_name_or_path``, or the converted MiniLM folder when it is not given."""
     if model_name_or_path:
         return model_name_or_path
     with training_args.main_process_first(desc="converting all-MiniLM-L6-v2 to mlm_suite"):
-        return str(default_model_path())
+        return str(resources.converted_minilm_dir())
 
 
 # --------------------------------------------------------------------------------------------
@@ -67,8 +46,10 @@ class FinetuneTrainingArguments(TrainingArguments):
     """``TrainingArguments`` with defaults suited to these jobs.
 
     Differences from the Trainer's defaults: train, evaluate and (when there is a test split)
-    predict unless told otherwise (``--do_train False`` ...), batch size 32, no intermediate
-    checkpoints (``--save_strategy steps`` brings them back) and logging every 10 steps.
+    predict unless told otherwise (``--do_train False`` ...), batch size 32, a linear warmup over
+    the first 10 % of the steps (post-norm encoders can collapse to a constant prediction when
+    fine-tuned at full learning rate from the first step), no intermediate checkpoints
+    (``--save_strategy steps`` brings them back) and logging every 10 steps.
     Each job subclasses it to set its own ``output_dir``, epochs and learning rate.
     """
 
@@ -77,6 +58,7 @@ class FinetuneTrainingArguments(TrainingArguments):
     do_predict: bool = field(default=True, metadata={"help": "Evaluate on the test split when there is one."})
     per_device_train_batch_size: int = field(default=32, metadata={"help": "Batch size per device for training."})
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "Batch size per device for evaluation."})
+    warmup_steps: float = field(default=0.1, metadata={"help": "Warmup steps; below 1, a fraction of all steps."})
     save_strategy: str = field(default="no", metadata={"help": "Checkpoint strategy: no, steps, epoch, best."})
     logging_steps: float = field(default=10, metadata={"help": "Log every X update steps."})
 
@@ -100,6 +82,10 @@ class ModelArguments:
     ignore_mismatched_sizes: bool = field(
         default=False,
         metadata={"help": "Allow a fine-tuned checkpoint whose labels differ from the data's: train a new head."},
+    )
+    classifier_pooling: str | None = field(
+        default=None,
+        metadata={"help": "Sequence and pair heads of mlm_suite models: cls or mean. Default: the checkpoint's."},
     )
 
 
@@ -404,14 +390,12 @@ def replace_output_dir(args: TrainingArguments, output_dir: str) -> TrainingArgu
 
 
 __all__ = [
-    "DEFAULT_MODEL_FOLDER",
     "FinetuneTrainingArguments",
     "ModelArguments",
     "apply_freezing",
     "class_label_names",
     "classification_metrics",
     "column",
-    "default_model_path",
     "first_n",
     "freeze_encoder",
     "infer_task_type",
