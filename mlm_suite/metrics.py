@@ -148,29 +148,39 @@ def make_compute_metrics(
     scheme = _check_mode(mode, scheme)
 
     def compute_metrics(eval_pred: Any) -> dict[str, float]:
-        predictions, label_ids = (
-            (eval_pred.predictions, eval_pred.label_ids) if hasattr(eval_pred, "label_ids") else eval_pred
-        )
-        if isinstance(predictions, (tuple, list)):
-            predictions = predictions[0]
-        predictions = np.asarray(predictions)
-        label_ids = np.asarray(label_ids)
-        if predictions.ndim == 3:
-            predictions = predictions.argmax(axis=-1)
-        if predictions.shape != label_ids.shape:
-            raise ValueError(f"predictions have shape {predictions.shape} but label_ids {label_ids.shape}")
-        gold, pred = [], []
-        for row, (row_pred, row_gold) in enumerate(zip(predictions, label_ids)):
-            keep = row_gold != -100
-            for label_id in np.unique(np.concatenate([row_pred[keep], row_gold[keep]])):
-                if int(label_id) not in labels:
-                    raise ValueError(f"row {row}: label id {int(label_id)} is not in id2label")
-            gold.append([labels[int(i)] for i in row_gold[keep]])
-            pred.append([labels[int(i)] for i in row_pred[keep]])
+        gold, pred = tag_sequences(eval_pred, labels)
         scores = entity_scores(gold, pred, scheme=scheme, mode=mode)
         return {key: float(scores[key]) for key in ("precision", "recall", "f1", "accuracy", "macro_f1")}
 
     return compute_metrics
+
+
+def tag_sequences(eval_pred: Any, id2label: Mapping[int, str]) -> tuple[list[list[str]], list[list[str]]]:
+    """Gold and predicted tag sequences from a Trainer's ``EvalPrediction`` (or ``(predictions, label_ids)``).
+
+    ``predictions`` are logits ``(n, seq, num_labels)`` (the first item of a tuple) or label ids
+    ``(n, seq)``; positions whose ``label_ids`` are -100 are dropped, each row giving one sequence.
+    """
+    predictions, label_ids = (
+        (eval_pred.predictions, eval_pred.label_ids) if hasattr(eval_pred, "label_ids") else eval_pred
+    )
+    if isinstance(predictions, (tuple, list)):
+        predictions = predictions[0]
+    predictions = np.asarray(predictions)
+    label_ids = np.asarray(label_ids)
+    if predictions.ndim == 3:
+        predictions = predictions.argmax(axis=-1)
+    if predictions.shape != label_ids.shape:
+        raise ValueError(f"predictions have shape {predictions.shape} but label_ids {label_ids.shape}")
+    gold, pred = [], []
+    for row, (row_pred, row_gold) in enumerate(zip(predictions, label_ids)):
+        keep = row_gold != -100
+        for label_id in np.unique(np.concatenate([row_pred[keep], row_gold[keep]])):
+            if int(label_id) not in id2label:
+                raise ValueError(f"row {row}: label id {int(label_id)} is not in id2label")
+        gold.append([id2label[int(i)] for i in row_gold[keep]])
+        pred.append([id2label[int(i)] for i in row_pred[keep]])
+    return gold, pred
 
 
 def _entity_set(tags: list[str], mode: str, scheme: str | None) -> set[tuple]:

@@ -113,6 +113,23 @@ def ner_run(tiny_model, tmp_path_factory) -> Path:
     return out
 
 
+def test_compare_hf_trains_the_baseline_and_tests_the_difference(tiny_model, tmp_path):
+    out = tmp_path / "out"
+    finetune_ner.main([
+        "--model_name_or_path", str(tiny_model),
+        "--train_file", str(write_conll(tmp_path / "train.conll", SENTENCES * 3)),
+        "--validation_file", str(write_conll(tmp_path / "dev.conll", SENTENCES[:5])),
+        "--test_file", str(write_conll(tmp_path / "test.conll", SENTENCES[2:])),
+        "--compare_hf", "--output_dir", str(out), *FAST,
+    ])
+    metrics = results(out)
+    for split in ("eval", "test"):
+        assert 0.0 <= metrics[f"hf_{split}_f1"] <= 1.0
+        assert metrics[f"{split}_f1_delta_vs_hf"] == pytest.approx(metrics[f"{split}_f1"] - metrics[f"hf_{split}_f1"])
+        assert 0.0 <= metrics[f"{split}_bootstrap_p_value"] <= 1.0
+    assert "paired bootstrap" in (out / "README.md").read_text()
+
+
 def test_ner_outputs(ner_run):
     names = {path.name for path in ner_run.iterdir()}
     assert {"model.safetensors", "config.json", "modeling_mlm_suite.py", "tokenizer.json", "README.md",

@@ -29,7 +29,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
 import torch
 
 from mlm_suite import resources
@@ -57,7 +56,7 @@ from mlm_suite.jobs.finetuning import (
     training_summary,
     write_card,
 )
-from mlm_suite.metrics import MODES, entity_counts, make_compute_metrics
+from mlm_suite.metrics import MODES, entity_counts, make_compute_metrics, paired_bootstrap, tag_sequences
 from mlm_suite.model_card import markdown_table
 from mlm_suite.tagging import (
     ALLOWED_PREFIXES,
@@ -272,9 +271,7 @@ def ner_compute_metrics(id2label: Mapping[int, str], scheme: str, mode: str):
         results = scorers[mode](eval_pred)
         for other in MODES:
             results[f"{other}_f1"] = results["f1"] if other == mode else scorers[other](eval_pred)["f1"]
-        label_ids = np.asarray(eval_pred.label_ids)
-        gold = [[id2label[int(i)] for i in row[row != -100]] for row in label_ids]
-        gold = [tags for tags in gold if tags]
+        gold = [tags for tags in tag_sequences(eval_pred, id2label)[0] if tags]
         results["n_sentences"] = len(gold)
         results["gold_entities"] = int(entity_counts(gold, gold, scheme=scheme, mode=mode)[:, 2].sum())
         return results
@@ -337,7 +334,33 @@ def train_hf_baseline(training_args, sentences, label_list, scheme, mode, strate
     )
     args = replace_output_dir(training_args, os.path.join(training_args.output_dir, "hf_baseline"))
     trainer = build_trainer(model, args, tokenizer, datasets, ner_compute_metrics(id2label, scheme, mode))
-    return run_trainer(trainer, datasets, args, prefix="hf_")
+    return run_trainer(trainer, datasets, args, prefix="hf_"), trainer, datasets
+
+
+def bootstrap_against_baseline(
+    ours: Any, our_data: Mapping[str, Any], baseline: Any, baseline_data: Mapping[str, Any], scheme: str, mode: str, seed: int
+) -> dict[str, float]:
+    """Paired bootstrap (Berg-Kirkpatrick et al., 2012) of the entity-F1 difference, per evaluated split.
+
+    ``delta`` is mlm_suite's F1 minus the baseline's; the p-value is one-sided in the direction
+    observed (how often resampled test sets show a difference at least twice as large), so a
+    small value means the better model really is better on this data.
+    """
+    results = {}
+    for split, prefix in (("validation", "eval"), ("test", "test")):
+        if split not in our_data:
+            continue
+        gold, our_tags = tag_sequences(ours.predict(our_data[split]), ours.model.config.id2label)
+        baseline_gold, baseline_tags = tag_sequences(baseline.predict(baseline_data[split]), baseline.model.config.id2label)
+        if gold != baseline_gold:
+            raise RuntimeError(f"the two models were scored on different {split} labels")
+        forward = paired_bootstrap(gold, our_tags, baseline_tags, seed=seed, scheme=scheme, mode=mode)
+        better_first = forward if forward["delta"] >= 0 else paired_bootstrap(
+            gold, baseline_tags, our_tags, seed=seed, scheme=scheme, mode=mode
+        )
+        results[f"{prefix}_f1_delta_vs_hf"] = forward["delta"]
+        results[f"{prefix}_bootstrap_p_value"] = better_first["p_value"]
+    return results
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -399,8 +422,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Saved before the baseline trains, so the model and its scores exist even if that run is cut short.
     save_everything(trainer, metrics)
     if compare_hf:
-        baseline = train_hf_baseline(training_args, sentences, label_list, scheme, data_args.metric_mode,
-                                     data_args.label_strategy, data_args.max_seq_length)
+        baseline, baseline_trainer, baseline_data = train_hf_baseline(
+            training_args, sentences, label_list, scheme, data_args.metric_mode, data_args.label_strategy,
+            data_args.max_seq_length,
+        )
+        baseline["comparison"] = bootstrap_against_baseline(
+            trainer, datasets, baseline_trainer, baseline_data, scheme, data_args.metric_mode, training_args.seed
+        )
         save_metrics(trainer, baseline)
         metrics.update(baseline)
 
@@ -460,6 +488,9 @@ def ner_metrics_section(metrics: Mapping[str, float], mode: str, compare_hf: boo
             "\n\nHF's `BertForTokenClassification` fine-tuned in the same run from the all-MiniLM-L6-v2 weights "
             "with the same data split, seed and hyper-parameters:\n\n" + "\n".join(table)
         )
+        significance = _bootstrap_lines(metrics)
+        if significance:
+            text += "\n\n" + "\n".join(f"- {line}" for line in significance)
     return text
 
 
@@ -467,7 +498,16 @@ def ner_summary(metrics: Mapping[str, float], compare_hf: bool) -> str:
     lines = [f"{'':<24}{'mlm_suite':>10}" + (f"{'HF BERT':>10}" if compare_hf else "")]
     for name, ours, theirs in _comparison_rows(metrics, compare_hf):
         lines.append(f"{name:<24}{ours:>10.4f}" + (f"{theirs:>10.4f}" if theirs is not None else ""))
-    return "\n".join(lines)
+    return "\n".join(lines + _bootstrap_lines(metrics))
+
+
+def _bootstrap_lines(metrics: Mapping[str, float]) -> list[str]:
+    return [
+        f"{split} F1 mlm_suite - HF = {metrics[f'{split}_f1_delta_vs_hf']:+.4f} "
+        f"(paired bootstrap, one-sided p = {metrics[f'{split}_bootstrap_p_value']:.3f})"
+        for split in ("eval", "test")
+        if f"{split}_bootstrap_p_value" in metrics
+    ]
 
 
 if __name__ == "__main__":
