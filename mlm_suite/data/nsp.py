@@ -31,6 +31,8 @@ from typing import Any, Literal
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
+from .packing import check_row_layout
+
 __all__ = ["split_sentences", "build_nsp_examples", "nsp_map_function"]
 
 MIN_NSP_LENGTH = 8
@@ -49,16 +51,7 @@ def _validate(
     short_seq_probability: float,
     on_short_document: str,
 ) -> None:
-    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise ValueError(
-            f"the tokenizer needs a cls_token and a sep_token for NSP pairs, "
-            f"got cls_token={tokenizer.cls_token!r}, sep_token={tokenizer.sep_token!r}"
-        )
-    if not MIN_NSP_LENGTH <= max_length <= tokenizer.model_max_length:
-        raise ValueError(
-            f"max_length={max_length} must lie between {MIN_NSP_LENGTH} and the tokenizer's "
-            f"model_max_length={tokenizer.model_max_length}"
-        )
+    check_row_layout(tokenizer, max_length, MIN_NSP_LENGTH, "building NSP pairs")
     if not 0.0 <= nsp_probability <= 1.0:
         raise ValueError(f"nsp_probability must lie in [0, 1], got {nsp_probability}")
     if not 0.0 <= short_seq_probability <= 1.0:

@@ -25,17 +25,22 @@ __all__ = ["pack_documents", "packing_map_function", "document_boundaries"]
 MIN_PACKING_LENGTH = 3  # [CLS], one content token, [SEP]
 
 
-def _validate(tokenizer: PreTrainedTokenizerBase, max_length: int) -> None:
+def check_row_layout(tokenizer: PreTrainedTokenizerBase, max_length: int, min_length: int, purpose: str) -> None:
+    """Raise a ValueError unless ``tokenizer`` has [CLS]/[SEP] and ``min_length <= max_length <= model_max_length``."""
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise ValueError(
-            f"packing needs a tokenizer with a cls_token and a sep_token, "
+            f"{purpose} needs a tokenizer with a cls_token and a sep_token, "
             f"got cls_token={tokenizer.cls_token!r}, sep_token={tokenizer.sep_token!r}"
         )
-    if not MIN_PACKING_LENGTH <= max_length <= tokenizer.model_max_length:
+    if not min_length <= max_length <= tokenizer.model_max_length:
         raise ValueError(
-            f"max_length={max_length} must lie between {MIN_PACKING_LENGTH} and the tokenizer's "
+            f"max_length={max_length} must lie between {min_length} and the tokenizer's "
             f"model_max_length={tokenizer.model_max_length}"
         )
+
+
+def _validate(tokenizer: PreTrainedTokenizerBase, max_length: int) -> None:
+    check_row_layout(tokenizer, max_length, MIN_PACKING_LENGTH, "packing")
 
 
 def pack_documents(
