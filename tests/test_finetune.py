@@ -31,7 +31,7 @@ from mlm_suite import (
     MlmSuiteModel,
     resources,
 )
-from mlm_suite.jobs import finetune_classification, finetune_ner, finetune_pair
+from mlm_suite.jobs import finetune_classification, finetune_ner, finetune_pair, seeds
 from mlm_suite.jobs.finetuning import (
     infer_task_type,
     read_conll,
@@ -294,9 +294,13 @@ def test_distributed_evaluation_scores_each_sentence_once(tiny_model, tmp_path):
 # --------------------------------------------------------------------------------------------
 # Sequence and pair classification
 # --------------------------------------------------------------------------------------------
+def polarity_rows(start: int, stop: int) -> list[dict]:
+    return [{"review": text, "label": "positive" if label == 1 else "negative"}
+            for label, text in resources.pang_lee_sentences()[start:stop]]
+
+
 def test_classification_job(tiny_model, tmp_path):
-    rows = [{"review": text, "label": "positive" if label == 1 else "negative"}
-            for label, text in resources.pang_lee_sentences()[1990:2030]]
+    rows = polarity_rows(1990, 2030)
     train = write_jsonl(tmp_path / "train.jsonl", rows)
     out = tmp_path / "out"
     finetune_classification.main(["--model_name_or_path", str(tiny_model), "--train_file", str(train),
@@ -310,6 +314,62 @@ def test_classification_job(tiny_model, tmp_path):
     assert config["architectures"] == ["MlmSuiteForSequenceClassification"]
     card = (out / "README.md").read_text()
     assert "$" not in card and "negative" in card and "eval_accuracy" in card
+
+
+def test_intermediate_stage_equals_finetuning_its_checkpoint(tiny_model, tmp_path):
+    """Intermediate data then the task, in one run, is the task trained from the intermediate checkpoint."""
+    files = {name: write_jsonl(tmp_path / f"{name}.jsonl", polarity_rows(*span))
+             for name, span in {"train": (1990, 2020), "dev": (100, 108), "test": (3000, 3008),
+                                "intermediate": (500, 520)}.items()}
+    common = ["--text_column_name", "review", "--label_list", "negative", "positive",
+              "--validation_file", str(files["dev"]), *FAST]
+    task = ["--train_file", str(files["train"]), "--test_file", str(files["test"])]
+    both, stage, then = tmp_path / "both", tmp_path / "stage", tmp_path / "then"
+    finetune_classification.main(["--model_name_or_path", str(tiny_model), *task, *common, "--output_dir", str(both),
+                                  "--intermediate_train_file", str(files["intermediate"])])
+    finetune_classification.main(["--model_name_or_path", str(tiny_model), "--train_file", str(files["intermediate"]),
+                                  "--do_predict", "false", *common, "--output_dir", str(stage)])
+    finetune_classification.main(["--model_name_or_path", str(stage), *task, *common, "--output_dir", str(then)])
+
+    combined, staged, continued = results(both), results(stage), results(then)
+    assert combined["intermediate_train_samples"] == 20 and combined["train_samples"] == 30
+    assert combined["intermediate_eval_loss"] == pytest.approx(staged["eval_loss"], abs=1e-5)
+    for key in ("train_loss", "eval_loss", "test_loss"):
+        assert combined[key] == pytest.approx(continued[key], abs=1e-5), key
+    assert combined["eval_loss"] != pytest.approx(staged["eval_loss"], abs=1e-5)  # the task stage trained
+    card = (both / "README.md").read_text()
+    assert "intermediate data" in card and "intermediate_eval_accuracy" in card
+
+
+def test_intermediate_input_errors(tiny_model, tmp_path):
+    train = write_jsonl(tmp_path / "train.jsonl", polarity_rows(1990, 2030))
+    other_labels = write_jsonl(tmp_path / "other.jsonl", [{"review": "so so", "label": "neutral"}])
+    base = ["--model_name_or_path", str(tiny_model), "--train_file", str(train), "--text_column_name", "review",
+            "--output_dir", str(tmp_path / "out"), *FAST]
+    with pytest.raises(ValueError, match=r"\['neutral'\] of the intermediate data"):
+        finetune_classification.main([*base, "--intermediate_train_file", str(other_labels)])
+    assert not (tmp_path / "out" / "all_results.json").exists()
+
+
+def test_seeds_runs_the_job_per_seed_and_summarizes(tiny_model, tmp_path, capsys):
+    train = write_jsonl(tmp_path / "train.jsonl", polarity_rows(1980, 2020))
+    out = tmp_path / "seeds"
+    seeds.main(["finetune-cls", "--seeds", "3", "5", "--output_dir", str(out), "--",
+                "--model_name_or_path", str(tiny_model), "--train_file", str(train), "--text_column_name", "review",
+                *FAST])
+    runs = {seed: results(out / f"seed_{seed}") for seed in (3, 5)}
+    summary = json.loads((out / "seed_summary.json").read_text())
+    assert summary["metric"] == "accuracy" and set(summary["per_seed"]) == {"3", "5"}
+    for key in ("eval_accuracy", "test_accuracy"):
+        values = [runs[3][key], runs[5][key]]
+        assert summary["summary"][key]["mean"] == pytest.approx(sum(values) / 2)
+        assert summary["summary"][key]["std"] == pytest.approx(abs(values[0] - values[1]) / 2 ** 0.5)
+    assert config_of(out / "seed_3")["id2label"] == {"0": "negative", "1": "positive"}
+    assert "mean" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="--seed is set per run"):
+        seeds.main(["finetune-cls", "--seeds", "1", "--output_dir", str(out), "--", "--seed", "4"])
+    with pytest.raises(ValueError, match="repeats"):
+        seeds.main(["finetune-cls", "--seeds", "1", "1", "--output_dir", str(out)])
 
 
 def write_pairs(path: Path, labels) -> Path:

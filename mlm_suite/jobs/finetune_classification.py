@@ -14,6 +14,9 @@ the Pang & Lee sentence-polarity data (4,000 movie-review sentences, negative/po
     python examples/finetune_classification.py --train_file train.csv --validation_file dev.csv
     accelerate launch examples/finetune_classification.py --train_file reviews.jsonl --text_column_name review
 
+``--intermediate_train_file`` adds a first stage of intermediate-task training (Phang et al.,
+2018): the model is fine-tuned on that file (same columns and labels) before the task.
+
 Reported: ``eval_accuracy`` and ``eval_f1`` (macro-averaged F1; pearson/spearman/mse for
 regression), and ``test_*`` when there is a test split.
 
@@ -22,6 +25,7 @@ The machinery (:func:`finetune_sequence_task`) is shared with the sentence-pair 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -78,6 +82,14 @@ class TextDataArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N training examples."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N validation examples."})
     max_predict_samples: int | None = field(default=None, metadata={"help": "Keep only the first N test examples."})
+    intermediate_train_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Labelled file with the task's columns and labels to fine-tune on before the task "
+            "(intermediate-task training, Phang et al. 2018)."
+        },
+    )
+    intermediate_num_train_epochs: float = field(default=2.0, metadata={"help": "Epochs of the intermediate stage."})
 
 
 @dataclass
@@ -142,6 +154,16 @@ def pang_lee_splits(seed: int, text_column: str = "text") -> tuple[dict[str, lis
     return dict(zip(SPLITS, split_80_10_10(examples, seed))), description
 
 
+def load_intermediate(
+    data_args: TextDataArguments, text_columns: Sequence[str]
+) -> tuple[list[Example], str] | None:
+    """``--intermediate_train_file`` as examples and a description, or None."""
+    if not data_args.intermediate_train_file:
+        return None
+    path = data_args.intermediate_train_file
+    return read_examples(path, text_columns, data_args.label_column_name), f"`{path}`"
+
+
 def class_names(labels: Sequence[Any]) -> list[str]:
     """Distinct labels as strings, in numeric order when they are all integers, else alphabetical."""
     names = {str(label) for label in labels}
@@ -164,11 +186,15 @@ def finetune_sequence_task(
     load_model: Callable[[str, Any, bool], Any],
     task_description: str,
     pipeline_tag: str = "text-classification",
+    intermediate: tuple[list[Example], str] | None = None,
 ) -> dict[str, float]:
     """Fine-tune, evaluate, save and write the card for a (pair) classification/regression task.
 
     ``load_model(path, config, ignore_mismatched_sizes)`` builds the model; the config already
-    carries the labels. Returns the flat metrics dictionary (what ``all_results.json`` holds).
+    carries the labels. ``intermediate`` (examples, description) is trained on first for
+    ``data_args.intermediate_num_train_epochs``, with its own optimizer and schedule, and scored
+    on the validation split (``intermediate_eval_*``). Returns the flat metrics dictionary (what
+    ``all_results.json`` holds).
     """
     from datasets import Dataset
     from transformers import (
@@ -205,6 +231,10 @@ def finetune_sequence_task(
         id2label, label2id = label_maps(label_list)
         config.update(dict(num_labels=len(label_list), id2label=id2label, label2id=label2id,
                            problem_type="single_label_classification"))
+        if intermediate is not None:
+            unknown = sorted({str(example["label"]) for example in intermediate[0]} - set(label_list))
+            if unknown:
+                raise ValueError(f"labels {unknown} of the intermediate data are not in the label list {label_list}")
 
     tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path)
 
@@ -228,21 +258,34 @@ def finetune_sequence_task(
     set_seed(training_args.seed)
     model = load_model(model_path, config, model_args.ignore_mismatched_sizes)
     trainable = apply_freezing(model, model_args.train_last_k_layers)
-    trainer = Trainer(
-        model=model,
-        args=training_args,
-        train_dataset=datasets.get("train"),
-        eval_dataset=datasets.get("validation"),
-        processing_class=tokenizer,
-        data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=regression_metrics if task_type == "regression" else classification_metrics,
-    )
-    metrics = run_trainer(trainer, datasets, training_args)
+
+    def make_trainer(args: FinetuneTrainingArguments, train_dataset: Dataset | None) -> Trainer:
+        return Trainer(
+            model=model,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=datasets.get("validation"),
+            processing_class=tokenizer,
+            data_collator=DataCollatorWithPadding(tokenizer),
+            compute_metrics=regression_metrics if task_type == "regression" else classification_metrics,
+        )
+
+    metrics = {}
+    if intermediate is not None and training_args.do_train:
+        stage_args = copy.copy(training_args)
+        stage_args.num_train_epochs = data_args.intermediate_num_train_epochs
+        stage_args.do_predict = False
+        stage_data = {"train": encode(intermediate[0]), "validation": datasets.get("validation")}
+        metrics = run_trainer(make_trainer(stage_args, stage_data["train"]), stage_data, stage_args, "intermediate_")
+        data_description += (f"\n\nBefore the task, the model was fine-tuned for {stage_args.num_train_epochs:g} epochs "
+                             f"on {len(intermediate[0]):,} examples of intermediate data: {intermediate[1]}.")
+    trainer = make_trainer(training_args, datasets.get("train"))
+    metrics |= run_trainer(trainer, datasets, training_args)
     save_everything(trainer, metrics)
     flat = {key: value for values in metrics.values() for key, value in values.items()}
 
     scored = {key: value for key, value in flat.items()
-              if key.startswith(("eval_", "test_")) and not key.endswith(("runtime", "per_second"))}
+              if key.startswith(("eval_", "test_", "intermediate_eval_")) and not key.endswith(("runtime", "per_second"))}
     if task_type == "regression":
         labels_text = "Regression: one output, the predicted score (trained with mean squared error)."
         metric_note = "Pearson and Spearman correlation with the gold scores, and mean squared error."
@@ -263,7 +306,7 @@ def finetune_sequence_task(
     )
     if trainer.is_world_process_zero():
         main_metrics = ("accuracy", "f1") if task_type == "classification" else ("pearson", "spearman")
-        for split in ("eval", "test"):
+        for split in ("intermediate_eval", "eval", "test"):
             shown = [f"{name} = {flat[f'{split}_{name}']:.4f}" for name in main_metrics if f"{split}_{name}" in flat]
             if shown:
                 print(f"{split}: " + ", ".join(shown))
@@ -290,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     finetune_sequence_task(
         model_args, data_args, training_args, splits, text_columns, description, load_sequence_classifier,
-        task_description="A text-classification model",
+        task_description="A text-classification model", intermediate=load_intermediate(data_args, text_columns),
     )
     return 0
 

@@ -30,6 +30,7 @@ from mlm_suite.jobs.finetune_classification import (
     Example,
     TextDataArguments,
     finetune_sequence_task,
+    load_intermediate,
     load_text_splits,
 )
 from mlm_suite.jobs.finetuning import (
@@ -129,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finetune_sequence_task(
         model_args, data_args, training_args, splits, text_columns, description, load_pair_model,
         task_description="A sentence-pair classification model",
+        intermediate=load_intermediate(data_args, text_columns),
     )
     return 0
 

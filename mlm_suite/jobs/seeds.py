@@ -1,0 +1,90 @@
+"""Run a fine-tuning job once per seed and report the spread of its scores.
+
+One fine-tuning run on a 400-example test split measures accuracy to about ±2 points (one
+standard error), and the seed moves it by as much (Dodge et al., 2020). With the embedded
+defaults the seed also draws the 80/10/10 split, so the mean over seeds estimates how well the
+recipe does on the data, not on one lucky or unlucky split::
+
+    mlm-suite seeds finetune-cls --seeds 0 1 42 --output_dir outputs/sentiment_seeds
+    mlm-suite seeds finetune-ner --seeds 1 2 3 --output_dir outputs/ner_seeds -- --compare_hf false
+
+Flags after ``--`` go to the job. Each run writes ``<output_dir>/seed_<seed>``; the table of
+validation and test scores per seed (and the HF baseline's, when the job trains one), their mean
+and sample standard deviation, is printed and written to ``<output_dir>/seed_summary.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+# job → (module with main(argv), the score its results are summarised by)
+JOBS = {
+    "finetune-ner": ("mlm_suite.jobs.finetune_ner", "f1"),
+    "finetune-cls": ("mlm_suite.jobs.finetune_classification", "accuracy"),
+    "finetune-pair": ("mlm_suite.jobs.finetune_pair", "accuracy"),
+}
+
+
+def summarize(per_seed: dict[int, dict[str, float]], keys: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Mean, sample standard deviation, min and max of each key over the seeds that report it."""
+    summary = {}
+    for key in keys:
+        values = [results[key] for results in per_seed.values() if key in results]
+        if values:
+            summary[key] = {
+                "mean": statistics.fmean(values),
+                "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+                "min": min(values),
+                "max": max(values),
+                "n": len(values),
+            }
+    return summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mlm-suite seeds", description=__doc__.split("\n\n")[0])
+    parser.add_argument("job", choices=sorted(JOBS), help="the fine-tuning job to repeat")
+    parser.add_argument("--seeds", type=int, nargs="+", required=True, help="one run per seed")
+    parser.add_argument("--output_dir", required=True, help="runs go to <output_dir>/seed_<seed>")
+    parser.add_argument("--metric", help="score to summarise (default: f1 for NER, accuracy otherwise)")
+    parser.epilog = "Flags after -- go to the job."
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    args, job_args = parser.parse_args(argv[:split]), argv[split + 1:]
+    for reserved in ("--seed", "--output_dir"):
+        if any(arg == reserved or arg.startswith(reserved + "=") for arg in job_args):
+            raise ValueError(f"{reserved} is set per run by mlm-suite seeds; leave it out of the job's flags")
+    if len(set(args.seeds)) != len(args.seeds):
+        raise ValueError(f"--seeds has repeats: {args.seeds}")
+
+    module, default_metric = JOBS[args.job]
+    metric = args.metric or default_metric
+    job_main = importlib.import_module(module).main
+    output_dir = Path(args.output_dir)
+    per_seed: dict[int, dict[str, float]] = {}
+    for seed in args.seeds:
+        run_dir = output_dir / f"seed_{seed}"
+        job_main([*job_args, "--seed", str(seed), "--output_dir", str(run_dir)])
+        per_seed[seed] = json.loads((run_dir / "all_results.json").read_text())
+
+    # hf_*: the HF baseline that finetune-ner trains in the same run (--compare_hf).
+    candidates = [f"{model}{split}_{metric}" for model in ("", "hf_") for split in ("eval", "test")]
+    keys = [key for key in candidates if any(key in results for results in per_seed.values())]
+    if not keys:
+        raise ValueError(f"the runs report no eval_{metric} or test_{metric}; pick another --metric")
+    summary = summarize(per_seed, keys)
+    (output_dir / "seed_summary.json").write_text(json.dumps(
+        {"job": args.job, "job_args": job_args, "metric": metric, "summary": summary,
+         "per_seed": {str(seed): {key: results[key] for key in keys if key in results}
+                      for seed, results in per_seed.items()}}, indent=2) + "\n")
+    print(f"{'seed':>6}" + "".join(f"{key:>16}" for key in keys))
+    for seed, results in per_seed.items():
+        print(f"{seed:>6}" + "".join(f"{results[key]:>16.4f}" if key in results else f"{'-':>16}" for key in keys))
+    print(f"{'mean':>6}" + "".join(f"{summary[key]['mean']:>9.4f} ± {summary[key]['std']:.4f}" for key in keys))
+    return 0
