@@ -164,6 +164,13 @@ def load_intermediate(
     return read_examples(path, text_columns, data_args.label_column_name), f"`{path}`"
 
 
+def check_labels_listed(labels: Sequence[Any], label_list: Sequence[str], source: str) -> None:
+    """Raise a ValueError naming ``source`` when one of its labels is not in ``label_list``."""
+    unknown = sorted({str(label) for label in labels} - set(label_list))
+    if unknown:
+        raise ValueError(f"labels {unknown} of {source} are not in the label list {list(label_list)}")
+
+
 def class_names(labels: Sequence[Any]) -> list[str]:
     """Distinct labels as strings, in numeric order when they are all integers, else alphabetical."""
     names = {str(label) for label in labels}
@@ -224,17 +231,13 @@ def finetune_sequence_task(
         config.update(dict(num_labels=1, id2label={0: "score"}, label2id={"score": 0}, problem_type="regression"))
     else:
         data_labels = list(data_args.label_list) if data_args.label_list else class_names(all_labels)
-        unknown = sorted({str(label) for label in all_labels} - set(data_labels))
-        if unknown:
-            raise ValueError(f"labels {unknown} of the data are not in the label list {data_labels}")
+        check_labels_listed(all_labels, data_labels, "the data")
         label_list = resolve_label_list(config, data_labels, model_path, model_args.ignore_mismatched_sizes)
         id2label, label2id = label_maps(label_list)
         config.update(dict(num_labels=len(label_list), id2label=id2label, label2id=label2id,
                            problem_type="single_label_classification"))
         if intermediate is not None:
-            unknown = sorted({str(example["label"]) for example in intermediate[0]} - set(label_list))
-            if unknown:
-                raise ValueError(f"labels {unknown} of the intermediate data are not in the label list {label_list}")
+            check_labels_listed([example["label"] for example in intermediate[0]], label_list, "the intermediate data")
 
     tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path)
 

@@ -23,12 +23,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-# job → (module with main(argv), the score its results are summarised by)
-JOBS = {
-    "finetune-ner": ("mlm_suite.jobs.finetune_ner", "f1"),
-    "finetune-cls": ("mlm_suite.jobs.finetune_classification", "accuracy"),
-    "finetune-pair": ("mlm_suite.jobs.finetune_pair", "accuracy"),
-}
+from mlm_suite.cli import SUBCOMMANDS
+
+# job (an mlm-suite subcommand) → the score its results are summarised by
+JOB_METRICS = {"finetune-ner": "f1", "finetune-cls": "accuracy", "finetune-pair": "accuracy"}
 
 
 def summarize(per_seed: dict[int, dict[str, float]], keys: Sequence[str]) -> dict[str, dict[str, float]]:
@@ -49,7 +47,7 @@ def summarize(per_seed: dict[int, dict[str, float]], keys: Sequence[str]) -> dic
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mlm-suite seeds", description=__doc__.split("\n\n")[0])
-    parser.add_argument("job", choices=sorted(JOBS), help="the fine-tuning job to repeat")
+    parser.add_argument("job", choices=sorted(JOB_METRICS), help="the fine-tuning job to repeat")
     parser.add_argument("--seeds", type=int, nargs="+", required=True, help="one run per seed")
     parser.add_argument("--output_dir", required=True, help="runs go to <output_dir>/seed_<seed>")
     parser.add_argument("--metric", help="score to summarise (default: f1 for NER, accuracy otherwise)")
@@ -63,9 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(set(args.seeds)) != len(args.seeds):
         raise ValueError(f"--seeds has repeats: {args.seeds}")
 
-    module, default_metric = JOBS[args.job]
-    metric = args.metric or default_metric
-    job_main = importlib.import_module(module).main
+    metric = args.metric or JOB_METRICS[args.job]
+    job_main = importlib.import_module(SUBCOMMANDS[args.job][0]).main
     output_dir = Path(args.output_dir)
     per_seed: dict[int, dict[str, float]] = {}
     for seed in args.seeds:
