@@ -1,7 +1,7 @@
 # Convenience targets; each runs a command documented in README.md.
 PYTHON ?= python
 
-.PHONY: install test test-fast pretrain finetune-ner finetune-cls finetune-pair wsd anisotropy bench quickstart
+.PHONY: install test test-fast pretrain finetune-ner finetune-cls finetune-pair wsd anisotropy bench bench-budget quickstart
 
 install:
 	pip install torch==2.13.0
@@ -36,3 +36,6 @@ anisotropy:
 
 bench:
 	$(PYTHON) benchmarks/bench_speed.py
+
+bench-budget:
+	$(PYTHON) benchmarks/bench_budget.py --markdown outputs/bench_budget/table.md

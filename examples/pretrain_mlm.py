@@ -4,6 +4,7 @@
     python examples/pretrain_mlm.py --help
 """
 
+from mlm_suite.jobs.distributed import run_job
 from mlm_suite.jobs.pretrain import main
 
-raise SystemExit(main())
+raise SystemExit(run_job(main))

@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from .jobs.distributed import run_job
+
 # subcommand → (module with main(argv), one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("mlm_suite.cli", "build a small model, save it, reload it through the Auto classes, compare outputs"),
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         return quickstart_main(rest)
     if command == "convert-bert":
         return convert_bert_main(rest)
-    result = importlib.import_module(SUBCOMMANDS[command][0]).main(rest)
+    result = run_job(importlib.import_module(SUBCOMMANDS[command][0]).main, rest)
     return result if isinstance(result, int) else 0
 
 

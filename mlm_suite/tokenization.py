@@ -107,6 +107,15 @@ def train_wordpiece_tokenizer(
             raise ValueError("texts_or_files must be a list or iterable of texts or file paths, not one string")
         length = len(texts_or_files) if isinstance(texts_or_files, Sequence) else None
         tokenizer.train_from_iterator(texts_or_files, trainer=trainer, length=length)
+    # The trainer returns the same tokens every time but numbers some of them in hash-set order (the
+    # continuing-subword alphabet and merges that follow it), so ids, and with them a seeded model's
+    # embeddings, would change from run to run. Ids are only labels to WordPiece (it segments by greedy
+    # longest match over the token set): number the tokens canonically, special tokens first.
+    trained = tokenizer.get_vocab()
+    ordered = special_tokens + sorted(token for token in trained if token not in special_tokens)
+    tokenizer.model = models.WordPiece(
+        {token: index for index, token in enumerate(ordered)}, unk_token=unk, continuing_subword_prefix="##"
+    )
 
     cls_id, sep_id = tokenizer.token_to_id(cls), tokenizer.token_to_id(sep)
     tokenizer.post_processor = processors.TemplateProcessing(

@@ -4,6 +4,8 @@ a failing check aborts, the tables have the expected rows, the memory tracker co
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
 import sys
 from pathlib import Path
 
@@ -80,3 +82,31 @@ def test_live_tensor_tracker_counts_allocations_and_frees(bench):
         del b, view, c
     assert tracker.peak == 2 * 2**20
     assert tracker.current == 0
+
+
+def test_budget_benchmark_scores_both_models_on_the_same_masks(tmp_path):
+    """bench_budget.py on a tiny corpus and model with a 2-second budget: both runs train, are scored on
+    the same held-out positions, and the table has every row."""
+    from test_pretrain import TINY_MODEL, make_documents, write_text
+
+    spec = importlib.util.spec_from_file_location("bench_budget", BENCH_PATH.with_name("bench_budget.py"))
+    bench_budget = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_budget)
+    train = write_text(tmp_path / "train.txt", make_documents(30, seed=1))
+    validation = write_text(tmp_path / "validation.txt", make_documents(6, seed=2))
+    job = ["--train_file", str(train), "--validation_file", str(validation), "--config_overrides", TINY_MODEL]
+    job += ["--max_seq_length", "32", "--vocab_size", "120", "--per_device_train_batch_size", "4"]
+    markdown = tmp_path / "table.md"
+    argv = ["--minutes", "0.03", "--output_dir", str(tmp_path / "runs"), "--markdown", str(markdown), "--", *job]
+    assert bench_budget.main(argv) == 0
+
+    runs = json.loads((tmp_path / "runs" / "results.json").read_text())
+    ours, hf = runs.values()
+    for key in ("eval_mask_tokens", "eval_random_tokens", "eval_kept_tokens", "eval_mask_baseline_accuracy"):
+        assert ours["results"][key] == hf["results"][key], key
+    for run in (ours, hf):
+        assert run["steps"] >= 1 and math.isfinite(run["results"]["eval_mlm_loss"])
+    assert [item["sentence"] for item in ours["probe"]] == [item["sentence"] for item in hf["probe"]]
+    table = markdown.read_text()
+    for name in ("optimizer steps", "held-out MLM loss", "accuracy at `[MASK]`", "probe 1:"):
+        assert name in table, name

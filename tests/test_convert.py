@@ -17,6 +17,7 @@ from transformers import AutoModel, AutoTokenizer, BertForMaskedLM, BertForPreTr
 import mlm_suite
 from conftest import make_random_batch, make_tiny_bert_config
 from mlm_suite import MlmSuiteForMaskedLM, MlmSuiteForPreTraining, MlmSuiteModel, convert_bert_checkpoint
+from mlm_suite.convert import convert_bert_state_dict
 
 KINDS = {
     # kind: (HF class, HF kwargs, expected mlm_suite class, has pooler)
@@ -235,3 +236,31 @@ def test_cli_convert_bert(tmp_path, capsys):
         main(["convert-bert", str(tmp_path / "nowhere"), str(tmp_path / "out")])
     with pytest.raises(SystemExit):
         main(["convert-bert", str(src)])  # missing DST
+
+
+def test_training_gradients_equal_hf_bert(tmp_path):
+    """Training mode with labels on a padded batch (sparse prediction: the MLM head and the last layer's
+    finishing run only at masked positions): the loss and every parameter's gradient equal HF
+    ``BertForMaskedLM``'s for the same weights. Dropout is off, so both compute one function."""
+    hf = random_bert("BertForMaskedLM")
+    hf.save_pretrained(tmp_path / "bert")
+    ours = MlmSuiteForMaskedLM.from_pretrained(convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours"))
+    assert ours.config.sparse_prediction
+    batch = make_random_batch(lengths=(9, 4, 7, 2), seed=3)
+    selected = (torch.rand(batch["input_ids"].shape, generator=torch.Generator().manual_seed(4)) < 0.3)
+    selected &= batch["attention_mask"].bool()
+    batch["labels"] = torch.where(selected, batch["input_ids"], -100)
+    batch["input_ids"] = batch["input_ids"].masked_fill(selected, 3)
+    losses = {}
+    for name, model in (("hf", hf), ("ours", ours)):
+        model.train().zero_grad()
+        loss = model(**batch).loss
+        loss.backward()
+        losses[name] = loss.item()
+    assert losses["ours"] == pytest.approx(losses["hf"], rel=1e-6)
+    # HF's gradients under mlm_suite's names, renamed (and Q/K/V fused) by the conversion itself.
+    hf_gradients = convert_bert_state_dict({name: p.grad for name, p in hf.named_parameters()}, hf.config.num_hidden_layers)
+    ours_gradients = {name.removeprefix("encoder."): p.grad for name, p in ours.named_parameters()}
+    assert ours_gradients.keys() == hf_gradients.keys()
+    for name, gradient in ours_gradients.items():
+        torch.testing.assert_close(gradient, hf_gradients[name], atol=1e-6, rtol=1e-5, msg=name)

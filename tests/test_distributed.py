@@ -1,4 +1,5 @@
-"""Data-parallel pretraining (``accelerate launch``, 2 CPU processes, gloo) equals one process with the same global batch."""
+"""Data-parallel jobs under ``accelerate launch`` (2 CPU processes, gloo): pretraining equals one
+process with the same global batch, and every process ends the job together."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
 
 from mlm_suite.jobs.pretrain import main
-from test_pretrain import job_args, make_documents, max_difference, write_text
+from test_pretrain import BERT_ARCHITECTURE, job_args, make_documents, max_difference, write_text
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "pretrain_mlm.py"
 
@@ -23,6 +25,34 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def launch_two_processes(script: Path, argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
+    """Run ``script argv --use_cpu true`` under ``accelerate launch`` as 2 processes over gloo on CPU.
+
+    `accelerate launch --cpu` starts a single process unless an MPI hostfile is given; --multi_gpu
+    selects its torch.distributed launcher, and the Trainer's --use_cpu makes the job run DDP over
+    gloo on CPU. A run still going after ``timeout`` seconds fails the test: the launcher gets
+    SIGTERM, on which it stops its workers (each runs in its own session, so killing the launcher
+    alone, as ``subprocess.run(timeout=...)`` does, would leave them running).
+    """
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+    launch += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    launch += ["--main_process_port", str(free_port())]
+    command = [*launch, str(script), *argv, "--use_cpu", "true"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.terminate()
+            try:  # the launcher gives its workers 30 s to stop before it kills them
+                stdout, stderr = process.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                stdout, stderr = process.communicate()
+            pytest.fail(f"{script.name} still running after {timeout} s, stopped:\n{stderr[-4000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def first_loss(output_dir: Path) -> float:
@@ -45,19 +75,13 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     common = ["--train_file", str(train), "--validation_file", str(validation), "--max_steps", "1"]
     common += ["--masking_seed_per_rank", "false", "--ddp_find_unused_parameters", "false"]
     common += ["--train_tokenizer", "false", "--adam_epsilon", "1e-6"]  # see test_gradient_accumulation_...
+    common += BERT_ARCHITECTURE  # likewise
 
     single = tmp_path / "single"
     assert main(job_args(single, *common, "--per_device_train_batch_size", "4")) == 0
 
     parallel = tmp_path / "parallel"
-    # `accelerate launch --cpu` starts a single process unless an MPI hostfile is given; --multi_gpu
-    # selects its torch.distributed launcher, and --use_cpu makes the job run DDP over gloo on CPU.
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
-    launch += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    launch += ["--main_process_port", str(free_port())]
-    argv = job_args(parallel, *common, "--per_device_train_batch_size", "2", "--use_cpu", "true")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([*launch, str(EXAMPLE), *argv], env=env, capture_output=True, text=True, timeout=300)
+    result = launch_two_processes(EXAMPLE, job_args(parallel, *common, "--per_device_train_batch_size", "2"), 300)
     assert result.returncode == 0, result.stderr[-4000:]
 
     state = json.loads((parallel / "trainer_state.json").read_text())
@@ -66,3 +90,51 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     assert state["epoch"] == 1.0
     assert first_loss(parallel) == pytest.approx(first_loss(single), rel=1e-5)
     assert max_difference(load_file(single / "model.safetensors"), load_file(parallel / "model.safetensors")) < 1e-5
+
+
+ENDING_JOB = """
+import json, sys, time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from accelerate import PartialState
+
+from mlm_suite.jobs.distributed import run_job
+
+state = PartialState(cpu=True)  # as the Trainer sets it up with --use_cpu: a gloo group of the launched processes
+out = Path(sys.argv[1])
+
+
+def main(argv):
+    for _ in range(20):  # as evaluation's gather_for_metrics does, up to the end of the job
+        gathered = [torch.empty(8) for _ in range(state.num_processes)]
+        dist.all_gather(gathered, torch.ones(8))
+    if state.is_main_process:
+        time.sleep(2)  # what only the main process does at the end of a job: save the model, write the card
+        (out / "main_finished").write_text(str(time.time()))
+    return state.process_index
+
+
+index = run_job(main)
+(out / f"process_{index}.json").write_text(json.dumps({"left": time.time(), "in_group": dist.is_initialized()}))
+"""
+
+
+def test_every_process_leaves_the_process_group_after_the_last_one_finished_the_job(tmp_path):
+    """``run_job`` holds each process until all of them finished ``main``, then destroys the group,
+    and the processes exit cleanly.
+
+    Without ``end_process_group``, about half the runs of this script abort while exiting
+    ("terminate called without an active exception", see mlm_suite/jobs/distributed.py), and
+    without its barrier the ordering below fails every time.
+    """
+    script = tmp_path / "ending_job.py"
+    script.write_text(ENDING_JOB)
+    result = launch_two_processes(script, [str(tmp_path)], 120)
+    assert result.returncode == 0, result.stderr[-4000:]
+    main_finished = float((tmp_path / "main_finished").read_text())
+    for index in (0, 1):
+        process = json.loads((tmp_path / f"process_{index}.json").read_text())
+        assert not process["in_group"]
+        assert process["left"] >= main_finished  # without the barrier, process 1 leaves about 2 s earlier

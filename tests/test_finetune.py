@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import random
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -39,6 +36,7 @@ from mlm_suite.jobs.finetuning import (
     split_80_10_10,
 )
 from mlm_suite.tagging import InvalidTagSequenceError, validate_tags
+from test_distributed import launch_two_processes
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--max_steps", "2", "--report_to", "none", "--per_device_eval_batch_size", "4", "--disable_tqdm", "true"]
@@ -274,14 +272,8 @@ def test_distributed_evaluation_scores_each_sentence_once(tiny_model, tmp_path):
               "--max_steps", "1", "--learning_rate", "0", "--per_device_eval_batch_size", "2",
               "--report_to", "none", "--disable_tqdm", "true"]
     finetune_ner.main(common + ["--output_dir", str(tmp_path / "single")])
-    # In accelerate 1.x `--cpu --num_processes 2` starts a single process (multi-CPU needs mpirun);
-    # the torchrun launcher behind --multi_gpu plus the Trainer's --use_cpu gives 2 gloo processes.
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-               str(REPO / "examples" / "finetune_ner.py"), *common, "--use_cpu", "true",
-               "--output_dir", str(tmp_path / "ddp")]
-    completed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240)
+    completed = launch_two_processes(REPO / "examples" / "finetune_ner.py",
+                                     [*common, "--output_dir", str(tmp_path / "ddp")], 240)
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "trained on 2 process(es)" in completed.stdout
     single, ddp = results(tmp_path / "single"), results(tmp_path / "ddp")
@@ -314,6 +306,23 @@ def test_classification_job(tiny_model, tmp_path):
     assert config["architectures"] == ["MlmSuiteForSequenceClassification"]
     card = (out / "README.md").read_text()
     assert "$" not in card and "negative" in card and "eval_accuracy" in card
+
+
+def test_early_stopping_in_a_finetuning_job(tiny_model, tmp_path):
+    """Learning rate 0: validation accuracy never beats the first evaluation, so patience 2 stops at the third
+    (step 3 of 50); only the best checkpoint is kept, and the reported score is the best model's."""
+    train = write_jsonl(tmp_path / "train.jsonl", polarity_rows(1990, 2030))
+    out = tmp_path / "out"
+    finetune_classification.main(["--model_name_or_path", str(tiny_model), "--train_file", str(train),
+                                  "--text_column_name", "review", "--output_dir", str(out), "--max_steps", "50",
+                                  "--learning_rate", "0", "--eval_strategy", "steps", "--eval_steps", "1",
+                                  "--early_stopping_patience", "2", "--per_device_train_batch_size", "4",
+                                  "--report_to", "none", "--disable_tqdm", "true"])
+    metrics = results(out)
+    assert metrics["epoch"] == pytest.approx(3 / 8)  # 32 training rows in batches of 4: stopped after step 3
+    assert sorted(path.name for path in out.glob("checkpoint-*")) == ["checkpoint-1"]  # the best is kept
+    state = json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())
+    assert state["best_metric"] == metrics["eval_accuracy"]
 
 
 def test_intermediate_stage_equals_finetuning_its_checkpoint(tiny_model, tmp_path):

@@ -53,6 +53,14 @@ def test_special_tokens_have_ids_0_to_4(trained):
     assert [tokenizer.pad_token_id, tokenizer.unk_token_id, tokenizer.mask_token_id] == [0, 1, 4]
 
 
+def test_training_numbers_the_vocabulary_the_same_way_every_time():
+    """The trainer's continuing-subword alphabet comes out in hash-set order; ids must not follow it,
+    or a seeded model would start from different embeddings in every run."""
+    texts = _review_texts()[:300]
+    vocabularies = [train_wordpiece_tokenizer(texts, vocab_size=600).get_vocab() for _ in range(4)]
+    assert all(vocabulary == vocabularies[0] for vocabulary in vocabularies[1:])
+
+
 def test_encode_decode_round_trip(trained):
     tokenizer, _ = trained
     for text in _review_texts()[:20]:

@@ -38,6 +38,7 @@ from mlm_suite.jobs.finetuning import (
     class_label_names,
     classification_metrics,
     column,
+    early_stopping,
     first_n,
     infer_task_type,
     label_maps,
@@ -271,6 +272,7 @@ def finetune_sequence_task(
             processing_class=tokenizer,
             data_collator=DataCollatorWithPadding(tokenizer),
             compute_metrics=regression_metrics if task_type == "regression" else classification_metrics,
+            callbacks=early_stopping(args, "pearson" if task_type == "regression" else "accuracy"),
         )
 
     metrics = {}
@@ -342,4 +344,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mlm_suite.jobs.distributed import run_job
+
+    raise SystemExit(run_job(main))

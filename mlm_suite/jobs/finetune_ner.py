@@ -38,6 +38,7 @@ from mlm_suite.jobs.finetuning import (
     ModelArguments,
     apply_freezing,
     class_label_names,
+    early_stopping,
     first_n,
     has_placeholder_labels,
     label_maps,
@@ -315,6 +316,7 @@ def build_trainer(model, args, tokenizer, datasets: Mapping[str, Any], compute_m
         data_collator=DataCollatorForTokenClassification(tokenizer),
         compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=make_preprocess_logits(model),
+        callbacks=early_stopping(args, "f1"),
     )
 
 
@@ -511,4 +513,6 @@ def _bootstrap_lines(metrics: Mapping[str, float]) -> list[str]:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mlm_suite.jobs.distributed import run_job
+
+    raise SystemExit(run_job(main))

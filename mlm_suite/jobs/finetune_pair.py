@@ -136,4 +136,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from mlm_suite.jobs.distributed import run_job
+
+    raise SystemExit(run_job(main))

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from transformers import PretrainedConfig, Trainer, TrainingArguments
+from transformers import PretrainedConfig, Trainer, TrainerCallback, TrainingArguments
 
 from mlm_suite import resources
 from mlm_suite.freezing import freeze_encoder
 from mlm_suite.model.modeling_mlm_suite import has_placeholder_labels
 from mlm_suite.model_card import markdown_table, write_model_card
+from mlm_suite.training import early_stopping_callback
 
 
 # --------------------------------------------------------------------------------------------
@@ -61,6 +62,16 @@ class FinetuneTrainingArguments(TrainingArguments):
     warmup_steps: float = field(default=0.1, metadata={"help": "Warmup steps; below 1, a fraction of all steps."})
     save_strategy: str = field(default="no", metadata={"help": "Checkpoint strategy: no, steps, epoch, best."})
     logging_steps: float = field(default=10, metadata={"help": "Log every X update steps."})
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={
+            "help": "Stop after this many evaluations without a better validation score (the job's main metric) "
+            "and keep the best model. Evaluates every epoch unless --eval_strategy says otherwise."
+        },
+    )
+    early_stopping_threshold: float = field(
+        default=0.0, metadata={"help": "Smallest gain of the validation score that counts as an improvement."}
+    )
 
 
 @dataclass
@@ -309,6 +320,13 @@ def run_trainer(trainer: Trainer, datasets: Mapping[str, Any], args: TrainingArg
     if args.do_predict and "test" in datasets:
         metrics[f"{prefix}test"] = trainer.predict(datasets["test"], metric_key_prefix=f"{prefix}test").metrics
     return metrics
+
+
+def early_stopping(args: FinetuneTrainingArguments, metric: str) -> list[TrainerCallback]:
+    """The early-stopping callback on the validation ``metric`` (higher is better) when asked for, else ``[]``."""
+    if args.early_stopping_patience is not None and args.eval_strategy == "no":
+        args.eval_strategy = "epoch"
+    return early_stopping_callback(args, args.early_stopping_patience, args.early_stopping_threshold, metric, True)
 
 
 def save_everything(trainer: Trainer, metrics: Mapping[str, Mapping[str, float]]) -> None:

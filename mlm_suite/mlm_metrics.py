@@ -1,0 +1,208 @@
+"""Honest masked-language-model evaluation: accuracy per corruption kind, and a fill-mask probe.
+
+BERT-style masking corrupts the selected tokens in three ways: 80 % become ``[MASK]``, 10 % a
+random token and 10 % stay unchanged. Accuracy over all selected tokens mixes the three, and the
+kept tokens are trivial (the answer is visible), so a model that copies its input and predicts
+"the" elsewhere scores 12 % on a corpus whose most frequent token covers 3 %. The headline here is
+**accuracy at ``[MASK]`` positions**, reported beside the random and kept positions (each with its
+count), top-5 accuracy at ``[MASK]`` positions and the most-frequent-token baseline *on those same
+positions*.
+
+With the ``Trainer``::
+
+    args = TrainingArguments(..., include_for_metrics=["inputs"])   # the kinds are read off the inputs
+    trainer = Trainer(..., compute_metrics=make_mlm_compute_metrics(tokenizer.mask_token_id, baseline_id),
+                      preprocess_logits_for_metrics=preprocess_logits_for_mlm_metrics)
+
+The kind of a selected position is read off what the model saw: the mask token, the original token
+(kept; this includes the rare random replacement that drew the original token, which the model
+cannot tell apart from a kept one) or anything else (random).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import EvalPrediction, PreTrainedTokenizerBase
+
+__all__ = [
+    "TOP_K",
+    "fill_mask_probe",
+    "make_mlm_compute_metrics",
+    "masked_lm_scores",
+    "preprocess_logits_for_mlm_metrics",
+    "probe_sentences",
+]
+
+TOP_K = 5
+IGNORE_INDEX = -100
+
+
+def masked_lm_scores(
+    inputs: np.ndarray,
+    labels: np.ndarray,
+    predictions: np.ndarray,
+    mask_token_id: int,
+    baseline_token_id: int,
+    top_k_hits: np.ndarray | None = None,
+    label_log_probs: np.ndarray | None = None,
+) -> dict[str, float]:
+    """Scores over the selected positions (``labels != -100``), split by corruption kind.
+
+    Args:
+        inputs: ``(batch, seq)`` ids the model saw.
+        labels: ``(batch, seq)`` original ids at selected positions, -100 elsewhere.
+        predictions: ``(batch, seq)`` top-1 predicted ids (any value where not selected).
+        mask_token_id: the tokenizer's mask id.
+        baseline_token_id: the single prediction of the baseline (the most frequent training token).
+        top_k_hits: ``(batch, seq)`` bool, whether the label is among the top-k predictions.
+        label_log_probs: ``(batch, seq)`` log-probability of the label, for the MLM loss.
+
+    Returns:
+        ``mask_accuracy`` (the headline), ``mask_top5_accuracy``, ``mask_baseline_accuracy``,
+        ``random_accuracy``, ``kept_accuracy``, the counts ``mask_tokens``, ``random_tokens``,
+        ``kept_tokens`` and ``selected_tokens``, and ``mlm_loss`` (mean negative log-likelihood over
+        all selected positions, as the training loss counts them). An accuracy over no position is NaN.
+    """
+    inputs, labels, predictions = (np.asarray(array) for array in (inputs, labels, predictions))
+    if not inputs.shape == labels.shape == predictions.shape:
+        raise ValueError(f"inputs {inputs.shape}, labels {labels.shape} and predictions {predictions.shape} differ in shape")
+    selected = labels != IGNORE_INDEX
+    kinds = {
+        "mask": selected & (inputs == mask_token_id),
+        "kept": selected & (inputs == labels),
+    }
+    kinds["random"] = selected & ~kinds["mask"] & ~kinds["kept"]
+    correct = predictions == labels
+
+    def mean_over(values: np.ndarray, where: np.ndarray) -> float:
+        return float(values[where].mean()) if where.any() else float("nan")
+
+    scores: dict[str, float] = {}
+    for kind in ("mask", "random", "kept"):
+        scores[f"{kind}_accuracy"] = mean_over(correct, kinds[kind])
+        scores[f"{kind}_tokens"] = int(kinds[kind].sum())
+    scores["selected_tokens"] = int(selected.sum())
+    scores["mask_baseline_accuracy"] = mean_over(labels == baseline_token_id, kinds["mask"])
+    if top_k_hits is not None:
+        scores[f"mask_top{TOP_K}_accuracy"] = mean_over(np.asarray(top_k_hits, dtype=bool), kinds["mask"])
+    if label_log_probs is not None:
+        scores["mlm_loss"] = -mean_over(np.asarray(label_log_probs, dtype=np.float64), selected)
+    return scores
+
+
+def preprocess_logits_for_mlm_metrics(logits: Any, labels: Any) -> tuple[torch.Tensor, ...]:
+    """Shrink one eval batch's dense ``(batch, seq, vocab)`` logits before the Trainer gathers them.
+
+    Returns ``(batch, seq)`` tensors: top-1 predicted ids, whether the label is in the top
+    ``TOP_K``, the label's log-probability (all -100 / False / 0 where nothing is selected); with an
+    NSP head also ``(batch,)`` predicted next-sentence labels. The softmax runs at selected positions only.
+    """
+    mlm_logits, nsp_logits = logits if isinstance(logits, tuple) else (logits, None)
+    mlm_labels = labels[0] if isinstance(labels, tuple) else labels
+    selected = mlm_labels != IGNORE_INDEX
+    scores = mlm_logits[selected].float()  # (n_selected, vocab)
+    targets = mlm_labels[selected]  # (n_selected,)
+    top = scores.topk(min(TOP_K, scores.shape[-1]), dim=-1).indices  # (n_selected, k)
+    predictions = torch.full_like(mlm_labels, IGNORE_INDEX)
+    predictions[selected] = top[:, 0]
+    top_k_hits = torch.zeros_like(selected)
+    top_k_hits[selected] = (top == targets[:, None]).any(-1)
+    label_log_probs = torch.zeros(mlm_labels.shape, dtype=torch.float32, device=mlm_labels.device)
+    label_log_probs[selected] = scores.log_softmax(-1).gather(1, targets[:, None]).squeeze(1)
+    outputs = (predictions, top_k_hits, label_log_probs)
+    return outputs if nsp_logits is None else (*outputs, nsp_logits.argmax(-1))
+
+
+def make_mlm_compute_metrics(mask_token_id: int, baseline_token_id: int):
+    """A ``compute_metrics`` for a Trainer that uses :func:`preprocess_logits_for_mlm_metrics` and
+    ``include_for_metrics=["inputs"]``: :func:`masked_lm_scores`, plus ``nsp_accuracy`` with an NSP head."""
+
+    def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
+        if prediction.inputs is None:
+            raise ValueError(
+                "MLM metrics read the corruption kind off the inputs: set "
+                "TrainingArguments(include_for_metrics=['inputs'])"
+            )
+        predictions, top_k_hits, label_log_probs, *nsp_predictions = prediction.predictions
+        labels = prediction.label_ids
+        mlm_labels, nsp_labels = (labels[0], labels[1]) if isinstance(labels, (tuple, list)) else (labels, None)
+        metrics = masked_lm_scores(
+            prediction.inputs, mlm_labels, predictions, mask_token_id, baseline_token_id, top_k_hits, label_log_probs
+        )
+        if nsp_predictions:
+            metrics["nsp_accuracy"] = float(np.mean(nsp_predictions[0] == nsp_labels))
+        return metrics
+
+    return compute_metrics
+
+
+# ------------------------------------------------------------------------------------------------
+# Fill-mask probe
+# ------------------------------------------------------------------------------------------------
+_WORD = re.compile(r"[a-z]+")
+
+
+def probe_sentences(
+    texts: Sequence[str], tokenizer: PreTrainedTokenizerBase, count: int = 8, seed: int = 0
+) -> list[tuple[str, str]]:
+    """``count`` fixed probe sentences with one word replaced by the mask token, and that word.
+
+    Sentences of 8–40 words are taken from ``texts`` in order, at most one per text; the masked word
+    is drawn (seeded) among the lower-case alphabetic words of at least 3 letters that the tokenizer
+    keeps as one token, so a single ``[MASK]`` stands for the whole word.
+    """
+    rng = random.Random(seed)
+    probes: list[tuple[str, str]] = []
+    for text in texts:
+        for sentence in re.split(r"(?<=[.!?])\s+", " ".join(text.split())):
+            words = sentence.split()
+            if not 8 <= len(words) <= 40:
+                continue
+            candidates = [
+                index
+                for index, word in enumerate(words)
+                if _WORD.fullmatch(word) and len(word) >= 3 and len(tokenizer.tokenize(word)) == 1
+            ]
+            if not candidates:
+                continue
+            index = rng.choice(candidates)
+            answer, words[index] = words[index], tokenizer.mask_token
+            probes.append((" ".join(words), answer))
+            break
+        if len(probes) == count:
+            break
+    return probes
+
+
+@torch.inference_mode()
+def fill_mask_probe(
+    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, probes: Sequence[tuple[str, str]], top_k: int = TOP_K
+) -> list[dict[str, Any]]:
+    """Top-``top_k`` answers of ``model`` at the mask of each probe sentence, as ``pipeline("fill-mask")`` shows them.
+
+    Works with any masked-LM head, including MLM + NSP pretraining heads (``prediction_logits``), which the
+    pipeline does not take. Returns one dict per probe: ``sentence``, ``answer`` (the masked word) and
+    ``predictions`` (decoded tokens, best first).
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    try:
+        results = []
+        for sentence, answer in probes:
+            encoded = tokenizer(sentence, return_tensors="pt").to(device)
+            outputs = model(**encoded)
+            logits = outputs.logits if "logits" in outputs else outputs.prediction_logits  # (1, seq, vocab)
+            position = (encoded["input_ids"][0] == tokenizer.mask_token_id).nonzero()[0, 0]
+            top = logits[0, position].topk(top_k).indices.tolist()
+            predictions = [tokenizer.decode([token_id]).strip() for token_id in top]
+            results.append({"sentence": sentence, "answer": answer, "predictions": predictions})
+        return results
+    finally:
+        model.train(was_training)

@@ -1,0 +1,168 @@
+"""Training controls shared by the jobs and benchmarks: a wall-clock budget and early stopping.
+
+``TimeBudgetCallback`` turns any ``Trainer`` run into a fixed-time run whose learning-rate schedule
+ends exactly at the budget. It works by **re-planning the step count**: after every optimizer step it
+measures the training time so far (evaluation and checkpointing excluded), estimates how many steps
+fit in the budget at the speed measured since step 1, and makes the linear warmup + linear decay
+schedule aim at that step count. The estimate settles within a few dozen steps, so the learning rate
+follows the usual linear schedule over the planned steps and reaches 0 when the budget is used; the
+last plan is logged (``time_budget_planned_steps``), so ``--max_steps`` with that number repeats the
+run step for step. With several processes rank 0's plan is broadcast, so every rank stops together.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import torch
+from transformers import EarlyStoppingCallback, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+__all__ = ["TimeBudgetCallback", "early_stopping_callback"]
+
+
+class TimeBudgetCallback(TrainerCallback):
+    """Stop training when ``budget_seconds`` of training time are used; the schedule ends there.
+
+    Replaces the lambdas of the Trainer's ``LambdaLR`` (the ``linear`` scheduler, the Trainer's
+    default) by a linear warmup over ``warmup fraction × planned steps`` (from ``args.warmup_steps``:
+    a value below 1 is a fraction, a larger one a step count) followed by a linear decay to 0 at the
+    planned step. ``args.max_steps`` stays an upper bound. Logging, evaluation and save intervals
+    given as fractions (``eval_steps=0.5``) are fractions of the planned steps.
+
+    Args:
+        budget_seconds: training time allowed, evaluation and saving excluded.
+        clock: seconds from an arbitrary origin (``time.perf_counter``; tests pass a fake clock).
+    """
+
+    def __init__(self, budget_seconds: float, clock: Callable[[], float] = time.perf_counter) -> None:
+        if not budget_seconds > 0:
+            raise ValueError(f"the time budget must be positive, got {budget_seconds} s")
+        self.budget_seconds = float(budget_seconds)
+        self.clock = clock
+        self.planned_steps = 0
+        self.warmup_steps = 0
+        self.training_seconds = 0.0
+        self._max_steps = 0  # the Trainer's own step count: an upper bound
+        self._step_started = 0.0
+        self._speed_anchor: tuple[int, float] | None = None  # (step, training seconds) after the first step
+
+    # -------------------------------------------------------------- schedule
+    def multiplier(self, step: int) -> float:
+        """Learning-rate factor after ``step`` optimizer steps under the current plan."""
+        if step < self.warmup_steps:
+            return step / self.warmup_steps
+        return max(0.0, (self.planned_steps - step) / max(1, self.planned_steps - self.warmup_steps))
+
+    def _set_plan(self, args: TrainingArguments, state: TrainerState, planned_steps: int) -> None:
+        # state.max_steps stays the Trainer's upper bound: the default flow callback, which runs before this
+        # one, must never stop the run on an earlier plan. Intervals given as fractions follow the plan.
+        self.planned_steps = min(planned_steps, self._max_steps)
+        self.warmup_steps = args.get_warmup_steps(self.planned_steps)
+        state.compute_steps(args, self.planned_steps)
+
+    def _replan(self, args: TrainingArguments, state: TrainerState) -> None:
+        step = state.global_step
+        if self._speed_anchor is None:  # just after the first step, which pays for warm-up allocations
+            self._speed_anchor = (step, self.training_seconds)
+            seconds_per_step = self.training_seconds
+        else:
+            anchor_step, anchor_seconds = self._speed_anchor
+            seconds_per_step = (self.training_seconds - anchor_seconds) / max(1, step - anchor_step)
+        remaining = max(0.0, self.budget_seconds - self.training_seconds)
+        planned = step + math.floor(remaining / max(seconds_per_step, 1e-9))
+        self._set_plan(args, state, max(step, _broadcast_from_rank_zero(planned, args)))
+
+    # -------------------------------------------------------------- events
+    def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
+        if args.lr_scheduler_type != "linear" or not hasattr(lr_scheduler, "lr_lambdas"):
+            raise ValueError(
+                "a time budget schedules a linear warmup and decay on the Trainer's LambdaLR; got "
+                f"lr_scheduler_type={args.lr_scheduler_type!r} ({type(lr_scheduler).__name__})"
+            )
+        lr_scheduler.lr_lambdas = [self.multiplier] * len(lr_scheduler.lr_lambdas)
+        self._max_steps = state.max_steps
+        self._set_plan(args, state, state.max_steps)  # until the first step has been timed
+        self.training_seconds = 0.0
+        self._speed_anchor = None
+        self._step_started = self.clock()
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
+        now = self.clock()
+        self.training_seconds += now - self._step_started
+        self._step_started = now
+        speed_measured = self._speed_anchor is not None  # a plan from the first step alone is too pessimistic
+        self._replan(args, state)
+        step = state.global_step
+        if self.training_seconds >= self.budget_seconds or (speed_measured and step >= self.planned_steps):
+            self.planned_steps = step
+            state.max_steps = step
+            control.should_training_stop = True
+            # What the default flow callback does at max_steps: evaluate and save the final model.
+            if args.eval_strategy == "steps" and step % state.eval_steps != 0 and args.eval_delay <= step:
+                control.should_evaluate = True
+            if args.save_strategy == "steps":
+                control.should_save = True
+        return control
+
+    def _pause(self) -> None:
+        # Evaluation and saving run between on_step_end and these events: restart the clock after them.
+        self._step_started = self.clock()
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._pause()
+
+    def on_save(self, args, state, control, **kwargs):
+        self._pause()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        state.log_history.append(
+            {
+                "time_budget_seconds": self.budget_seconds,
+                "time_budget_training_seconds": round(self.training_seconds, 3),
+                "time_budget_planned_steps": self.planned_steps,
+                "step": state.global_step,
+            }
+        )
+
+
+def _broadcast_from_rank_zero(value: int, args: TrainingArguments) -> int:
+    """Rank 0's ``value`` on every rank (processes time differently; they must stop at the same step)."""
+    if args.world_size <= 1 or not torch.distributed.is_initialized():
+        return value
+    tensor = torch.tensor([value], dtype=torch.long, device=args.device)
+    torch.distributed.broadcast(tensor, src=0)
+    return int(tensor.item())
+
+
+def early_stopping_callback(
+    training_args: TrainingArguments,
+    patience: int | None,
+    threshold: float,
+    metric: str,
+    greater_is_better: bool,
+) -> list[EarlyStoppingCallback]:
+    """``[EarlyStoppingCallback]`` for ``patience`` evaluations without improvement of ``metric``, or ``[]``.
+
+    Sets what the callback needs on ``training_args``: ``load_best_model_at_end`` (the saved model is
+    the best one), the metric and its direction, checkpoints at every evaluation (model weights
+    only, at most the best and the latest kept). Raises ValueError when nothing is evaluated during training.
+    """
+    if patience is None:
+        return []
+    if patience < 1:
+        raise ValueError(f"--early_stopping_patience must be at least 1, got {patience}")
+    if threshold < 0:
+        raise ValueError(f"--early_stopping_threshold must not be negative, got {threshold}")
+    if training_args.eval_strategy == "no":
+        raise ValueError("--early_stopping_patience needs evaluations during training: set --eval_strategy steps or epoch")
+    training_args.load_best_model_at_end = True
+    training_args.metric_for_best_model = metric
+    training_args.greater_is_better = greater_is_better
+    training_args.save_strategy = training_args.eval_strategy
+    if training_args.eval_strategy == "steps":
+        training_args.save_steps = training_args.eval_steps
+    training_args.save_only_model = True
+    training_args.save_total_limit = 1
+    return [EarlyStoppingCallback(early_stopping_patience=patience, early_stopping_threshold=threshold)]

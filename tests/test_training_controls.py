@@ -1,0 +1,150 @@
+"""Training controls (``mlm_suite.training``) on a real ``Trainer`` with a toy model: the wall-clock
+budget (a fake clock, so nothing is timed) and early stopping with the best model restored."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+from mlm_suite.training import TimeBudgetCallback, early_stopping_callback
+
+
+class ToyRegression(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 1)
+
+    def forward(self, x, labels=None):
+        prediction = self.linear(x).squeeze(-1)
+        return {"loss": torch.nn.functional.mse_loss(prediction, labels), "logits": prediction}
+
+
+def toy_data(rows: int = 64) -> list[dict[str, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, 4, generator=generator)
+    y = x @ torch.tensor([1.0, -2.0, 0.5, 3.0])
+    return [{"x": x[i], "labels": y[i]} for i in range(rows)]
+
+
+class FakeClock:
+    """Time that moves only when told: ``step_seconds`` per optimizer step, ``eval_seconds`` per evaluation."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class AdvanceClock(TrainerCallback):
+    """Placed before the budget callback: each step costs ``step_seconds(step)``, each evaluation ``eval_seconds``."""
+
+    def __init__(self, clock: FakeClock, step_seconds, eval_seconds: float = 0.0) -> None:
+        self.clock, self.step_seconds, self.eval_seconds = clock, step_seconds, eval_seconds
+        self.learning_rates: dict[int, float] = {}
+
+    def on_step_end(self, args, state, control, lr_scheduler=None, **kwargs):
+        self.clock.now += self.step_seconds(state.global_step)
+        # The rate used for the next step (the scheduler has stepped already).
+        self.learning_rates[state.global_step] = lr_scheduler.get_last_lr()[0]
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self.clock.now += self.eval_seconds
+
+
+def budget_run(tmp_path, budget, step_seconds, eval_seconds=0.0, **extra) -> tuple[Trainer, TimeBudgetCallback, AdvanceClock]:
+    clock = FakeClock()
+    advance = AdvanceClock(clock, step_seconds, eval_seconds)
+    budget_callback = TimeBudgetCallback(budget, clock=clock)
+    args = TrainingArguments(
+        output_dir=str(tmp_path), max_steps=10_000, per_device_train_batch_size=4, learning_rate=0.1,
+        warmup_steps=0.1, logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, use_cpu=True,
+        **{"lr_scheduler_type": "linear", **extra},
+    )  # fmt: skip
+    data = toy_data()
+    trainer = Trainer(model=ToyRegression(), args=args, train_dataset=data, eval_dataset=data[:8],
+                      callbacks=[advance, budget_callback])  # fmt: skip
+    trainer.train()
+    return trainer, budget_callback, advance
+
+
+def test_budget_stops_training_where_the_linear_schedule_ends(tmp_path):
+    trainer, budget, advance = budget_run(tmp_path, budget=100.0, step_seconds=lambda step: 2.0)
+    assert trainer.state.global_step == 50 == budget.planned_steps  # 100 s / 2 s per step
+    assert budget.training_seconds == pytest.approx(100.0)
+    assert budget.warmup_steps == 5  # warmup_steps=0.1 is a fraction of the planned steps
+    rates = advance.learning_rates
+    assert rates[5] == pytest.approx(0.1)  # peak at the end of warmup
+    assert rates[27] == pytest.approx(0.1 * (50 - 27) / 45)  # linear decay
+    assert rates[50] == 0.0  # the schedule has ended at the budget
+    assert [entry for entry in trainer.state.log_history if "time_budget_planned_steps" in entry][0][
+        "time_budget_planned_steps"
+    ] == 50
+
+
+def test_budget_adapts_to_a_change_of_speed_and_excludes_evaluation(tmp_path):
+    # 1 s per step for 30 steps, then 3 s per step; an evaluation every 10 steps costs 50 s (not counted).
+    trainer, budget, advance = budget_run(
+        tmp_path, budget=120.0, step_seconds=lambda step: 1.0 if step <= 30 else 3.0, eval_seconds=50.0,
+        eval_strategy="steps", eval_steps=10,
+    )  # fmt: skip
+    assert trainer.state.global_step == 60  # 30 steps in 30 s, then 90 s / 3 s = 30 steps
+    assert budget.training_seconds == pytest.approx(120.0)
+    assert advance.learning_rates[60] == 0.0
+    assert all(rate >= 0 for rate in advance.learning_rates.values())
+    assert sum("eval_loss" in entry for entry in trainer.state.log_history) >= 5
+
+
+def test_budget_needs_a_linear_schedule(tmp_path):
+    with pytest.raises(ValueError, match="linear"):
+        budget_run(tmp_path, budget=10.0, step_seconds=lambda step: 1.0, lr_scheduler_type="cosine")
+    with pytest.raises(ValueError, match="positive"):
+        TimeBudgetCallback(0)
+
+
+class ScriptedMetric:
+    """``compute_metrics`` returning scripted scores, one per evaluation."""
+
+    def __init__(self, scores: list[float]) -> None:
+        self.scores = iter(scores)
+
+    def __call__(self, prediction) -> dict[str, float]:
+        return {"accuracy": next(self.scores)}
+
+
+class LastWeights(TrainerCallback):
+    """Keeps a copy of the weights after every step (the Trainer swaps in the best ones at the end)."""
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self.weights = {name: value.detach().clone() for name, value in model.state_dict().items()}
+
+
+def test_early_stopping_stops_and_restores_the_best_model(tmp_path):
+    args = TrainingArguments(
+        output_dir=str(tmp_path), max_steps=100, per_device_train_batch_size=4, learning_rate=0.05,
+        eval_strategy="steps", eval_steps=2, report_to="none", disable_tqdm=True, use_cpu=True,
+    )  # fmt: skip
+    callbacks = early_stopping_callback(args, patience=2, threshold=0.0, metric="accuracy", greater_is_better=True)
+    assert args.load_best_model_at_end and args.save_strategy == "steps" and args.save_steps == 2
+    data, last = toy_data(), LastWeights()
+    # Best at the second evaluation (step 4); two evaluations without improvement then stop at step 8.
+    trainer = Trainer(model=ToyRegression(), args=args, train_dataset=data, eval_dataset=data[:8],
+                      compute_metrics=ScriptedMetric([0.5, 0.7, 0.6, 0.65, 0.9]), callbacks=[*callbacks, last])  # fmt: skip
+    trainer.train()
+    assert trainer.state.global_step == 8
+    assert trainer.state.best_metric == 0.7
+    best = load_file(tmp_path / "checkpoint-4" / "model.safetensors")
+    for name, value in trainer.model.state_dict().items():
+        torch.testing.assert_close(value, best[name], rtol=0, atol=0)
+    assert not torch.equal(last.weights["linear.weight"], best["linear.weight"])  # the model moved after step 4
+
+
+def test_early_stopping_arguments_are_checked(tmp_path):
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none")
+    assert early_stopping_callback(args, None, 0.0, "accuracy", True) == []
+    with pytest.raises(ValueError, match="eval_strategy"):
+        early_stopping_callback(args, 2, 0.0, "accuracy", True)
+    with pytest.raises(ValueError, match="at least 1"):
+        early_stopping_callback(args, 0, 0.0, "accuracy", True)
