@@ -95,7 +95,9 @@ class TimeBudgetCallback(TrainerCallback):
         speed_measured = self._speed_anchor is not None  # a plan from the first step alone is too pessimistic
         self._replan(args, state)
         step = state.global_step
-        if self.training_seconds >= self.budget_seconds or (speed_measured and step >= self.planned_steps):
+        # Only the plan, rank 0's on every rank, decides: processes must stop at the same step. Once the
+        # budget is used the plan is the current step.
+        if speed_measured and step >= self.planned_steps:
             self.planned_steps = step
             state.max_steps = step
             control.should_training_stop = True

@@ -138,3 +138,17 @@ def test_every_process_leaves_the_process_group_after_the_last_one_finished_the_
         process = json.loads((tmp_path / f"process_{index}.json").read_text())
         assert not process["in_group"]
         assert process["left"] >= main_finished  # without the barrier, process 1 leaves about 2 s earlier
+
+
+def test_time_budget_stops_every_process_at_the_same_step(tmp_path):
+    """Under --max_train_minutes each process times its own steps; rank 0's plan is broadcast, so both stop at
+    the same step and the job ends (a rank stopping alone would leave the other waiting in DDP forever)."""
+    train = write_text(tmp_path / "train.txt", make_documents(40, seed=7))
+    validation = write_text(tmp_path / "validation.txt", make_documents(4, seed=8))
+    argv = job_args(tmp_path / "budget", "--train_file", str(train), "--validation_file", str(validation))
+    argv += ["--train_tokenizer", "false", "--max_train_minutes", "0.05", "--eval_strategy", "no", "--fill_mask_probes", "0"]
+    result = launch_two_processes(EXAMPLE, argv, 300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    state = json.loads((tmp_path / "budget" / "trainer_state.json").read_text())
+    plan = next(entry for entry in state["log_history"] if "time_budget_planned_steps" in entry)
+    assert state["global_step"] == plan["time_budget_planned_steps"] >= 2
