@@ -33,7 +33,6 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling, TrainingArguments
 
-from mlm_suite.data.masking import DataCollatorForMaskedLM
 from mlm_suite.jobs import pretrain
 from mlm_suite.mlm_metrics import (
     fill_mask_probe,
@@ -104,9 +103,7 @@ def run_hf(output_dir: Path, tokenizer_dir: Path, minutes: float, job_args: list
         model=model,
         args=training_args,
         data_collator=lambda features: hf_collator([{key: row[key] for key in HF_INPUTS} for row in features]),
-        eval_data_collator=DataCollatorForMaskedLM(
-            tokenizer, mlm_probability=args.eval_mlm_probability, masking=args.masking, seed=pretrain.EVAL_SEED, process_rank=0
-        ),
+        eval_data_collator=pretrain.evaluation_collator(tokenizer, args),
         train_dataset=train_features,
         eval_dataset=eval_features,
         processing_class=tokenizer,

@@ -441,6 +441,13 @@ def build_model(args: PretrainingArguments, config: MlmSuiteConfig) -> MlmSuiteF
 # ------------------------------------------------------------------------------------------------
 # Evaluation
 # ------------------------------------------------------------------------------------------------
+def evaluation_collator(tokenizer: PreTrainedTokenizerBase, args: PretrainingArguments) -> DataCollatorForMaskedLM:
+    """The held-out masks: ``--eval_mlm_probability`` with a fixed seed, whatever the training rate or process."""
+    return DataCollatorForMaskedLM(
+        tokenizer, mlm_probability=args.eval_mlm_probability, masking=args.masking, seed=EVAL_SEED, process_rank=0
+    )
+
+
 def describe_evaluation(metrics: dict[str, float], probe: list[dict], baseline_token: str) -> str:
     """The held-out scores and the fill-mask probe as the job prints them (plain text)."""
     rows = [("MLM loss / perplexity", f"{metrics['eval_mlm_loss']:.4f} / {metrics['perplexity']:.1f}")]
@@ -624,9 +631,6 @@ def main(argv: list[str] | None = None) -> int:
         seed=training_args.seed,
         process_rank=None if args.masking_seed_per_rank else 0,
     )
-    eval_collator = DataCollatorForMaskedLM(
-        tokenizer, mlm_probability=args.eval_mlm_probability, masking=args.masking, seed=EVAL_SEED, process_rank=0
-    )
     callbacks = [MaskingEpochCallback(train_collator)]
     callbacks += early_stopping_callback(
         training_args, args.early_stopping_patience, args.early_stopping_threshold, "mask_accuracy", True
@@ -638,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
         model=model,
         args=training_args,
         data_collator=train_collator,
-        eval_data_collator=eval_collator,
+        eval_data_collator=evaluation_collator(tokenizer, args),
         train_dataset=train_features,
         eval_dataset=eval_features,
         processing_class=tokenizer,
