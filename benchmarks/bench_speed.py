@@ -520,7 +520,6 @@ def environment(peaks: dict[str, float]) -> dict:
 
 def run(workloads: list[Workload], seed: int = 0, log=print, modernbert: bool = True, gemm_size: int = 2048) -> dict:
     """Run the workloads; return ``{"environment", "checks", "results", "markdown"}`` (raises on a failed check)."""
-    hf_logging.set_verbosity_error()
     peaks = {"fp32": gemm_peak(torch.float32, gemm_size), "bf16": gemm_peak(torch.bfloat16, gemm_size)}
     env = environment(peaks)
     log(
@@ -555,6 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", help="write all results as JSON here")
     parser.add_argument("--markdown", help="write the markdown tables here")
     args = parser.parse_args(argv)
+    hf_logging.set_verbosity_error()  # here, not in run(): a caller's logging stays as it was
     if args.threads:
         torch.set_num_threads(args.threads)
     workloads = quick_workloads() if args.quick else list(DEFAULT_WORKLOADS)

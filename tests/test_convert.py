@@ -15,8 +15,9 @@ from safetensors.torch import save_file
 from transformers import AutoModel, AutoTokenizer, BertForMaskedLM, BertForPreTraining, BertModel
 
 import mlm_suite
-from conftest import make_random_batch, make_tiny_bert_config
+from conftest import make_random_batch, make_tiny_bert_config, make_tiny_config
 from mlm_suite import MlmSuiteForMaskedLM, MlmSuiteForPreTraining, MlmSuiteModel, convert_bert_checkpoint
+from mlm_suite.model import MlmSuiteForPreTrainingOutput
 from mlm_suite.convert import convert_bert_state_dict
 
 KINDS = {
@@ -232,8 +233,12 @@ def test_cli_convert_bert(tmp_path, capsys):
     model = load_converted(dst, "BertForPreTraining")
     batch = make_random_batch(seed=4)
     assert_outputs_match(ours_outputs(model, batch), hf_outputs(bert, batch), batch["attention_mask"].bool())
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:  # a user error: one line on stderr, exit status 2
         main(["convert-bert", str(tmp_path / "nowhere"), str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mlm-suite convert-bert: error: ") and "config.json" in err and "Traceback" not in err
     with pytest.raises(SystemExit):
         main(["convert-bert", str(src)])  # missing DST
 
@@ -264,3 +269,82 @@ def test_training_gradients_equal_hf_bert(tmp_path):
     assert ours_gradients.keys() == hf_gradients.keys()
     for name, gradient in ours_gradients.items():
         torch.testing.assert_close(gradient, hf_gradients[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_gradients_reach_returned_hidden_states_and_attentions_as_in_hf_bert(tmp_path, attn_implementation):
+    """Gradient-based attribution reads ``.grad`` of the returned ``hidden_states`` and ``attentions``:
+    on a padded batch they are in the graph and their gradients equal HF ``BertModel``'s for the same
+    weights (at real tokens; BERT's pad rows feed nothing real, ours are not computed)."""
+    hf = random_bert("BertModel")
+    hf.save_pretrained(tmp_path / "bert")
+    hf.set_attn_implementation("eager")  # BERT returns attention weights from eager only
+    ours = MlmSuiteModel.from_pretrained(convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours")).eval()
+    ours.set_attn_implementation(attn_implementation)
+    batch = make_random_batch(lengths=(9, 4, 7, 2), seed=5)
+    real = batch["attention_mask"].bool()
+    weights = torch.randn(*real.shape, hf.config.hidden_size, generator=torch.Generator().manual_seed(6))
+    grads = {}
+    for name, model in (("hf", hf), ("ours", ours)):
+        out = model(**batch, output_hidden_states=True, output_attentions=True)
+        for tensor in out.hidden_states + out.attentions:
+            tensor.retain_grad()
+        (out.last_hidden_state[real] * weights[real]).sum().backward()
+        grads[name] = out
+    pair_is_real = real[:, None, :, None] & real[:, None, None, :]  # (batch, 1, query, key)
+    for layer, (a, b) in enumerate(zip(grads["ours"].hidden_states, grads["hf"].hidden_states)):
+        assert a.grad is not None, f"hidden_states[{layer}] is outside the graph"
+        torch.testing.assert_close(a.grad[real], b.grad[real], atol=1e-5, rtol=1e-4, msg=f"hidden_states[{layer}]")
+    for layer, (a, b) in enumerate(zip(grads["ours"].attentions, grads["hf"].attentions)):
+        assert a.grad is not None, f"attentions[{layer}] is outside the graph"
+        mask = pair_is_real.expand_as(a)
+        torch.testing.assert_close(a.grad[mask], b.grad[mask], atol=1e-5, rtol=1e-4, msg=f"attentions[{layer}]")
+
+
+def test_return_dict_false_gives_bert_tuples(tmp_path):
+    """``config.return_dict=False`` (or ``return_dict=False`` in the call) returns the tuple BERT returns."""
+    hf = random_bert("BertForPreTraining")
+    hf.save_pretrained(tmp_path / "bert")
+    ours = MlmSuiteForPreTraining.from_pretrained(convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours")).eval()
+    batch = make_random_batch(seed=7)
+    with torch.no_grad():
+        expected = hf(**batch, return_dict=False)
+        by_call = ours(**batch, return_dict=False)
+        ours.config.return_dict = False
+        hf.config.return_dict = False
+        by_config, hf_by_config = ours(**batch), hf(**batch)
+        explicit = ours(**batch, return_dict=True)
+    for got, reference in ((by_call, expected), (by_config, hf_by_config)):
+        assert isinstance(got, tuple) and len(got) == len(reference) == 2
+        real = batch["attention_mask"].bool()
+        torch.testing.assert_close(got[0][real], reference[0][real], atol=1e-4, rtol=0)
+        torch.testing.assert_close(got[1], reference[1], atol=1e-4, rtol=0)
+    assert isinstance(explicit, MlmSuiteForPreTrainingOutput)
+
+
+def test_set_attn_implementation_switches_the_kernel(monkeypatch):
+    """``set_attn_implementation`` switches a built model the way it switches transformers' own models."""
+    model = MlmSuiteModel(make_tiny_config()).eval()
+    assert model.config._attn_implementation == "sdpa"
+    batch = make_random_batch(seed=8)
+    with torch.no_grad():
+        sdpa = model(**batch).last_hidden_state
+    model.set_attn_implementation("eager")
+    assert model.config._attn_implementation == "eager"
+    assert all(layer.attention.config._attn_implementation == "eager" for layer in model.layers)
+
+    def no_sdpa(*args, **kwargs):
+        raise AssertionError("the eager model called scaled_dot_product_attention")
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", no_sdpa)
+    with torch.no_grad():
+        eager = model(**batch).last_hidden_state
+    torch.testing.assert_close(eager, sdpa, atol=1e-5, rtol=0)
+    monkeypatch.undo()
+    model.set_attn_implementation("sdpa")
+    calls = []
+    original = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or original(*a, **k))
+    with torch.no_grad():
+        model(**batch)
+    assert len(calls) == model.config.num_hidden_layers

@@ -254,6 +254,7 @@ def test_embedder_errors(tiny_model, tokenizer):
 # ---------------------------------------------------------------- real weights
 
 
+@pytest.mark.slow
 def test_real_minilm_anisotropy_drops_after_zscoring(minilm, tokenizer):
     rows = random.Random(0).sample(resources.pang_lee_sentences(), 100)
     sentences = [[word for word, _, _ in split_words(text)] for _, text in rows]

@@ -111,6 +111,7 @@ def ner_run(tiny_model, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_compare_hf_trains_the_baseline_and_tests_the_difference(tiny_model, tmp_path):
     out = tmp_path / "out"
     finetune_ner.main([
@@ -126,6 +127,11 @@ def test_compare_hf_trains_the_baseline_and_tests_the_difference(tiny_model, tmp
         assert metrics[f"{split}_f1_delta_vs_hf"] == pytest.approx(metrics[f"{split}_f1"] - metrics[f"hf_{split}_f1"])
         assert 0.0 <= metrics[f"{split}_bootstrap_p_value"] <= 1.0
     assert "paired bootstrap" in (out / "README.md").read_text()
+    # hf_baseline/ (the baseline Trainer's output_dir) holds the baseline's results, not nothing
+    baseline = results(out / "hf_baseline")
+    assert {key: baseline[key] for key in ("hf_eval_f1", "hf_test_f1", "eval_f1_delta_vs_hf")} == {
+        key: metrics[key] for key in ("hf_eval_f1", "hf_test_f1", "eval_f1_delta_vs_hf")
+    }
 
 
 def test_ner_outputs(ner_run):
@@ -161,7 +167,7 @@ def test_read_conll_skips_docstart_and_takes_first_and_last_columns(tmp_path):
                     "Peter NNP B-NP B-PER\n")
     assert read_conll(path) == [(["EU", "rejects"], ["B-ORG", "O"]), (["Peter"], ["B-PER"])]
     path.write_text("EU B-ORG\nrejects\n")
-    with pytest.raises(ValueError, match=r"x.conll, line 2: expected 'token ... tag'"):
+    with pytest.raises(ValueError, match=r"x.conll line 2: expected 'token ... tag'"):
         read_conll(path)
 
 
@@ -180,24 +186,24 @@ def test_iob1_file_is_detected_and_converted(tiny_model, tmp_path):
     assert config["tagging_scheme"] == "BIO"
     assert set(config["label2id"]) == {"O", "B-LOC", "I-LOC", "B-PER", "I-PER"}
     assert "converted from IOB1" in (tmp_path / "out" / "README.md").read_text()
-    sources = {"train": ("f", [(words, list(tags)) for words, tags in IOB1])}
+    sources = {"train": finetune_ner.Source("f", [(words, list(tags)) for words, tags in IOB1])}
     assert finetune_ner.settle_scheme(sources, None, "BIO") == ("IOB1", "BIO")
-    assert sources["train"][1][1][1] == ["B-LOC", "B-LOC", "O", "O"]
+    assert sources["train"].sentences[1][1] == ["B-LOC", "B-LOC", "O", "O"]
 
 
 def test_ner_input_errors(tiny_model, tmp_path):
     base = ["--model_name_or_path", str(tiny_model), "--output_dir", str(tmp_path / "out"), *FAST]
     bad_counts = write_jsonl(tmp_path / "bad.jsonl", [{"tokens": ["a", "b"], "ner_tags": ["O", "O"]},
                                                       {"tokens": ["john", "x", "y"], "ner_tags": ["B-PER", "O"]}])
-    with pytest.raises(ValueError, match=r"bad.jsonl, line 2: 3 tokens but 2 tags"):
+    with pytest.raises(ValueError, match=r"bad.jsonl line 2: 3 tokens but 2 tags"):
         finetune_ner.main(["--train_file", str(bad_counts), *base])
 
     conll = write_conll(tmp_path / "train.conll", SENTENCES)
-    with pytest.raises(ValueError, match=r"train.conll: sentence 0, position 3: tag 'B-LOC' is not in the label list"):
+    with pytest.raises(ValueError, match=r"train.conll line 6: tag 'B-LOC' is not in the label list"):
         finetune_ner.main(["--train_file", str(conll), "--label_list", "O", "B-PER", "I-PER", *base])
 
     iob1 = write_conll(tmp_path / "iob1.conll", IOB1)
-    with pytest.raises(InvalidTagSequenceError, match=r"iob1.conll: sentence 0, position 0: I-PER after O is not allowed in BIO"):
+    with pytest.raises(InvalidTagSequenceError, match=r"iob1.conll line 3: I-PER after O is not allowed in BIO"):
         finetune_ner.main(["--train_file", str(iob1), "--tagging_scheme", "BIO", *base])
 
 
@@ -262,6 +268,7 @@ def test_crf_trains_and_predicts_valid_bio(tiny_model, tmp_path):
     assert any(model.config.id2label[i] != "O" for path in paths for i in path)
 
 
+@pytest.mark.slow
 def test_distributed_evaluation_scores_each_sentence_once(tiny_model, tmp_path):
     """Under ``accelerate launch`` with 2 processes, 7 eval sentences are scored once each."""
     train = write_conll(tmp_path / "train.conll", SENTENCES * 2)
@@ -325,6 +332,7 @@ def test_early_stopping_in_a_finetuning_job(tiny_model, tmp_path):
     assert state["best_metric"] == metrics["eval_accuracy"]
 
 
+@pytest.mark.slow
 def test_intermediate_stage_equals_finetuning_its_checkpoint(tiny_model, tmp_path):
     """Intermediate data then the task, in one run, is the task trained from the intermediate checkpoint."""
     files = {name: write_jsonl(tmp_path / f"{name}.jsonl", polarity_rows(*span))
@@ -360,6 +368,7 @@ def test_intermediate_input_errors(tiny_model, tmp_path):
     assert not (tmp_path / "out" / "all_results.json").exists()
 
 
+@pytest.mark.slow
 def test_seeds_runs_the_job_per_seed_and_summarizes(tiny_model, tmp_path, capsys):
     train = write_jsonl(tmp_path / "train.jsonl", polarity_rows(1980, 2020))
     out = tmp_path / "seeds"

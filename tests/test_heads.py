@@ -29,7 +29,7 @@ from mlm_suite import (
     MlmSuiteForTokenClassification,
     MlmSuiteModel,
 )
-from mlm_suite.model import MlmSuiteForPreTrainingOutput
+from mlm_suite.model import MlmSuiteForPreTrainingOutput, modeling_mlm_suite
 
 BIO = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
 LENGTHS = (7, 4, 9, 2)
@@ -262,14 +262,25 @@ def test_pair_classification_errors():
         MlmSuiteForPairClassification(make_tiny_config(type_vocab_size=1))
     model = build(MlmSuiteForPairClassification, num_labels=3).eval()
     batch = make_random_batch(LENGTHS)
-    with pytest.raises(ValueError, match="token_type_ids"):
-        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     bad = batch["token_type_ids"].clone()
     bad[0, 1] = 2
     with pytest.raises(ValueError, match=r"token type id 2 .*type_vocab_size=2"):
         model(**{**batch, "token_type_ids": bad})
     out = model(**batch, labels=torch.tensor([0, 1, 2, 0]))
     assert out.logits.shape == (B, 3) and torch.isfinite(out.loss)
+
+
+def test_pair_classification_without_segment_ids_warns_and_reads_segment_zero(caplog):
+    model = build(MlmSuiteForPairClassification, num_labels=3).eval()
+    batch = make_random_batch(LENGTHS)
+    segment_zero = {**batch, "token_type_ids": torch.zeros_like(batch["token_type_ids"])}
+    without = {k: v for k, v in batch.items() if k != "token_type_ids"}
+    modeling_mlm_suite.logger.warning_once.cache_clear()  # warned once per process: let this test see it
+    with torch.no_grad():
+        expected = model(**segment_zero).logits
+        logits = model(**without).logits
+    torch.testing.assert_close(logits, expected, rtol=0, atol=0)
+    assert "no token_type_ids" in caplog.text
 
 
 def test_pair_classification_uses_segments():

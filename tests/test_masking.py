@@ -191,6 +191,7 @@ def check_masking_statistics(tokenizer, output, original, word_ids, mode) -> dic
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_rates_split_and_random_tokens_on_a_million_tokens(wordpiece_runs, wordpiece, mode):
     runs, original, word_ids = wordpiece_runs
@@ -211,6 +212,7 @@ def test_wordpiece_word_ids_follow_the_continuation_marker(corpus, wordpiece):
                 assert words[position] == words[position - 1]
 
 
+@pytest.mark.slow
 def test_spans_are_whole_word_runs_with_clipped_geometric_lengths(wordpiece_runs):
     runs, original, word_ids = wordpiece_runs
     selected = runs["span"]["labels"] != -100

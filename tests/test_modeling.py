@@ -298,9 +298,12 @@ def test_token_type_ids_out_of_range():
         model(input_ids=ids, token_type_ids=torch.tensor([[0, -1, 1, 0]]))
 
 
-def test_hidden_size_not_divisible_by_heads():
+def test_hidden_size_not_divisible_by_heads_is_rejected_when_a_model_is_built():
+    config = MlmSuiteConfig(hidden_size=30, num_attention_heads=4)  # accepted, as BertConfig accepts it
     with pytest.raises(ValueError, match=r"hidden_size \(30\).*num_attention_heads \(4\)"):
-        MlmSuiteConfig(hidden_size=30, num_attention_heads=4)
+        MlmSuiteModel(config)
+    with pytest.raises(ValueError, match=r"even head size, got 5"):
+        MlmSuiteModel(MlmSuiteConfig(hidden_size=20, num_attention_heads=4, position_embedding_type="rotary"))
 
 
 def test_bad_variant_names_are_rejected():

@@ -146,12 +146,14 @@ def packed_run(tmp_path_factory, corpus) -> Path:
     return output_dir
 
 
+@pytest.mark.slow
 def test_mlm_with_packing_writes_a_complete_checkpoint(packed_run):
     results = assert_complete_checkpoint(packed_run, "MlmSuiteForMaskedLM")
     assert "eval_nsp_accuracy" not in results
     assert read_json(packed_run / "trainer_state.json")["global_step"] == 4
 
 
+@pytest.mark.slow
 def test_checkpoint_loads_as_remote_code_without_mlm_suite(packed_run, tmp_path):
     """The folder loads with trust_remote_code where mlm_suite cannot be imported, and gives the same logits."""
     script = (
@@ -249,6 +251,7 @@ def test_bad_input_fails_before_writing_anything(tmp_path, corpus, tokenizer_wit
     assert not output_dir.exists()
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_matches_one_large_batch(tmp_path, corpus):
     """8 rows × 1 micro-batch and 2 rows × 4 micro-batches make the same optimizer step.
 
@@ -276,6 +279,7 @@ def test_gradient_accumulation_matches_one_large_batch(tmp_path, corpus):
     assert max_difference(weights(runs[8]), weights(runs[2])) < 1e-5
 
 
+@pytest.mark.slow
 def test_resume_from_checkpoint_matches_an_uninterrupted_run(tmp_path, corpus):
     """Resuming at step 2 of 4 (the run crosses an epoch boundary at step 3) ends where the uninterrupted run ends.
 
@@ -301,6 +305,7 @@ def test_resume_from_checkpoint_matches_an_uninterrupted_run(tmp_path, corpus):
     assert [losses[1][step] for step in (3, 4)] == pytest.approx([losses[0][step] for step in (3, 4)], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_evaluation_masking_rate_does_not_follow_the_training_rate(tmp_path, corpus):
     """Eval masks depend on --eval_mlm_probability only: training at 15 % or 40 % scores the same positions."""
     common = ["--train_file", str(corpus["train"]), "--validation_file", str(corpus["validation"])]
@@ -356,6 +361,7 @@ def repetitive_documents(count: int, seed: int) -> list[str]:
     return [" ".join(rng.choices(templates, k=4)) for _ in range(count)]
 
 
+@pytest.mark.slow
 def test_pretraining_learns_to_use_context(tmp_path):
     """A few hundred steps on a tiny, highly repetitive corpus: [MASK] accuracy far above the baseline,
     and the probe's answers depend on the sentence. Guards against shipping a job that learns nothing."""

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -114,6 +115,7 @@ def _expected(name, model, inputs):
     return expected
 
 
+@pytest.mark.slow
 def test_every_head_reloads_as_remote_code_without_mlm_suite(tmp_path, tokenizer):
     encoded = tokenizer(FIRST, SECOND, padding=True, return_tensors="pt")
     inputs = {k: v.contiguous() for k, v in encoded.items()}

@@ -108,8 +108,9 @@ def test_detect_scheme_refuses_mixtures():
     assert "sentence 1, position 1: B-LOC after O is not allowed in IOB1" in message
     with pytest.raises(InvalidTagSequenceError, match="sentence 1, position 0: E-PER after O"):
         detect_scheme([["S-PER"], ["E-PER"]])
-    with pytest.raises(UnknownTagError, match="sentence 1, position 0: unknown tag 'PER'"):
-        detect_scheme([["O"], ["PER"]])
+    # Entity tags next to a malformed one: an error, not a non-entity ("none") tag set.
+    with pytest.raises(UnknownTagError, match="sentence 1, position 0: unknown tag 'PER'.*scheme is 'none'"):
+        detect_scheme([["B-LOC"], ["PER"]])
 
 
 @pytest.mark.parametrize(

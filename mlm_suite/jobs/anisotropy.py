@@ -24,10 +24,13 @@ from transformers import AutoModel, AutoTokenizer  # noqa: E402
 
 from mlm_suite import resources  # noqa: E402
 from mlm_suite.embeddings import ContextualEmbedder, layerwise_anisotropy, save_json, split_words  # noqa: E402
+from mlm_suite.errors import UsageError  # noqa: E402
+from mlm_suite.jobs.distributed import command_prog  # noqa: E402
+from mlm_suite.jobs.finetuning import validate_flags  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=command_prog(), description=__doc__.split("\n\n")[0])
     parser.add_argument("--model_name_or_path", help="encoder folder (default: the real all-MiniLM-L6-v2 converted to mlm_suite)")
     parser.add_argument("--num_sentences", type=int, default=300, help="sentences sampled from Pang & Lee")
     parser.add_argument("--n_pairs", type=int, default=10000, help="random instance pairs per layer")
@@ -55,9 +58,10 @@ def plot(results: list[dict], path: Path, title: str) -> None:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
+    validate_flags(args)  # before anything is read or written
     rows = resources.pang_lee_sentences()
     if not 2 <= args.num_sentences <= len(rows):
-        raise SystemExit(f"--num_sentences must be between 2 and {len(rows)}, got {args.num_sentences}")
+        raise UsageError(f"--num_sentences must be between 2 and {len(rows)}, got {args.num_sentences}")
     sample = random.Random(args.seed).sample(rows, args.num_sentences)
     sentences = [[word for word, _, _ in split_words(text)] for _, text in sample]
 
@@ -85,3 +89,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(f"wrote {output_dir / 'anisotropy.json'} and {output_dir / 'anisotropy.png'}")
     return results
 
+
+if __name__ == "__main__":
+    from mlm_suite.jobs.distributed import run_job
+
+    run_job(main)

@@ -20,17 +20,32 @@ right away; this module keeps it until the interpreter exits, so that the main t
 This runs once per process, where a job's ``main`` is called from the command line
 (``mlm-suite <command>`` and ``examples/*.py``), not inside the jobs: ``mlm-suite seeds`` and the
 NER job's HF baseline run several Trainers in one process, and each needs the group.
+
+:func:`run_job` is also where every entry point reports errors alike (see :mod:`mlm_suite.errors`):
+a user error prints one line ``<prog>: error: <message>`` and exits with status 2, anything else
+keeps its traceback; ``debug=True`` or ``MLM_SUITE_DEBUG=1`` shows every traceback. It also names
+the command for the job's argument parser (:func:`command_prog`), so that ``usage:`` lines read
+``mlm-suite finetune-ner ...`` or ``python -m mlm_suite.jobs.finetune_ner ...``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch.distributed as dist
 
+from mlm_suite.errors import debug_enabled, error_line, is_user_error
+
 # The job's final barrier, freed with this module when the interpreter exits (see above).
 _final_barrier: dist.Work | None = None
+
+# The command a job runs as (``mlm-suite finetune-ner``), for its argument parser and error lines.
+_PROG: ContextVar[str | None] = ContextVar("mlm_suite_command_prog", default=None)
 
 
 def end_process_group() -> None:
@@ -47,15 +62,83 @@ def end_process_group() -> None:
     dist.destroy_process_group()
 
 
-def run_job(main: Callable[[Sequence[str] | None], Any], argv: Sequence[str] | None = None) -> Any:
+def command_prog() -> str | None:
+    """The command the running job was started as, for its argument parser's ``prog``.
+
+    ``mlm-suite <command>`` when run from the ``mlm-suite`` command line, ``python -m <module>`` when
+    run with ``python -m``, else None (argparse then names the script, e.g. ``finetune_ner.py``).
+    """
+    return _PROG.get()
+
+
+@contextmanager
+def running_as(prog: str | None) -> Iterator[None]:
+    """Within the block, :func:`command_prog` is ``prog`` (e.g. for a job that ``mlm-suite seeds`` runs)."""
+    token = _PROG.set(prog)
+    try:
+        yield
+    finally:
+        _PROG.reset(token)
+
+
+def _module_prog(main: Callable) -> str | None:
+    """``python -m <module>`` when ``main`` belongs to the module that ``python -m`` runs, else None."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if getattr(main, "__module__", None) == "__main__" and spec is not None and spec.name:
+        return f"python -m {spec.name.removesuffix('.__main__')}"
+    return None
+
+
+def _exit_after_error(status: int) -> None:
+    """Exit with ``status``; in a multi-process run, without waiting for the process group's threads.
+
+    Python's own exit would free the process group during interpreter shutdown, which can abort the
+    process (see above) and replace the status by SIGABRT's; the launcher stops the other processes.
+    """
+    if dist.is_available() and dist.is_initialized():
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(status)
+    raise SystemExit(status) from None
+
+
+def run_job(
+    main: Callable[[Sequence[str] | None], Any],
+    argv: Sequence[str] | None = None,
+    *,
+    prog: str | None = None,
+    debug: bool | None = None,
+) -> Any:
     """``main(argv)``, then :func:`end_process_group`; returns what ``main`` returned.
 
-    Only after success: when ``main`` raises in one process, the launcher stops the others, and
-    a barrier here would wait for a process that never arrives.
+    ``prog`` names the command for the job's argument parser and for error lines (default: see
+    :func:`command_prog`). A user error (:data:`mlm_suite.errors.USER_ERRORS`) prints
+    ``<prog>: error: <message>`` on stderr and exits with status 2 (``SystemExit``), Ctrl-C prints
+    ``<prog>: interrupted`` and exits with 130; other exceptions propagate with their traceback, and so
+    does every exception with ``debug`` (default: ``$MLM_SUITE_DEBUG``). ``SystemExit`` (argparse's
+    errors and ``--help``) passes through.
+
+    The barrier runs only after success: when ``main`` fails in one process, the launcher stops the
+    others, and a barrier here would wait for a process that never arrives.
     """
-    result = main(argv)
+    prog = prog or _module_prog(main)
+    token = _PROG.set(prog)
+    try:
+        result = main(argv)
+    except (Exception, KeyboardInterrupt) as error:
+        if debug_enabled(debug) or not (is_user_error(error) or isinstance(error, KeyboardInterrupt)):
+            raise
+        name = prog or os.path.basename(sys.argv[0]) or "mlm-suite"
+        interrupted = isinstance(error, KeyboardInterrupt)
+        print(f"{name}: interrupted" if interrupted else error_line(name, error), file=sys.stderr)
+        _exit_after_error(130 if interrupted else 2)
+    finally:
+        _PROG.reset(token)
     end_process_group()
     return result
 
 
-__all__ = ["end_process_group", "run_job"]
+__all__ = ["command_prog", "end_process_group", "run_job", "running_as"]

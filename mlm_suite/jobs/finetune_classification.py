@@ -33,8 +33,10 @@ from typing import Any, Literal
 from mlm_suite import resources
 from mlm_suite.jobs.finetuning import (
     FinetuneTrainingArguments,
+    JobTrainer,
     ModelArguments,
     apply_freezing,
+    check_max_seq_length,
     class_label_names,
     classification_metrics,
     column,
@@ -53,6 +55,7 @@ from mlm_suite.jobs.finetuning import (
     save_everything,
     split_80_10_10,
     training_summary,
+    validate_flags,
     write_card,
 )
 from mlm_suite.model_card import markdown_table
@@ -241,6 +244,7 @@ def finetune_sequence_task(
             check_labels_listed([example["label"] for example in intermediate[0]], label_list, "the intermediate data")
 
     tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path)
+    check_max_seq_length(data_args.max_seq_length, config, model_path, tokenizer, pair=len(text_columns) == 2)
 
     def encode(examples: list[Example]) -> Dataset:
         raw = Dataset.from_dict({name: [example[name] for example in examples] for name in text_columns})
@@ -264,7 +268,7 @@ def finetune_sequence_task(
     trainable = apply_freezing(model, model_args.train_last_k_layers)
 
     def make_trainer(args: FinetuneTrainingArguments, train_dataset: Dataset | None) -> Trainer:
-        return Trainer(
+        return JobTrainer(
             model=model,
             args=args,
             train_dataset=train_dataset,
@@ -332,6 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_args, data_args, training_args = parse_arguments(
         (ModelArguments, ClassificationDataArguments, ClassificationTrainingArguments), argv
     )
+    validate_flags(model_args, data_args, training_args)  # before anything is read or written
     text_columns = [data_args.text_column_name]
     splits, description = load_text_splits(
         data_args, text_columns, training_args.seed, lambda: pang_lee_splits(training_args.seed, text_columns[0])

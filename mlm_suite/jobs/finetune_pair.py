@@ -38,6 +38,7 @@ from mlm_suite.jobs.finetuning import (
     ModelArguments,
     parse_arguments,
     split_80_10_10,
+    validate_flags,
 )
 
 FOLLOWS, RANDOM = "follows", "random"
@@ -123,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_args, data_args, training_args = parse_arguments(
         (ModelArguments, PairDataArguments, PairTrainingArguments), argv
     )
+    validate_flags(model_args, data_args, training_args)  # before anything is read or written
     text_columns = [data_args.sentence1_column, data_args.sentence2_column]
     splits, description = load_text_splits(
         data_args, text_columns, training_args.seed, lambda: coherence_splits(data_args, training_args.seed)

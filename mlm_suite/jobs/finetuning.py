@@ -3,7 +3,9 @@
 * the default model: the real all-MiniLM-L6-v2 weights converted once into an mlm_suite folder;
 * data: CoNLL column files, JSON lines, CSV, Hub datasets, fixed-seed 80/10/10 splits;
 * labels: ``id2label``/``label2id`` for the config, checked against a fine-tuned checkpoint's;
-* training arguments with the jobs' defaults, saving (model, tokenizer, metrics, model card).
+* training arguments with the jobs' defaults, saving (model, tokenizer, metrics, model card) and
+  ``--push_to_hub`` once the folder is complete (:func:`write_card`), all through
+  :class:`mlm_suite.trainer.JobTrainer`, which writes no pickle (``training_args.json``).
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import numpy as np
 from transformers import PretrainedConfig, Trainer, TrainerCallback, TrainingArguments
 
 from mlm_suite import resources
+from mlm_suite.errors import UsageError
 from mlm_suite.freezing import freeze_encoder
 from mlm_suite.model.modeling_mlm_suite import has_placeholder_labels
-from mlm_suite.model_card import markdown_table, write_model_card
+from mlm_suite.model_card import base_model_fields, markdown_table, usage_fields, write_model_card
+from mlm_suite.trainer import JobTrainer, training_arguments_as_json
 from mlm_suite.training import early_stopping_callback
 
 
@@ -100,67 +104,213 @@ class ModelArguments:
     )
 
 
-def parse_arguments(dataclass_types: Sequence[type], argv: Sequence[str] | None) -> tuple:
-    """Parse ``argv`` (a list of flags, or a single ``.json`` file of them) into the dataclasses."""
+def argument_parser(dataclass_types: Sequence[type], **kwargs: Any) -> Any:
+    """An ``HfArgumentParser`` named after the command that runs the job.
+
+    Its ``prog`` is :func:`~mlm_suite.jobs.distributed.command_prog` (``mlm-suite finetune-ner``,
+    ``python -m mlm_suite.jobs.finetune_ner``, or the script's name). On a bad flag it prints a
+    one-line usage and the error instead of the hundred-odd flags of ``TrainingArguments``
+    (``--help`` still lists them all).
+    """
     from transformers import HfArgumentParser
 
-    parser = HfArgumentParser(dataclass_types)
+    from mlm_suite.jobs.distributed import command_prog
+
+    parser = HfArgumentParser(dataclass_types, prog=command_prog(), **kwargs)
+    parser.format_usage = lambda: f"usage: {parser.prog} [options]  ({parser.prog} --help lists them)\n"
+    return parser
+
+
+def parse_flags(parser: Any, argv: Sequence[str] | None) -> tuple:
+    """``parser.parse_args_into_dataclasses(argv)``; an unknown flag is an argparse error (exit status 2)."""
+    *parsed, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    if remaining:
+        parser.error(f"unrecognized arguments: {' '.join(remaining)}")
+    return tuple(parsed)
+
+
+def parse_arguments(dataclass_types: Sequence[type], argv: Sequence[str] | None) -> tuple:
+    """Parse ``argv`` (a list of flags, or a single ``.json`` file of them) into the dataclasses."""
+    parser = argument_parser(dataclass_types)
     argv = list(argv) if argv is not None else None
     if argv is not None and len(argv) == 1 and argv[0].endswith(".json"):
         return parser.parse_json_file(json_file=argv[0])
-    return parser.parse_args_into_dataclasses(args=argv)
+    return parse_flags(parser, argv)
+
+
+# Flag checks by flag name, for any job's arguments (dataclasses or argparse namespaces); None is never checked.
+_AT_LEAST = {
+    **dict.fromkeys(
+        ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps", "batch_size",
+         "max_seq_length", "max_train_samples", "max_eval_samples", "max_predict_samples", "max_lemmas", "n_pairs",
+         "early_stopping_patience"),
+        1,
+    ),
+    # pairs come in positive/negative twos; anisotropy compares pairs of sentences
+    **dict.fromkeys(("coherence_train_pairs", "coherence_eval_pairs", "num_sentences"), 2),
+    "train_last_k_layers": -1,
+}
+_POSITIVE = ("intermediate_num_train_epochs", "adam_epsilon")
+_NON_NEGATIVE = ("learning_rate", "weight_decay", "early_stopping_threshold")  # lr 0: a run that changes nothing
+# name -> (low, high, whether high itself is allowed); low is always allowed except for test_fraction
+_UNIT_INTERVAL = {
+    "label_smoothing_factor": (0.0, 1.0, False),
+    "adam_beta1": (0.0, 1.0, False),
+    "adam_beta2": (0.0, 1.0, False),
+    "nsp_probability": (0.0, 1.0, True),
+    "test_fraction": (0.0, 1.0, False),
+}
+_INPUT_FILES = ("train_file", "validation_file", "test_file", "intermediate_train_file")
+# A folder or a Hub id; a value written as a path ("/...", "./...", "~/...", "a/b/c") must exist.
+_MODEL_SOURCES = ("model_name_or_path", "tokenizer_name", "tokenizer")
+
+
+def validate_flags(*arguments: Any) -> None:
+    """Check the flag values that need neither data nor model, before a job reads or writes anything.
+
+    Works on every job's argument objects (``HfArgumentParser`` dataclasses, ``argparse``
+    namespaces) by flag name: batch sizes, sample limits and ``--max_seq_length`` at least 1,
+    a learning rate not below 0, a positive number of epochs (unless ``--max_steps`` decides),
+    probabilities within [0, 1), input files and model folders that exist. Values that need the model (``--max_seq_length``
+    against its positions) are :func:`check_max_seq_length`'s.
+
+    Raises:
+        UsageError: naming the first offending flag and its value.
+    """
+    names = (*_AT_LEAST, *_POSITIVE, *_NON_NEGATIVE, *_UNIT_INTERVAL, *_INPUT_FILES, *_MODEL_SOURCES,
+             "num_train_epochs", "max_steps")
+    for args in arguments:
+        values = {name: getattr(args, name, None) for name in names}
+
+        def given(name: str) -> bool:
+            return values[name] is not None
+
+        for name, low in _AT_LEAST.items():
+            if given(name) and values[name] < low:
+                raise UsageError(f"--{name} must be at least {low}, got {values[name]}")
+        for name in _POSITIVE:
+            if given(name) and not values[name] > 0:
+                raise UsageError(f"--{name} must be positive, got {values[name]}")
+        if given("num_train_epochs") and (values["max_steps"] or -1) <= 0 and not values["num_train_epochs"] > 0:
+            raise UsageError(f"--num_train_epochs must be positive (or give --max_steps), got {values['num_train_epochs']}")
+        for name in _NON_NEGATIVE:
+            if given(name) and values[name] < 0:
+                raise UsageError(f"--{name} must not be negative, got {values[name]}")
+        for name, (low, high, high_allowed) in _UNIT_INTERVAL.items():
+            if not given(name):
+                continue
+            value = values[name]
+            low_ok = value > low if name == "test_fraction" else value >= low
+            if not (low_ok and (value <= high if high_allowed else value < high)):
+                interval = ("(" if name == "test_fraction" else "[") + f"{low:g}, {high:g}" + ("]" if high_allowed else ")")
+                raise UsageError(f"--{name} must lie in {interval}, got {value}")
+        for name in _INPUT_FILES:
+            if given(name):
+                path = Path(values[name])
+                if not path.exists():
+                    raise UsageError(f"--{name} {path}: no such file")
+                if not path.is_file():
+                    raise UsageError(f"--{name} {path} is not a file")
+        for name in _MODEL_SOURCES:
+            value = values[name]
+            if isinstance(value, str) and value and not Path(value).expanduser().exists():
+                if value.startswith(("/", ".", "~")) or value.count("/") > 1 or "\\" in value:
+                    raise UsageError(f"--{name} {value}: no such folder (nor a Hub id: those read 'name' or 'owner/name')")
+
+
+def check_max_seq_length(
+    max_seq_length: int, config: PretrainedConfig, model_path: str, tokenizer: Any = None, pair: bool = False
+) -> None:
+    """``--max_seq_length`` against the model (and its tokenizer), before anything is trained or written.
+
+    A model with a table of learned positions (``max_position_embeddings``; every BERT, and
+    mlm_suite models with ``position_embedding_type="absolute"``) cannot take longer inputs; rotary
+    positions have no such limit. With a tokenizer, a row must hold its special tokens and one more.
+
+    Raises:
+        UsageError: naming the flag, the limit and the model.
+    """
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit is not None and getattr(config, "position_embedding_type", "absolute") != "rotary" and max_seq_length > limit:
+        raise UsageError(
+            f"--max_seq_length {max_seq_length} exceeds the {limit} positions the model {model_path} has "
+            f"(max_position_embeddings); pass --max_seq_length {limit} or less"
+        )
+    if tokenizer is not None:
+        needed = tokenizer.num_special_tokens_to_add(pair=pair) + 1
+        if max_seq_length < needed:
+            raise UsageError(
+                f"--max_seq_length {max_seq_length} leaves no room for text: a row holds {needed - 1} special "
+                f"tokens; pass --max_seq_length {needed} or more"
+            )
 
 
 # --------------------------------------------------------------------------------------------
 # Reading data
 # --------------------------------------------------------------------------------------------
-def read_conll(path: str | Path) -> list[tuple[list[str], list[str]]]:
+def read_conll(
+    path: str | Path, with_lines: bool = False
+) -> list[tuple[list[str], list[str]]] | tuple[list[tuple[list[str], list[str]]], list[list[int]]]:
     """Sentences of a CoNLL column file as ``(tokens, tags)``.
 
     One token per line with the token in the first column and the tag in the last one (columns
     in between, e.g. POS and chunk tags, are ignored); a blank line ends a sentence. Lines
     starting with ``-DOCSTART-`` (document separators) are skipped.
 
+    With ``with_lines``, returns ``(sentences, lines)`` where ``lines[i][j]`` is the 1-based line
+    number of token ``j`` of sentence ``i``, for error messages that point into the file
+    (:func:`mlm_suite.tagging.line_locator`).
+
     Raises:
-        ValueError: a non-blank line with fewer than two columns (naming file and line).
+        ValueError: a non-blank line with fewer than two columns, as ``"<path> line <n>: ..."``.
     """
     sentences: list[tuple[list[str], list[str]]] = []
+    lines: list[list[int]] = []
     tokens: list[str] = []
     tags: list[str] = []
+    numbers: list[int] = []
     with open(path, encoding="utf-8") as handle:
         for line_number, line in enumerate(handle, start=1):
             columns = line.split()
             if not columns:
                 if tokens:
                     sentences.append((tokens, tags))
-                    tokens, tags = [], []
+                    lines.append(numbers)
+                    tokens, tags, numbers = [], [], []
                 continue
             if columns[0] == "-DOCSTART-":
                 continue
             if len(columns) < 2:
                 raise ValueError(
-                    f"{path}, line {line_number}: expected 'token ... tag' (at least two columns), got {line.strip()!r}"
+                    f"{path} line {line_number}: expected 'token ... tag' (at least two columns), got {line.strip()!r}"
                 )
             tokens.append(columns[0])
             tags.append(columns[-1])
+            numbers.append(line_number)
     if tokens:
         sentences.append((tokens, tags))
-    return sentences
+        lines.append(numbers)
+    return (sentences, lines) if with_lines else sentences
+
+
+def read_json_lines(path: str | Path) -> list[tuple[int, Any]]:
+    """The JSON values of a JSON-lines file with their 1-based line numbers (blank lines skipped)."""
+    records = []
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if line.strip():
+                try:
+                    records.append((line_number, json.loads(line)))
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{path} line {line_number}: not a JSON object ({error})") from None
+    return records
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a JSON-lines (``.json``/``.jsonl``) or CSV/TSV file as dictionaries."""
     path = Path(path)
     if path.suffix in (".json", ".jsonl"):
-        records = []
-        with open(path, encoding="utf-8") as handle:
-            for line_number, line in enumerate(handle, start=1):
-                if line.strip():
-                    try:
-                        records.append(json.loads(line))
-                    except json.JSONDecodeError as error:
-                        raise ValueError(f"{path}, line {line_number}: not a JSON object ({error})") from None
-        return records
+        return [record for _, record in read_json_lines(path)]
     if path.suffix in (".csv", ".tsv"):
         with open(path, encoding="utf-8", newline="") as handle:
             return list(csv.DictReader(handle, delimiter="\t" if path.suffix == ".tsv" else ","))
@@ -336,7 +486,8 @@ def save_everything(trainer: Trainer, metrics: Mapping[str, Mapping[str, float]]
     metrics; each becomes ``<split>_results.json`` and is merged into ``all_results.json``,
     exactly as the HF example scripts do with ``trainer.save_metrics``.
     """
-    trainer.save_model()
+    with training_arguments_as_json():  # a stock Trainer would pickle its arguments (training_args.bin)
+        trainer.save_model()
     save_metrics(trainer, metrics)
 
 
@@ -359,23 +510,34 @@ def write_card(
     training: str,
     metrics: str,
 ) -> Path | None:
-    """Write the model card ``README.md`` (main process only)."""
-    if not trainer.is_world_process_zero():
-        return None
-    output_dir = trainer.args.output_dir
-    return write_model_card(
-        output_dir,
-        "finetuned",
-        model_name=output_dir,
+    """Write the model card ``README.md``, then, with ``--push_to_hub``, upload the output folder.
+
+    Call it on every process, last (``push_to_hub`` saves the model again on all of them and
+    uploads what the folder holds). ``base_model`` is the fine-tuned checkpoint, a folder or a Hub
+    id; the card's ``base_model`` metadata is a Hub id or absent (:func:`base_model_fields`), and its
+    usage snippet loads the pushed repository, else ``--hub_model_id``, else the output folder.
+    Returns the card's path on the main process, else None.
+    """
+    fields: dict[str, object] = dict(
         pipeline_tag=pipeline_tag,
         task_description=task_description,
-        base_model=base_model,
         auto_class=auto_class,
         labels=labels,
         data=data,
         training=training,
         metrics=metrics,
+        **base_model_fields(base_model),
     )
+    output_dir = trainer.args.output_dir
+    if isinstance(trainer, JobTrainer):
+        trainer.model_card_fields = fields
+        trainer.publish()
+    else:
+        if trainer.args.push_to_hub:
+            raise TypeError("--push_to_hub needs a JobTrainer: a stock Trainer uploads its own card, not this one")
+        if trainer.is_world_process_zero():
+            write_model_card(output_dir, "finetuned", model_name=Path(output_dir).name, **fields, **usage_fields(trainer))
+    return Path(output_dir) / "README.md" if trainer.is_world_process_zero() else None
 
 
 def training_summary(args: TrainingArguments, **extra: object) -> str:
@@ -409,8 +571,11 @@ def replace_output_dir(args: TrainingArguments, output_dir: str) -> TrainingArgu
 
 __all__ = [
     "FinetuneTrainingArguments",
+    "JobTrainer",
     "ModelArguments",
     "apply_freezing",
+    "argument_parser",
+    "check_max_seq_length",
     "class_label_names",
     "classification_metrics",
     "column",
@@ -421,7 +586,9 @@ __all__ = [
     "label_table",
     "load_hub_splits",
     "parse_arguments",
+    "parse_flags",
     "read_conll",
+    "read_json_lines",
     "read_records",
     "regression_metrics",
     "replace_output_dir",
@@ -432,5 +599,6 @@ __all__ = [
     "save_metrics",
     "split_80_10_10",
     "training_summary",
+    "validate_flags",
     "write_card",
 ]

@@ -28,8 +28,9 @@ accuracy stops improving and keeps the best model.
 
 The output folder is a complete checkpoint, the one ``trainer.push_to_hub()`` uploads: weights,
 config with ``auto_map``, model code, tokenizer, model card (``README.md``), ``all_results.json``,
-``train_results.json``, ``eval_results.json``, ``trainer_state.json``, ``fill_mask_probe.json`` and
-``training_curves.png``.
+``train_results.json``, ``eval_results.json``, ``trainer_state.json``, ``training_args.json``,
+``fill_mask_probe.json`` and ``training_curves.png``; nothing in it (or in a ``checkpoint-*`` folder)
+is a pickle. With ``--push_to_hub`` it is uploaded once, after the card is written.
 Every input is validated before that folder is created.
 """
 
@@ -50,7 +51,6 @@ from tokenizers import models as tokenizer_models
 from transformers import (
     AutoConfig,
     AutoTokenizer,
-    HfArgumentParser,
     PreTrainedTokenizerBase,
     Trainer,
     TrainingArguments,
@@ -69,9 +69,11 @@ from ..data.masking import (
 from ..data.nsp import build_nsp_examples, split_sentences
 from ..data.packing import packing_map_function
 from ..mlm_metrics import fill_mask_probe, make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics, probe_sentences
-from ..model_card import architecture_rows, markdown_table, write_model_card
+from ..model_card import architecture_rows, base_model_fields, markdown_table
 from ..tokenization import train_wordpiece_tokenizer
+from ..trainer import JobTrainer
 from ..training import TimeBudgetCallback, early_stopping_callback
+from .finetuning import argument_parser, parse_flags, validate_flags
 
 # Seeds that do not follow --seed, so that the held-out split, its NSP pairs and its masks are the
 # same in every run and eval numbers can be compared across runs.
@@ -198,9 +200,9 @@ class PretrainingArguments:
 # Arguments
 # ------------------------------------------------------------------------------------------------
 def parse_arguments(argv: list[str] | None) -> tuple[PretrainingArguments, TrainingArguments]:
-    parser = HfArgumentParser((PretrainingArguments, TrainingArguments), description=__doc__.split("\n\n")[0])
+    parser = argument_parser((PretrainingArguments, TrainingArguments), description=__doc__.split("\n\n")[0])
     parser.set_defaults(**JOB_DEFAULTS)
-    args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    args, training_args = parse_flags(parser, argv)
     given = sys.argv[1:] if argv is None else argv
     if args.max_train_minutes is not None and not any(item.split("=")[0] == "--max_steps" for item in given):
         # The budget decides when to stop; the job's default step count must not cut it short.
@@ -414,6 +416,7 @@ def build_config(args: PretrainingArguments, tokenizer: PreTrainedTokenizerBase)
         config.update_from_string(args.config_overrides)
         # update_from_string sets attributes one by one; rebuilding re-runs the config's own checks.
         config = MlmSuiteConfig.from_dict(config.to_dict())
+    config.check_sizes()
     if len(tokenizer) > config.vocab_size:
         raise ValueError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}")
     if config.position_embedding_type == "absolute" and args.max_seq_length > config.max_position_embeddings:
@@ -482,17 +485,19 @@ def probe_table(probe: list[dict]) -> str:
 # ------------------------------------------------------------------------------------------------
 # Trainer
 # ------------------------------------------------------------------------------------------------
-class PretrainingTrainer(Trainer):
+class PretrainingTrainer(JobTrainer):
     """A ``Trainer`` that evaluates with its own fixed-mask collator and writes mlm_suite's model card.
 
-    ``create_model_card`` is what ``push_to_hub`` calls, so the card uploaded is the one written here
-    (set ``model_card_fields`` first).
+    ``create_model_card`` (:class:`~mlm_suite.trainer.JobTrainer`) is what ``push_to_hub`` calls, so the
+    card uploaded is the one written here (set ``model_card_fields`` first). It writes no pickle:
+    ``training_args.json``, and checkpoints in safetensors and JSON.
     """
+
+    card_template = "pretraining"
 
     def __init__(self, *args, eval_data_collator: DataCollatorForMaskedLM, **kwargs):
         super().__init__(*args, **kwargs)
         self.eval_data_collator = eval_data_collator
-        self.model_card_fields: dict[str, object] = {}
 
     def get_eval_dataloader(self, eval_dataset=None):
         training_collator = self.data_collator
@@ -501,11 +506,6 @@ class PretrainingTrainer(Trainer):
             return super().get_eval_dataloader(eval_dataset)
         finally:
             self.data_collator = training_collator
-
-    def create_model_card(self, model_name: str | None = None, **kwargs) -> None:
-        if self.is_world_process_zero():
-            fields = {"model_name": model_name or Path(self.args.output_dir).name, **self.model_card_fields}
-            write_model_card(self.args.output_dir, "pretraining", **fields)
 
 
 def final_evaluation(trainer: Trainer) -> dict[str, float]:
@@ -591,6 +591,10 @@ def _model_card_fields(
         metrics += "\n\n### Fill-mask probe\n\nHeld-out sentences, one word masked:\n\n" + probe_table(probe)
     return {
         "architecture": f"{parameters / 1e6:.1f}M-parameter BERT-style",
+        "origin": "pretrained from scratch"
+        if not args.model_name_or_path
+        else f"pretrained further from {base_model_fields(args.model_name_or_path)['base_model_text']}",
+        **base_model_fields(args.model_name_or_path),
         "objective": objective,
         "architecture_table": markdown_table(architecture_rows(config), ("hyper-parameter", "value")),
         "data": markdown_table({**data, "tokenizer": f"{type(tokenizer).__name__}, {len(tokenizer)} tokens"}),
@@ -608,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # Everything that can fail on bad input happens before the Trainer creates the output folder.
     validate_arguments(args)
+    validate_flags(args, training_args)  # batch sizes, learning rate ... (the checks every job shares)
     texts, source = load_text_splits(args)
     tokenizer = load_tokenizer(args, texts["train"]["text"])
     if _derives_word_ids(args) and not isinstance(tokenizer.backend_tokenizer.model, tokenizer_models.WordPiece):
@@ -683,10 +688,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer.model_card_fields = _model_card_fields(
         args, training_args, trainer.model, tokenizer, data, train_metrics, eval_metrics, probe
     )
-    if training_args.push_to_hub:
-        trainer.push_to_hub()
-    else:
-        trainer.create_model_card()
+    trainer.publish()  # the card, then with --push_to_hub the upload of the complete folder
 
     if trainer.is_world_process_zero():
         print("\n" + describe_evaluation(eval_metrics, probe, tokenizer.convert_ids_to_tokens(baseline_token_id)))
@@ -695,3 +697,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = ["JOB_DEFAULTS", "PretrainingArguments", "main", "read_documents", "wordpiece_word_ids"]
+
+
+if __name__ == "__main__":
+    from .distributed import run_job
+
+    raise SystemExit(run_job(main))

@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mlm_suite.cli import SUBCOMMANDS
+from mlm_suite.errors import UsageError
+from mlm_suite.jobs.distributed import command_prog, running_as
 
 # job (an mlm-suite subcommand) → the score its results are summarised by
 JOB_METRICS = {"finetune-ner": "f1", "finetune-cls": "accuracy", "finetune-pair": "accuracy"}
@@ -46,7 +48,8 @@ def summarize(per_seed: dict[int, dict[str, float]], keys: Sequence[str]) -> dic
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="mlm-suite seeds", description=__doc__.split("\n\n")[0])
+    prog = command_prog() or "mlm-suite seeds"
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("job", choices=sorted(JOB_METRICS), help="the fine-tuning job to repeat")
     parser.add_argument("--seeds", type=int, nargs="+", required=True, help="one run per seed")
     parser.add_argument("--output_dir", required=True, help="runs go to <output_dir>/seed_<seed>")
@@ -57,9 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, job_args = parser.parse_args(argv[:split]), argv[split + 1:]
     for reserved in ("--seed", "--output_dir"):
         if any(arg == reserved or arg.startswith(reserved + "=") for arg in job_args):
-            raise ValueError(f"{reserved} is set per run by mlm-suite seeds; leave it out of the job's flags")
+            raise UsageError(f"{reserved} is set per run by mlm-suite seeds; leave it out of the job's flags")
     if len(set(args.seeds)) != len(args.seeds):
-        raise ValueError(f"--seeds has repeats: {args.seeds}")
+        raise UsageError(f"--seeds has repeats: {args.seeds}")
 
     metric = args.metric or JOB_METRICS[args.job]
     job_main = importlib.import_module(SUBCOMMANDS[args.job][0]).main
@@ -67,7 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     per_seed: dict[int, dict[str, float]] = {}
     for seed in args.seeds:
         run_dir = output_dir / f"seed_{seed}"
-        job_main([*job_args, "--seed", str(seed), "--output_dir", str(run_dir)])
+        with running_as(f"{prog} {args.job}"):  # the job's usage and errors name the command typed
+            job_main([*job_args, "--seed", str(seed), "--output_dir", str(run_dir)])
         per_seed[seed] = json.loads((run_dir / "all_results.json").read_text())
 
     # hf_*: the HF baseline that finetune-ner trains in the same run (--compare_hf).
@@ -85,3 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{seed:>6}" + "".join(f"{results[key]:>16.4f}" if key in results else f"{'-':>16}" for key in keys))
     print(f"{'mean':>6}" + "".join(f"{summary[key]['mean']:>9.4f} ± {summary[key]['std']:.4f}" for key in keys))
     return 0
+
+
+if __name__ == "__main__":
+    from mlm_suite.jobs.distributed import run_job
+
+    raise SystemExit(run_job(main))

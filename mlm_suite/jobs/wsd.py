@@ -15,10 +15,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from mlm_suite import resources
 from mlm_suite.embeddings import ContextualEmbedder, save_json
+from mlm_suite.errors import UsageError
+from mlm_suite.jobs.distributed import command_prog
+from mlm_suite.jobs.finetuning import validate_flags
 from mlm_suite.wordnet import WSDSplit, evaluate_wsd, limit_lemmas, read_jsonl, wordnet_wsd_dataset
 
 
@@ -34,8 +37,21 @@ def parse_layers(value: str) -> str | list[int]:
         ) from None
 
 
+def check_layers(layers: str | list[int], num_hidden_layers: int, model_path: str) -> None:
+    """``--layers`` against the model: indices into its ``num_hidden_layers + 1`` hidden states."""
+    states = num_hidden_layers + 1
+    if layers in ("last4_mean", "last4_sum") and states < 4:
+        raise UsageError(f"--layers {layers} needs 4 hidden states; {model_path} has {states}")
+    for index in layers if isinstance(layers, list) else ():
+        if not -states <= index < states:
+            raise UsageError(
+                f"--layers: index {index} is out of range for {model_path}, which has {states} hidden states "
+                f"(0 = embeddings, {states - 1} = last layer)"
+            )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=command_prog(), description=__doc__.split("\n\n")[0])
     parser.add_argument("--train_file", help="JSON-lines training instances (default: WordNet example sentences)")
     parser.add_argument("--test_file", help="JSON-lines test instances (required with --train_file)")
     parser.add_argument("--model_name_or_path", help="encoder folder (default: the real all-MiniLM-L6-v2 converted to mlm_suite)")
@@ -53,8 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
+    # Everything that can fail on bad input happens before the output folder is created.
     if (args.train_file is None) != (args.test_file is None):
-        raise SystemExit("give both --train_file and --test_file, or neither (to use the WordNet data)")
+        raise UsageError("give both --train_file and --test_file, or neither (to use the WordNet data)")
+    validate_flags(args)
     if args.train_file:
         split = WSDSplit(train=read_jsonl(args.train_file), test=read_jsonl(args.test_file), dropped_test=0)
         data_name = f"{args.train_file} / {args.test_file}"
@@ -66,6 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
         split = limit_lemmas(split, args.max_lemmas)
 
     model_path = args.model_name_or_path or str(resources.converted_minilm_dir())
+    check_layers(args.layers, AutoConfig.from_pretrained(model_path).num_hidden_layers, model_path)
     model = AutoModel.from_pretrained(model_path)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     embedder = ContextualEmbedder(
@@ -93,3 +112,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"wrote {output_dir / 'results.json'}")
     return results
 
+
+if __name__ == "__main__":
+    from mlm_suite.jobs.distributed import run_job
+
+    run_job(main)

@@ -78,10 +78,6 @@ class MlmSuiteConfig(PreTrainedConfig):
         tie_word_embeddings: bool = True,
         **kwargs,
     ):
-        if hidden_size % num_attention_heads != 0:
-            raise ValueError(
-                f"hidden_size ({hidden_size}) must be divisible by num_attention_heads ({num_attention_heads})"
-            )
         for name, value in (
             ("norm_position", norm_position),
             ("position_embedding_type", position_embedding_type),
@@ -90,8 +86,6 @@ class MlmSuiteConfig(PreTrainedConfig):
         ):
             if value not in _CHOICES[name]:
                 raise ValueError(f"{name}={value!r} is not one of {_CHOICES[name]}")
-        if position_embedding_type == "rotary" and (hidden_size // num_attention_heads) % 2:
-            raise ValueError("rotary position embeddings need an even head size")
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={label_smoothing} must be in [0, 1)")
         self.vocab_size = vocab_size
@@ -119,6 +113,21 @@ class MlmSuiteConfig(PreTrainedConfig):
         self.class_weights = class_weights
         self.label_smoothing = label_smoothing
         super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
+
+    def check_sizes(self) -> None:
+        """Raise a ValueError if the attention sizes do not fit together.
+
+        Building a model calls this, not the constructor: as with ``BertConfig``, a config may be
+        created (or updated attribute by attribute) before its sizes agree.
+        """
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.position_embedding_type == "rotary" and (self.hidden_size // self.num_attention_heads) % 2:
+            raise ValueError(
+                f"rotary position embeddings need an even head size, got {self.hidden_size // self.num_attention_heads}"
+            )
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "MlmSuiteConfig":

@@ -17,7 +17,6 @@ torch, transformers and its siblings.
 
 from __future__ import annotations
 
-import math
 import re
 import warnings
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.modeling_outputs import (
     BaseModelOutputWithPooling,
     MaskedLMOutput,
@@ -36,12 +36,14 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, can_return_tuple, logging
 
 from .configuration_mlm_suite import MlmSuiteConfig
 from .crf import ConditionalRandomField, allowed_transitions
 
 IGNORE_INDEX = -100
+
+logger = logging.get_logger(__name__)
 
 
 # --------------------------------------------------------------------------------------------
@@ -168,18 +170,33 @@ class SequenceLayout:
         bias.masked_fill_(~self.key_padding_mask, torch.finfo(dtype).min)
         return bias[:, None, None, :]
 
+    def _attention_cells(self) -> tuple[torch.Tensor, ...]:
+        """Index tensors pairing each real ``(segment, query, key)`` grid cell with its ``(row, query, key)`` batch cell."""
+        token_of_cell = torch.zeros(self.num_segments * self.max_segment_len, dtype=torch.long, device=self.positions.device)
+        token_of_cell[self.segment_index] = self.token_index
+        token_of_cell = token_of_cell.view(self.num_segments, self.max_segment_len)  # flat batch*seq index
+        row = token_of_cell[:, :1].reshape(-1) // self.seq_len  # (num_segments,): a segment lies within one row
+        column = token_of_cell % self.seq_len  # (num_segments, max_segment_len)
+        real = self.key_padding_mask
+        segment, query, key = (real[:, :, None] & real[:, None, :]).nonzero(as_tuple=True)
+        return segment, query, key, row[segment], column[segment, query], column[segment, key]
+
     def attention_to_batch(self, weights: torch.Tensor) -> torch.Tensor:
-        """Per-segment attention weights → ``(batch, heads, seq, seq)``, zero between segments and at pads."""
+        """``(num_segments, heads, len, len)`` weights → ``(batch, heads, seq, seq)``, zero between segments and at pads."""
         if self.is_dense:
             return weights
-        heads = weights.shape[1]
-        out = weights.new_zeros(self.batch_size, heads, self.seq_len, self.seq_len)
-        segment_of_token = self.segment_index // self.max_segment_len
-        for segment in range(self.num_segments):
-            tokens = self.token_index[segment_of_token == segment]
-            row, columns = int(tokens[0]) // self.seq_len, tokens % self.seq_len
-            n = columns.numel()
-            out[row, :, columns[:, None], columns[None, :]] = weights[segment, :, :n, :n]
+        segment, query, key, row, query_column, key_column = self._attention_cells()
+        out = weights.new_zeros(self.batch_size, weights.shape[1], self.seq_len, self.seq_len)
+        out[row, :, query_column, key_column] = weights[segment, :, query, key]
+        return out
+
+    def attention_from_batch(self, weights: torch.Tensor) -> torch.Tensor:
+        """Inverse of ``attention_to_batch``: ``(batch, heads, seq, seq)`` → ``(num_segments, heads, len, len)``."""
+        if self.is_dense:
+            return weights
+        segment, query, key, row, query_column, key_column = self._attention_cells()
+        out = weights.new_zeros(self.num_segments, weights.shape[1], self.max_segment_len, self.max_segment_len)
+        out[segment, :, query, key] = weights[row, :, query_column, key_column]
         return out
 
 
@@ -229,8 +246,43 @@ class MlmSuiteEmbeddings(nn.Module):
         return self.dropout(self.norm(embeddings))
 
 
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    layout: SequenceLayout | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention written out; returns ``(segments, len, heads, head_size)`` and the weights.
+
+    With a ``layout`` the weights are returned as ``(batch, heads, seq, seq)`` and the output is
+    computed from that very tensor, so gradients reach the attentions a user is handed.
+    """
+    scores = query @ key.transpose(-1, -2) * scaling  # (segments, heads, len, len)
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    weights = scores.float().softmax(dim=-1).to(query.dtype)
+    if layout is not None:
+        weights = layout.attention_to_batch(weights)  # (batch, heads, seq, seq)
+        context = F.dropout(layout.attention_from_batch(weights), p=dropout, training=module.training) @ value
+    else:
+        context = F.dropout(weights, p=dropout, training=module.training) @ value
+    return context.transpose(1, 2).contiguous(), weights
+
+
 class MlmSuiteSelfAttention(nn.Module):
-    """Fully visible multi-head self-attention with a fused QKV projection."""
+    """Fully visible multi-head self-attention with a fused QKV projection.
+
+    The kernel comes from transformers' ``AttentionInterface`` by ``config._attn_implementation``
+    (``"sdpa"`` by default, ``"eager"``, or any registered one), so ``model.set_attn_implementation``
+    switches it as it does for transformers' own models. Returning attention weights needs eager.
+    """
+
+    is_causal = False
 
     def __init__(self, config: MlmSuiteConfig):
         super().__init__()
@@ -249,7 +301,10 @@ class MlmSuiteSelfAttention(nn.Module):
         output_attentions: bool,
         outputs_for: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Every token attends; outputs are returned for the flat token indices ``outputs_for`` (all when None)."""
+        """Every token attends; outputs are returned for the flat token indices ``outputs_for`` (all when None).
+
+        Attention weights, when asked for, come back as ``(batch, heads, seq, seq)``.
+        """
         total = hidden.shape[0]
         qkv = self.qkv(hidden).view(total, 3, self.num_heads, self.head_size)  # (total, 3, heads, head_size)
         if rotary is not None:
@@ -258,19 +313,22 @@ class MlmSuiteSelfAttention(nn.Module):
             qkv = torch.stack((query, key, qkv[:, 2]), dim=1)
         # (segments, max_len, 3, heads, head_size) → three (segments, heads, max_len, head_size)
         query, key, value = layout.to_segments(qkv).permute(2, 0, 3, 1, 4).unbind(0)
-        mask = layout.additive_attention_mask(query.dtype)
-        dropout = self.attention_dropout if self.training else 0.0
-        weights = None
-        if output_attentions or self.config._attn_implementation == "eager":
-            scores = query @ key.transpose(-1, -2) / math.sqrt(self.head_size)  # (segments, heads, len, len)
-            if mask is not None:
-                scores = scores + mask
-            weights = scores.float().softmax(dim=-1).to(query.dtype)
-            context = F.dropout(weights, p=dropout, training=self.training) @ value
-        else:
-            context = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
-        context = context.transpose(1, 2).flatten(2)  # (segments, max_len, hidden)
-        return self.out(layout.from_segments(context, outputs_for)), weights
+        attention = eager_attention_forward
+        if not output_attentions:
+            attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+        context, weights = attention(
+            self,
+            query,
+            key,
+            value,
+            layout.additive_attention_mask(query.dtype),
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.head_size**-0.5,
+            is_causal=False,
+            layout=layout if output_attentions else None,
+        )
+        context = context.flatten(2)  # (segments, max_len, hidden)
+        return self.out(layout.from_segments(context, outputs_for)), weights if output_attentions else None
 
 
 class MlmSuiteFeedForward(nn.Module):
@@ -486,6 +544,7 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
 
     def __init__(self, config: MlmSuiteConfig, add_pooling_layer: bool = True):
         super().__init__(config)
+        config.check_sizes()
         self.embeddings = MlmSuiteEmbeddings(config)
         self.layers = nn.ModuleList(MlmSuiteLayer(config) for _ in range(config.num_hidden_layers))
         if config.norm_position == "pre":
@@ -531,26 +590,37 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
         if self.config.position_embedding_type == "rotary":
             head_size = self.config.hidden_size // self.config.num_attention_heads
             rotary = rotary_tables(layout.positions, head_size, self.config.rope_theta, hidden.dtype)
-        all_hidden = [hidden] if output_hidden_states else None
+        all_hidden = [] if output_hidden_states else None
         all_attentions = [] if output_attentions else None
+
+        def record(hidden: torch.Tensor) -> torch.Tensor:
+            # The padded copy handed to the user is the tensor the next layer reads (through a
+            # gather), so gradients reach it, as they reach BertModel's hidden_states.
+            padded = layout.pad(hidden)  # (batch, seq, hidden)
+            all_hidden.append(padded)
+            return layout.unpad(padded)
+
         selected = None if output_mask is None else layout.unpad(output_mask).nonzero().squeeze(1)  # flat indices
         if selected is not None and not self.layers:
             hidden = hidden[selected]
+        last = len(self.layers) - 1
+        if output_hidden_states and self.layers:
+            hidden = record(hidden)
         for index, layer in enumerate(self.layers):
-            outputs_for = selected if index == len(self.layers) - 1 else None
-            hidden, weights = layer(hidden, layout, rotary, output_attentions, outputs_for)
-            if output_hidden_states:
-                all_hidden.append(hidden)
+            hidden, weights = layer(hidden, layout, rotary, output_attentions, selected if index == last else None)
+            if output_hidden_states and index < last:
+                hidden = record(hidden)
             if output_attentions:
-                all_attentions.append(layout.attention_to_batch(weights))
+                all_attentions.append(weights)  # (batch, heads, seq, seq)
         if self.config.norm_position == "pre":
             hidden = self.final_norm(hidden)
-            if output_hidden_states:
-                all_hidden[-1] = hidden
-        hidden_states = tuple(layout.pad(h) for h in all_hidden) if output_hidden_states else None
+        if output_hidden_states:
+            hidden = record(hidden)  # the last entry is the final output, after the final norm
+        hidden_states = tuple(all_hidden) if output_hidden_states else None
         attentions = tuple(all_attentions) if output_attentions else None
         return hidden, layout, hidden_states, attentions
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -561,7 +631,6 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPooling | tuple:
         output_attentions = bool(output_attentions if output_attentions is not None else self.config.output_attentions)
@@ -578,12 +647,11 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
             output_attentions,
             output_hidden_states,
         )
-        sequence_output = layout.pad(hidden)  # (batch, seq, hidden)
+        sequence_output = hidden_states[-1] if hidden_states else layout.pad(hidden)  # (batch, seq, hidden)
         pooled = self.pooler(sequence_output, attention_mask) if self.pooler is not None else None
-        output = BaseModelOutputWithPooling(
+        return BaseModelOutputWithPooling(
             last_hidden_state=sequence_output, pooler_output=pooled, hidden_states=hidden_states, attentions=attentions
         )
-        return output if return_dict is not False else output.to_tuple()
 
 
 # --------------------------------------------------------------------------------------------
@@ -670,6 +738,7 @@ class MlmSuiteForMaskedLM(_MaskedLMMixin, MlmSuitePreTrainedModel):
         self.lm_head = MlmSuiteLMHead(config)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -681,7 +750,6 @@ class MlmSuiteForMaskedLM(_MaskedLMMixin, MlmSuitePreTrainedModel):
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs,
     ) -> MaskedLMOutput | tuple:
@@ -693,11 +761,11 @@ class MlmSuiteForMaskedLM(_MaskedLMMixin, MlmSuitePreTrainedModel):
             hidden = self.encoder.encode(input_ids, *encoder_inputs, output_mask=selected)[0]  # (num_labelled, hidden)
             logits = self.lm_head(hidden)  # (num_labelled, vocab)
             output = MaskedLMOutput(loss=token_cross_entropy(logits, labels[selected], num_items_in_batch), logits=logits)
-            return output if return_dict is not False else output.to_tuple()
-        outputs = self.encoder(input_ids, **_encoder_kwargs(locals()))
+            return output
+        outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
         loss, logits = self.masked_lm(outputs.last_hidden_state, labels, num_items_in_batch)
         output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
-        return output if return_dict is not False else output.to_tuple()
+        return output
 
 
 class MlmSuiteForNextSentencePrediction(MlmSuitePreTrainedModel):
@@ -709,6 +777,7 @@ class MlmSuiteForNextSentencePrediction(MlmSuitePreTrainedModel):
         self.nsp_head = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -720,10 +789,9 @@ class MlmSuiteForNextSentencePrediction(MlmSuitePreTrainedModel):
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> NextSentencePredictorOutput | tuple:
-        outputs = self.encoder(input_ids, **_encoder_kwargs(locals()))
+        outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
         logits = self.nsp_head(outputs.pooler_output)  # (batch, 2)
         loss = None
         if labels is not None:
@@ -732,7 +800,7 @@ class MlmSuiteForNextSentencePrediction(MlmSuitePreTrainedModel):
         output = NextSentencePredictorOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return output if return_dict is not False else output.to_tuple()
+        return output
 
 
 class MlmSuiteForPreTraining(_MaskedLMMixin, MlmSuitePreTrainedModel):
@@ -745,6 +813,7 @@ class MlmSuiteForPreTraining(_MaskedLMMixin, MlmSuitePreTrainedModel):
         self.nsp_head = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -757,11 +826,10 @@ class MlmSuiteForPreTraining(_MaskedLMMixin, MlmSuitePreTrainedModel):
         next_sentence_label: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs,
     ) -> MlmSuiteForPreTrainingOutput | tuple:
-        outputs = self.encoder(input_ids, **_encoder_kwargs(locals()))
+        outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
         mlm_loss, prediction_logits = self.masked_lm(outputs.last_hidden_state, labels, num_items_in_batch)
         nsp_logits = self.nsp_head(outputs.pooler_output)  # (batch, 2)
         losses = [mlm_loss] if mlm_loss is not None else []
@@ -781,7 +849,7 @@ class MlmSuiteForPreTraining(_MaskedLMMixin, MlmSuitePreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return output if return_dict is not False else output.to_tuple()
+        return output
 
 
 class MlmSuiteForSequenceClassification(MlmSuitePreTrainedModel):
@@ -820,6 +888,7 @@ class MlmSuiteForSequenceClassification(MlmSuitePreTrainedModel):
         _check_labels(labels, logits.shape, "multi-label targets")
         return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -831,23 +900,23 @@ class MlmSuiteForSequenceClassification(MlmSuitePreTrainedModel):
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> SequenceClassifierOutput | tuple:
-        outputs = self.encoder(input_ids, **_encoder_kwargs(locals()))
+        outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (batch, num_labels)
         loss = self._classification_loss(logits, labels) if labels is not None else None
         output = SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return output if return_dict is not False else output.to_tuple()
+        return output
 
 
 class MlmSuiteForPairClassification(MlmSuiteForSequenceClassification):
     """Sentence-pair classification or regression (NLI, paraphrase, STS) on ``[CLS] A [SEP] B [SEP]``.
 
-    Segment ids (``token_type_ids`` 0 for A, 1 for B) are required: without them the model cannot
-    tell the two sentences apart.
+    Segment ids (``token_type_ids`` 0 for A, 1 for B) tell the two sentences apart. Without them
+    every token is taken as segment 0, as ``BertForSequenceClassification`` does, with a warning:
+    that suits a single-segment input and is wrong for a pair.
     """
 
     def __init__(self, config: MlmSuiteConfig):
@@ -857,6 +926,7 @@ class MlmSuiteForPairClassification(MlmSuiteForSequenceClassification):
             )
         super().__init__(config)
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -868,20 +938,14 @@ class MlmSuiteForPairClassification(MlmSuiteForSequenceClassification):
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> SequenceClassifierOutput | tuple:
         if token_type_ids is None:
-            raise ValueError(
-                "pair classification needs token_type_ids (0 for [CLS] A [SEP], 1 for B [SEP]); "
-                "tokenize pairs with tokenizer(text_a, text_b)"
+            logger.warning_once(
+                "pair classification got no token_type_ids: every token is taken as segment 0. For sentence "
+                "pairs pass the segment ids (0 for [CLS] A [SEP], 1 for B [SEP]): tokenizer(text_a, text_b)"
             )
-        return super().forward(
-            input_ids,
-            labels=labels,
-            return_dict=return_dict,
-            **_encoder_kwargs(locals()),
-        )
+        return super().forward(input_ids, labels=labels, return_dict=True, **_encoder_kwargs(locals()))
 
 
 def _class_weight_tensor(config: MlmSuiteConfig, logits: torch.Tensor) -> torch.Tensor | None:
@@ -914,6 +978,7 @@ class MlmSuiteForTokenClassification(MlmSuitePreTrainedModel):
             self.crf = ConditionalRandomField(config.num_labels, constraints)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -925,11 +990,10 @@ class MlmSuiteForTokenClassification(MlmSuitePreTrainedModel):
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs,
     ) -> TokenClassifierOutput | tuple:
-        outputs = self.encoder(input_ids, **_encoder_kwargs(locals()))
+        outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (batch, seq, num_labels)
         loss = None
         if labels is not None:
@@ -948,7 +1012,7 @@ class MlmSuiteForTokenClassification(MlmSuitePreTrainedModel):
         output = TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return output if return_dict is not False else output.to_tuple()
+        return output
 
     @torch.no_grad()
     def decode(self, logits: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
@@ -968,6 +1032,7 @@ class MlmSuiteForQuestionAnswering(MlmSuitePreTrainedModel):
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -980,10 +1045,9 @@ class MlmSuiteForQuestionAnswering(MlmSuitePreTrainedModel):
         end_positions: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> QuestionAnsweringModelOutput | tuple:
-        outputs = self.encoder(input_ids, **_encoder_kwargs(locals()))
+        outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).float().unbind(-1)  # (batch, seq) each
         loss = None
         if start_positions is not None and end_positions is not None:
@@ -1002,7 +1066,7 @@ class MlmSuiteForQuestionAnswering(MlmSuitePreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return output if return_dict is not False else output.to_tuple()
+        return output
 
 
 __all__ = [

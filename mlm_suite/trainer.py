@@ -1,0 +1,297 @@
+"""The ``Trainer`` subclasses behind mlm_suite's jobs.
+
+:class:`PickleFreeTrainer`: output folders and checkpoints that can be read without unpickling
+anything. The stock ``Trainer`` pickles its ``TrainingArguments`` into every folder it saves
+(``training_args.bin``, through ``torch.save``) and writes the optimizer, scheduler, grad-scaler
+and RNG states of a checkpoint as torch pickles (``optimizer.pt``, ``scheduler.pt``, ``scaler.pt``,
+``rng_state.pth``). ``PickleFreeTrainer`` writes instead
+
+* ``training_args.json`` (``args.to_json_string()``, the Hub token redacted) in the output folder,
+  in every ``checkpoint-*`` folder and in what ``push_to_hub`` uploads;
+* in checkpoints, ``optimizer.safetensors`` (every state tensor) with ``optimizer.json``
+  (parameter groups and scalar state), ``scheduler.json``, ``scaler.json`` (fp16 on GPU only) and
+  ``rng_state.safetensors`` with ``rng_state.json`` (``rng_state_<rank>.*`` with several processes),
+
+and ``--resume_from_checkpoint`` restores training from them exactly as from the stock files (it
+still reads checkpoints written by the stock ``Trainer``). Set-ups whose states are not plain
+tensors and numbers (DeepSpeed, FSDP, TPU, SageMaker model parallelism, NPU/HPU/MLU/MUSA RNGs, an
+optimizer keeping other objects in its state) keep the stock torch files for those states.
+
+:class:`JobTrainer`: a ``PickleFreeTrainer`` that writes mlm_suite's model card where the stock
+``Trainer`` writes its generated one (``create_model_card``, which ``push_to_hub`` calls), and pushes
+only when told to (:meth:`JobTrainer.publish`, after the job wrote its results), never from
+``save_model``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+from transformers import TrainingArguments
+from transformers.training_args import ParallelMode
+from transformers.utils import (
+    is_sagemaker_mp_enabled,
+    is_torch_hpu_available,
+    is_torch_mlu_available,
+    is_torch_musa_available,
+    is_torch_npu_available,
+    is_torch_xla_available,
+)
+
+from .model_card import usage_fields, write_model_card
+
+TRAINING_ARGS_JSON = "training_args.json"
+OPTIMIZER_TENSORS = "optimizer.safetensors"
+OPTIMIZER_JSON = "optimizer.json"
+SCHEDULER_JSON = "scheduler.json"
+SCALER_JSON = "scaler.json"
+_STOCK_TRAINING_ARGS = "training_args.bin"  # transformers.trainer.TRAINING_ARGS_NAME
+
+_Scalar = (bool, int, float, str, type(None))
+
+
+@contextlib.contextmanager
+def training_arguments_as_json() -> Iterator[None]:
+    """While active, the Trainer's ``torch.save(args, ".../training_args.bin")`` writes ``training_args.json``.
+
+    Every other ``torch.save`` call passes through unchanged.
+    """
+    original = torch.save
+
+    def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(obj, TrainingArguments) and isinstance(f, (str, os.PathLike)) and (
+            os.path.basename(f) == _STOCK_TRAINING_ARGS
+        ):
+            Path(f).with_name(TRAINING_ARGS_JSON).write_text(obj.to_json_string(), encoding="utf-8")
+            return None
+        return original(obj, f, *args, **kwargs)
+
+    torch.save = save
+    try:
+        yield
+    finally:
+        torch.save = original
+
+
+def _write_json(path: str | os.PathLike, value: Any) -> None:
+    Path(path).write_text(json.dumps(value, indent=1) + "\n", encoding="utf-8")
+
+
+def _read_json(path: str | os.PathLike) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def _is_json(value: Any) -> bool:
+    """Plain JSON data (dicts with string keys, lists, tuples, numbers, strings, None)."""
+    if isinstance(value, _Scalar):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_json(item) for item in value)
+    if isinstance(value, dict):
+        return all(isinstance(key, str) and _is_json(item) for key, item in value.items())
+    return False
+
+
+def split_optimizer_state(state_dict: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
+    """An optimizer ``state_dict`` as (tensors for safetensors, the rest as JSON data); None if it holds other objects."""
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for index, entries in state_dict["state"].items():
+        if not isinstance(index, int) or not isinstance(entries, dict):
+            return None
+        for name, value in entries.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"state/{index}/{name}"] = value.detach().cpu().contiguous()
+            elif isinstance(value, _Scalar):
+                scalars.setdefault(str(index), {})[name] = value
+            else:
+                return None
+    groups = state_dict["param_groups"]
+    if not _is_json(groups):
+        return None
+    return tensors, {"param_groups": groups, "scalar_state": scalars}
+
+
+def join_optimizer_state(tensors: dict[str, torch.Tensor], data: dict[str, Any], current_groups: list[dict]) -> dict:
+    """The inverse of :func:`split_optimizer_state`; tuples (Adam's ``betas``) come back as tuples."""
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        _, index, name = key.split("/", 2)
+        state.setdefault(int(index), {})[name] = value
+    for index, entries in data["scalar_state"].items():
+        state.setdefault(int(index), {}).update(entries)
+    groups = []
+    for saved, current in zip(data["param_groups"], current_groups):
+        groups.append({key: tuple(value) if isinstance(current.get(key), tuple) else value for key, value in saved.items()})
+    groups += data["param_groups"][len(groups) :]
+    return {"state": state, "param_groups": groups}
+
+
+class PickleFreeTrainer(transformers.Trainer):
+    """``transformers.Trainer`` writing JSON and safetensors where the stock one writes pickles (see the module)."""
+
+    # ---- training arguments ----------------------------------------------------------------
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        with training_arguments_as_json():
+            super()._save(output_dir, state_dict=state_dict)
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        with training_arguments_as_json():
+            super()._push_from_checkpoint(checkpoint_folder)
+
+    # ---- checkpoint states -------------------------------------------------------------------
+    def _plain_checkpoints(self) -> bool:
+        """Single-device or DDP training, whose states are plain tensors and numbers."""
+        return not (
+            self.is_deepspeed_enabled or self.is_fsdp_enabled or is_torch_xla_available() or is_sagemaker_mp_enabled()
+        )
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        if not self._plain_checkpoints():
+            return super()._save_optimizer_and_scheduler(output_dir)
+        if not self.args.should_save:
+            return None
+        optimizer = split_optimizer_state(self.optimizer.state_dict())
+        scheduler = self.lr_scheduler.state_dict()
+        if optimizer is None or not _is_json(scheduler):
+            return super()._save_optimizer_and_scheduler(output_dir)
+        tensors, data = optimizer
+        try:
+            save_file(tensors, os.path.join(output_dir, OPTIMIZER_TENSORS), metadata={"format": "pt"})
+        except RuntimeError:  # safetensors refuses tensors sharing memory (an optimizer keeping flat buffers)
+            tensors = {key: value.clone() for key, value in tensors.items()}
+            save_file(tensors, os.path.join(output_dir, OPTIMIZER_TENSORS), metadata={"format": "pt"})
+        _write_json(os.path.join(output_dir, OPTIMIZER_JSON), data)
+        _write_json(os.path.join(output_dir, SCHEDULER_JSON), scheduler)
+        return None
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        names = (OPTIMIZER_TENSORS, OPTIMIZER_JSON, SCHEDULER_JSON)
+        if checkpoint is None or not all(os.path.isfile(os.path.join(checkpoint, name)) for name in names):
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        tensors = load_file(os.path.join(checkpoint, OPTIMIZER_TENSORS), device="cpu")
+        data = _read_json(os.path.join(checkpoint, OPTIMIZER_JSON))
+        self.optimizer.load_state_dict(join_optimizer_state(tensors, data, self.optimizer.state_dict()["param_groups"]))
+        self.lr_scheduler.load_state_dict(_read_json(os.path.join(checkpoint, SCHEDULER_JSON)))
+        return None
+
+    def _save_scaler(self, output_dir: str) -> None:
+        scaler = getattr(self.accelerator, "scaler", None)
+        if scaler is None or is_torch_xla_available() or not _is_json(scaler.state_dict()):
+            return super()._save_scaler(output_dir)
+        if self.args.should_save:
+            _write_json(os.path.join(output_dir, SCALER_JSON), scaler.state_dict())
+        return None
+
+    def _load_scaler(self, checkpoint: str | None) -> None:
+        scaler = getattr(self.accelerator, "scaler", None)
+        if checkpoint is None or scaler is None or not os.path.isfile(os.path.join(checkpoint, SCALER_JSON)):
+            return super()._load_scaler(checkpoint)
+        scaler.load_state_dict(_read_json(os.path.join(checkpoint, SCALER_JSON)))
+        return None
+
+    def _rng_file_stem(self) -> str:
+        return "rng_state" if self.args.world_size <= 1 else f"rng_state_{self.args.process_index}"
+
+    @staticmethod
+    def _plain_rng() -> bool:
+        other_devices = (is_torch_npu_available, is_torch_hpu_available, is_torch_mlu_available, is_torch_musa_available)
+        return not is_torch_xla_available() and not any(available() for available in other_devices)
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        if not self._plain_rng():
+            return super()._save_rng_state(output_dir)
+        version, internal, gauss = random.getstate()
+        name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+        data = {
+            "python": [version, list(internal), gauss],
+            "numpy": [name, keys.tolist(), int(position), int(has_gauss), float(cached_gaussian)],
+        }
+        tensors = {"cpu": torch.random.get_rng_state()}
+        if torch.cuda.is_available():
+            if self.args.parallel_mode == ParallelMode.DISTRIBUTED:
+                states = torch.cuda.random.get_rng_state_all()
+                tensors.update({f"cuda/{index}": state for index, state in enumerate(states)})
+                data["cuda_devices"] = len(states)
+            else:
+                tensors["cuda"] = torch.cuda.random.get_rng_state()
+        os.makedirs(output_dir, exist_ok=True)  # a process may get here before process 0 saved the model
+        stem = os.path.join(output_dir, self._rng_file_stem())
+        save_file({key: value.contiguous() for key, value in tensors.items()}, stem + ".safetensors")
+        _write_json(stem + ".json", data)
+        return None
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        stem = os.path.join(checkpoint, self._rng_file_stem()) if checkpoint is not None else None
+        if stem is None or not (os.path.isfile(stem + ".json") and os.path.isfile(stem + ".safetensors")):
+            return super()._load_rng_state(checkpoint)
+        data = _read_json(stem + ".json")
+        tensors = load_file(stem + ".safetensors")
+        version, internal, gauss = data["python"]
+        random.setstate((version, tuple(internal), gauss))
+        name, keys, position, has_gauss, cached_gaussian = data["numpy"]
+        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached_gaussian))
+        torch.random.set_rng_state(tensors["cpu"])
+        if torch.cuda.is_available():
+            if "cuda_devices" in data:
+                torch.cuda.random.set_rng_state_all([tensors[f"cuda/{i}"] for i in range(data["cuda_devices"])])
+            elif "cuda" in tensors:
+                torch.cuda.random.set_rng_state(tensors["cuda"])
+        return None
+
+
+class JobTrainer(PickleFreeTrainer):
+    """Writes the model card from ``model_cards/<card_template>.md`` with ``model_card_fields``.
+
+    The card's usage snippet loads :func:`mlm_suite.model_card.card_model_id` (the Hub repository
+    when pushing, else ``--hub_model_id``, else the output folder). Set ``model_card_fields`` (every
+    other placeholder of the template), then call :meth:`publish`.
+    """
+
+    card_template = "finetuned"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.model_card_fields: dict[str, object] = {}
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        # The stock save_model also pushes (with a card generated by the Trainer) when --push_to_hub is
+        # set; the jobs push once, from publish(), when the folder is complete.
+        super().save_model(output_dir, _internal_call=True)
+
+    def create_model_card(self, model_name: str | None = None, **kwargs: Any) -> None:
+        if not self.is_world_process_zero():
+            return
+        fields = {"model_name": model_name or Path(self.args.output_dir).name, **self.model_card_fields}
+        write_model_card(self.args.output_dir, self.card_template, **{**fields, **usage_fields(self)})
+
+    def publish(self) -> None:
+        """Write the model card; with ``--push_to_hub``, then upload the output folder (every process calls this)."""
+        if self.args.push_to_hub:
+            self.push_to_hub()  # saves the model again, writes the card (create_model_card), uploads the folder
+        else:
+            self.create_model_card()
+
+
+__all__ = [
+    "JobTrainer",
+    "OPTIMIZER_JSON",
+    "OPTIMIZER_TENSORS",
+    "PickleFreeTrainer",
+    "SCALER_JSON",
+    "SCHEDULER_JSON",
+    "TRAINING_ARGS_JSON",
+    "join_optimizer_state",
+    "split_optimizer_state",
+    "training_arguments_as_json",
+]

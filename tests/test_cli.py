@@ -1,0 +1,383 @@
+"""The ``mlm-suite`` command line: one-line user errors (exit status 2), ``--debug`` tracebacks,
+``usage:`` lines naming the subcommand, ``--version``, flags checked against the model before the
+output folder exists, and what resource downloads report.
+
+In-process through ``mlm_suite.cli.main`` (what the console script calls), plus two subprocesses
+for what only a real process shows (the traceback, the exit status, ``python -m`` names).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import json
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from mlm_suite import MlmSuiteConfig, MlmSuiteModel, resources
+from mlm_suite.cli import SUBCOMMANDS, main
+from mlm_suite.errors import FetchError, UsageError, is_user_error
+from mlm_suite.jobs.distributed import command_prog, run_job
+from mlm_suite.jobs.finetuning import validate_flags
+
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory, minilm_dir) -> Path:
+    """A random 2-layer mlm_suite encoder with learned absolute positions (128 of them), MiniLM tokenizer."""
+    folder = tmp_path_factory.mktemp("cli_tiny_model")
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir)
+    config = MlmSuiteConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=48, max_position_embeddings=128,
+    )
+    assert config.position_embedding_type == "absolute"
+    torch.manual_seed(0)
+    MlmSuiteModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def data_files(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("cli_data")
+    conll = folder / "train.conll"
+    conll.write_text("john B-PER\nlives O\nin O\nparis B-LOC\n\nthe O\ncat O\nsleeps O\n\n", encoding="utf-8")
+    rows = [("a good film", "the plot works", "positive"), ("a dull film", "nothing happens", "negative")] * 5
+    table = folder / "train.csv"
+    with open(table, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["text", "sentence2", "label"])
+        writer.writerows(rows)
+    senses = folder / "wsd.jsonl"
+    records = [{"tokens": ["the", "bank", "was", "closed"], "target": 1, "sense": f"bank.n.0{i % 2 + 1}"} for i in range(4)]
+    senses.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    return {"conll": conll, "csv": table, "wsd": senses}
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    """``mlm_suite.cli.main(argv)`` → (exit status, stdout, stderr), whether it returns or exits."""
+    capsys.readouterr()
+    try:
+        status = main(argv)
+    except SystemExit as exit_:
+        status = exit_.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def assert_one_line_error(err: str, command: str, *fragments: str) -> None:
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"mlm-suite {command}: error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], err
+
+
+# --------------------------------------------------------------------------------------------
+# --version, --help and usage lines
+# --------------------------------------------------------------------------------------------
+def test_version_prints_the_installed_versions(capsys):
+    status, out, err = run_cli(["--version"], capsys)
+    assert status == 0 and err == ""
+    expected = (f"mlm-suite {metadata.version('mlm-suite')} (torch {metadata.version('torch')}, "
+                f"transformers {metadata.version('transformers')}, Python ")
+    assert out.startswith(expected), out
+    assert len(out.splitlines()) == 1
+
+
+def test_top_level_help_lists_every_subcommand_and_the_global_options(capsys):
+    status, out, _ = run_cli(["--help"], capsys)
+    assert status == 0
+    for name in SUBCOMMANDS:
+        assert f"\n  {name} " in out
+    assert "--debug" in out and "MLM_SUITE_DEBUG" in out and "--version" in out
+
+
+@pytest.mark.parametrize("command", sorted(SUBCOMMANDS))
+def test_usage_line_names_the_subcommand(command, capsys):
+    status, out, _ = run_cli([command, "--help"], capsys)
+    assert status == 0
+    assert out.startswith(f"usage: mlm-suite {command} ["), out[:200]
+
+
+def test_unknown_command_and_option_exit_2(capsys):
+    status, _, err = run_cli(["finetune-xyz"], capsys)
+    assert status == 2 and err.splitlines()[-1] == "mlm-suite: error: unknown command 'finetune-xyz'"
+    status, _, err = run_cli(["--verbose", "wsd"], capsys)
+    assert status == 2 and err.splitlines()[-1] == "mlm-suite: error: unknown option '--verbose'"
+
+
+def test_unknown_flag_shows_a_one_line_usage_not_every_trainer_flag(capsys, tmp_path):
+    status, _, err = run_cli(["finetune-ner", "--no_such_flag", "1", "--output_dir", str(tmp_path / "out")], capsys)
+    assert status == 2
+    assert err.splitlines() == [
+        "usage: mlm-suite finetune-ner [options]  (mlm-suite finetune-ner --help lists them)",
+        "mlm-suite finetune-ner: error: unrecognized arguments: --no_such_flag 1",
+    ]
+    status, _, err = run_cli(["pretrain", "--max_seq_length", "long"], capsys)
+    assert status == 2 and len(err.splitlines()) == 2 and "invalid int value: 'long'" in err
+
+
+# --------------------------------------------------------------------------------------------
+# One-line user errors, before anything is written
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "command, flags, fragments",
+    [
+        ("finetune-cls", ["--per_device_train_batch_size", "0"], ["--per_device_train_batch_size must be at least 1, got 0"]),
+        ("finetune-pair", ["--learning_rate=-1e-5"], ["--learning_rate must not be negative"]),
+        ("finetune-ner", ["--num_train_epochs", "0"], ["--num_train_epochs must be positive"]),
+        ("finetune-ner", ["--label_smoothing_factor", "1.5"], ["--label_smoothing_factor must lie in [0, 1)"]),
+        ("finetune-ner", ["--train_file", "{missing}"], ["--train_file", "missing.conll: no such file"]),
+        ("finetune-cls", ["--train_file", "{data}", "--validation_file", "{missing}"], ["--validation_file", "no such file"]),
+        ("finetune-cls", ["--model_name_or_path", "{no_model}"], ["--model_name_or_path", "no_model: no such folder"]),
+        ("pretrain", ["--tokenizer", "./no/such/tokenizer"], ["--tokenizer ./no/such/tokenizer: no such folder"]),
+        ("wsd", ["--train_file", "{missing}", "--test_file", "{missing}"], ["--train_file", "no such file"]),
+        ("wsd", ["--test_fraction", "1.5"], ["--test_fraction must lie in (0, 1)"]),
+        ("wsd", ["--train_file", "{missing}"], ["give both --train_file and --test_file"]),
+        ("anisotropy", ["--num_sentences", "1"], ["--num_sentences must be at least 2, got 1"]),
+        ("anisotropy", ["--batch_size", "0"], ["--batch_size must be at least 1"]),
+    ],
+)
+def test_bad_flag_is_one_line_exit_2_and_writes_nothing(command, flags, fragments, tmp_path, data_files, capsys):
+    paths = {"missing": tmp_path / "missing.conll", "data": data_files["csv"], "no_model": tmp_path / "no_model"}
+    output_dir = tmp_path / "out"
+    argv = [command, *[flag.format(**paths) for flag in flags], "--output_dir", str(output_dir)]
+    status, out, err = run_cli(argv, capsys)
+    assert status == 2
+    assert_one_line_error(err, command, *fragments)
+    assert "Traceback" not in err + out
+    assert not output_dir.exists()
+
+
+@pytest.mark.parametrize(
+    "command, data_flags",
+    [
+        ("finetune-ner", ["--train_file", "conll"]),
+        ("finetune-cls", ["--train_file", "csv"]),
+        ("finetune-pair", ["--train_file", "csv", "--sentence1_column", "text"]),
+    ],
+)
+def test_max_seq_length_beyond_the_models_positions_is_rejected_before_writing(
+    command, data_flags, tiny_model, data_files, tmp_path, capsys
+):
+    """The issue: --max_seq_length 100000 trained a step, then failed in the model, leaving an empty folder."""
+    output_dir = tmp_path / "out"
+    flags = [data_files[value] if value in data_files else value for value in data_flags]
+    argv = [command, "--model_name_or_path", str(tiny_model), *map(str, flags), "--max_seq_length", "100000",
+            "--output_dir", str(output_dir), "--max_steps", "1", "--report_to", "none"]
+    status, _, err = run_cli(argv, capsys)
+    assert status == 2
+    assert_one_line_error(err, command, "--max_seq_length 100000", "128 positions", "max_position_embeddings")
+    assert not output_dir.exists()
+
+
+def test_max_seq_length_must_leave_room_for_text(tiny_model, data_files, tmp_path, capsys):
+    argv = ["finetune-pair", "--model_name_or_path", str(tiny_model), "--train_file", str(data_files["csv"]),
+            "--sentence1_column", "text", "--max_seq_length", "3", "--output_dir", str(tmp_path / "out")]
+    status, _, err = run_cli(argv, capsys)
+    assert status == 2
+    assert_one_line_error(err, "finetune-pair", "--max_seq_length 3", "3 special tokens")
+    assert not (tmp_path / "out").exists()
+
+
+def test_wsd_layers_are_checked_against_the_model(tiny_model, data_files, tmp_path, capsys):
+    argv = ["wsd", "--model_name_or_path", str(tiny_model), "--train_file", str(data_files["wsd"]),
+            "--test_file", str(data_files["wsd"]), "--layers", "0,5", "--output_dir", str(tmp_path / "out")]
+    status, _, err = run_cli(argv, capsys)
+    assert status == 2
+    assert_one_line_error(err, "wsd", "--layers: index 5 is out of range", "3 hidden states")
+    assert not (tmp_path / "out").exists()
+
+
+def test_seeds_names_the_job_in_its_errors(tmp_path, capsys):
+    output_dir = tmp_path / "seeds"
+    argv = ["seeds", "finetune-cls", "--seeds", "1", "2", "--output_dir", str(output_dir), "--", "--bogus"]
+    status, _, err = run_cli(argv, capsys)
+    assert status == 2
+    assert err.splitlines()[-1] == "mlm-suite seeds finetune-cls: error: unrecognized arguments: --bogus"
+    assert not output_dir.exists()
+    status, _, err = run_cli(["seeds", "finetune-cls", "--seeds", "1", "1", "--output_dir", str(output_dir)], capsys)
+    assert status == 2
+    assert_one_line_error(err, "seeds", "--seeds has repeats")
+
+
+# --------------------------------------------------------------------------------------------
+# --debug / MLM_SUITE_DEBUG, and what is not a user error
+# --------------------------------------------------------------------------------------------
+def test_debug_flag_and_environment_variable_let_the_error_through(tmp_path, monkeypatch, capsys):
+    argv = ["finetune-ner", "--train_file", str(tmp_path / "missing.conll")]
+    with pytest.raises(UsageError, match="--train_file .*missing.conll: no such file"):
+        main(["--debug", *argv])
+    monkeypatch.setenv("MLM_SUITE_DEBUG", "1")
+    with pytest.raises(UsageError, match="no such file"):
+        main(argv)
+    monkeypatch.setenv("MLM_SUITE_DEBUG", "0")
+    status, _, err = run_cli(argv, capsys)
+    assert status == 2 and len(err.splitlines()) == 1
+
+
+def test_run_job_sorts_user_errors_from_bugs(capsys):
+    def failing(error: BaseException):
+        def job(argv):
+            assert command_prog() == "mlm-suite demo"  # what the job's parser is named after
+            raise error
+        return job
+
+    for error in (UsageError("bad --flag"), ValueError("bad value"), FileNotFoundError(2, "No such file", "x.txt"),
+                  FetchError("could not download")):
+        with pytest.raises(SystemExit) as exit_info:
+            run_job(failing(error), [], prog="mlm-suite demo")
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err == f"mlm-suite demo: error: {error}\n"
+    with pytest.raises(SystemExit) as exit_info:
+        run_job(failing(KeyboardInterrupt()), [], prog="mlm-suite demo")
+    assert exit_info.value.code == 130 and capsys.readouterr().err == "mlm-suite demo: interrupted\n"
+    for bug in (RuntimeError("CUDA error: device-side assert"), KeyError("labels"), TypeError("oops")):
+        with pytest.raises(type(bug)):
+            run_job(failing(bug), [], prog="mlm-suite demo")
+        assert not is_user_error(bug)
+    assert command_prog() is None  # reset after the job
+    assert run_job(lambda argv: argv, ["x"], prog="mlm-suite demo") == ["x"]
+
+
+@pytest.mark.slow
+def test_a_real_process_prints_one_line_or_with_debug_the_traceback(tmp_path):
+    """Exit statuses and streams as a shell sees them (``python -m mlm_suite.cli`` = the console script)."""
+    argv = [sys.executable, "-m", "mlm_suite.cli", "finetune-ner", "--train_file", str(tmp_path / "missing.conll"),
+            "--output_dir", str(tmp_path / "out")]
+    env_run = dict(capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    plain = subprocess.run(argv, **env_run)
+    assert plain.returncode == 2, plain.stderr[-2000:]
+    assert plain.stderr.splitlines() == [
+        f"mlm-suite finetune-ner: error: --train_file {tmp_path / 'missing.conll'}: no such file"
+    ]
+    debug = subprocess.run([*argv[:3], "--debug", *argv[3:]], **env_run)
+    assert debug.returncode == 1
+    assert "Traceback (most recent call last):" in debug.stderr
+    assert debug.stderr.splitlines()[-1].startswith("mlm_suite.errors.UsageError: --train_file ")
+    assert not (tmp_path / "out").exists()
+
+
+def test_python_dash_m_names_the_module(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "mlm_suite.jobs.finetune_pair", "--learning_rate", "-1"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "python -m mlm_suite.jobs.finetune_pair: error: --learning_rate must not be negative, got -1.0"
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# The shared flag checks
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (dict(per_device_eval_batch_size=0), "--per_device_eval_batch_size must be at least 1"),
+        (dict(gradient_accumulation_steps=-2), "--gradient_accumulation_steps must be at least 1"),
+        (dict(max_train_samples=0), "--max_train_samples must be at least 1"),
+        (dict(train_last_k_layers=-2), "--train_last_k_layers must be at least -1"),
+        (dict(coherence_eval_pairs=1), "--coherence_eval_pairs must be at least 2"),
+        (dict(num_train_epochs=0.0, max_steps=-1), "--num_train_epochs must be positive"),
+        (dict(adam_beta2=1.0), r"--adam_beta2 must lie in \[0, 1\)"),
+        (dict(nsp_probability=-0.1), r"--nsp_probability must lie in \[0, 1\]"),
+        (dict(test_fraction=0.0), r"--test_fraction must lie in \(0, 1\)"),
+        (dict(weight_decay=-0.01), "--weight_decay must not be negative"),
+        (dict(intermediate_num_train_epochs=0), "--intermediate_num_train_epochs must be positive"),
+    ],
+)
+def test_validate_flags_rejects(values, message):
+    with pytest.raises(UsageError, match=message):
+        validate_flags(SimpleNamespace(**values))
+
+
+def test_validate_flags_accepts_edge_values(tmp_path):
+    existing = tmp_path / "train.txt"
+    existing.write_text("x")
+    validate_flags(
+        SimpleNamespace(learning_rate=0.0, num_train_epochs=0.0, max_steps=5, nsp_probability=1.0, train_last_k_layers=-1,
+                        label_smoothing_factor=0.0, train_file=str(existing), validation_file=None, max_eval_samples=None),
+        SimpleNamespace(model_name_or_path="google-bert/bert-base-uncased", tokenizer_name="bert-base-uncased"),
+        SimpleNamespace(model_name_or_path=str(tmp_path)),
+    )
+    with pytest.raises(UsageError, match="is not a file"):
+        validate_flags(SimpleNamespace(test_file=str(tmp_path)))
+
+
+# --------------------------------------------------------------------------------------------
+# Downloads say what they fetch
+# --------------------------------------------------------------------------------------------
+def test_fetch_distribution_reports_what_it_fetches_and_its_size(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MLM_SUITE_CACHE", str(tmp_path / "cache"))
+    commands = []
+
+    def fake_pip(command, **kwargs):
+        commands.append(command)
+        if "broken-pkg==1.0" in command:
+            return subprocess.CompletedProcess(command, 1, "", "ERROR: No matching distribution found for broken-pkg==1.0\n")
+        folder = Path(command[command.index("-d") + 1])
+        (folder / "fake_pkg-1.0-py3-none-any.whl").write_bytes(b"\0" * 2_500_000)
+        return subprocess.CompletedProcess(command, 0, "  Downloading fake_pkg-1.0-py3-none-any.whl (2.5 MB)\n", "")
+
+    monkeypatch.setattr(resources.subprocess, "run", fake_pip)
+    path = resources.fetch_distribution("fake-pkg==1.0")
+    out, err = capsys.readouterr()
+    assert out == ""  # the job's stdout stays for its results
+    assert err.splitlines() == [
+        f"mlm_suite: fetching fake-pkg==1.0 (wheel) from the package index into {path.parent} (once; cached)",
+        "  Downloading fake_pkg-1.0-py3-none-any.whl (2.5 MB)",  # pip's own report, progress bar included
+        "mlm_suite: fetched fake_pkg-1.0-py3-none-any.whl (2.5 MB)",
+    ]
+    assert "--quiet" not in commands[0] and "-q" not in commands[0]
+    assert resources.fetch_distribution("fake-pkg==1.0") == path and len(commands) == 1  # cached: silent
+    assert capsys.readouterr().err == ""
+    with pytest.raises(FetchError, match="could not download 'broken-pkg==1.0'.*\n.*No matching distribution") as info:
+        resources.fetch_distribution("broken-pkg==1.0")
+    assert is_user_error(info.value) and isinstance(info.value, RuntimeError)
+
+
+FAILING_JOB = """
+import sys
+import torch
+import torch.distributed as dist
+from accelerate import PartialState
+
+from mlm_suite.jobs.distributed import run_job
+
+state = PartialState(cpu=True)  # a gloo group of the launched processes, as the Trainer sets up
+
+
+def main(argv):
+    for _ in range(20):  # collectives in gloo's worker threads, as training and evaluation run them
+        gathered = [torch.empty(8) for _ in range(state.num_processes)]
+        dist.all_gather(gathered, torch.ones(8))
+    if state.process_index == 1:
+        raise ValueError("bad value on rank 1")
+    return 0
+
+
+raise SystemExit(run_job(main, prog="failing-job"))
+"""
+
+
+def test_a_user_error_in_one_of_two_processes_ends_the_run_cleanly(tmp_path):
+    """The failing process prints its line and exits with 2 (not SIGABRT while freeing the group); the
+    launcher stops the other one, which waits in the final barrier, instead of hanging."""
+    from test_distributed import launch_two_processes
+
+    script = tmp_path / "failing_job.py"
+    script.write_text(FAILING_JOB)
+    result = launch_two_processes(script, [], 120)
+    assert result.returncode != 0
+    assert result.stderr.count("failing-job: error: bad value on rank 1\n") == 1, result.stderr[-3000:]
+    assert "terminate called" not in result.stderr
+    assert re.search(r"exitcode\s*: 2 ", result.stderr), result.stderr[-3000:]
