@@ -1,7 +1,12 @@
-"""Speed benchmark: mlm_suite vs Hugging Face BERT (sdpa) and ModernBERT, on CPU (or whatever device torch picks).
+"""Speed benchmark: mlm_suite vs Hugging Face BERT (sdpa) and ModernBERT, on CPU or a CUDA GPU.
 
-Run ``python benchmarks/bench_speed.py`` (``make bench``); ``--quick`` is a < 60 s smoke run.
-It prints a markdown table and optionally writes ``--output results.json`` / ``--markdown table.md``.
+Run ``python benchmarks/bench_speed.py`` (``make bench``); ``--quick`` is a < 60 s smoke run;
+``--device cuda`` runs the GPU workloads (BERT-base, bf16 autocast, fused AdamW; CUDA timings are
+synchronised and the memory column is the allocator's peak); ``--compile`` adds mlm_suite under
+``torch.compile``. It prints a markdown table and optionally writes ``--output results.json`` /
+``--markdown table.md``. Besides HF BERT, mlm_suite on padded batches and ModernBERT, every run
+times mlm_suite on flattened batches (``mlm_suite.data.flattening``, built before the timing as a
+data loader would), which on CUDA uses ``varlen_attn`` and needs no host synchronisation.
 
 Method
 ------
@@ -44,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import gc
 import json
 import math
@@ -71,6 +77,7 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from mlm_suite.convert import config_from_bert, convert_bert_state_dict
+from mlm_suite.data.flattening import flatten_batch
 from mlm_suite.model import MlmSuiteForMaskedLM, MlmSuiteForTokenClassification, MlmSuiteModel
 
 PAD, CLS, SEP, MASK = 0, 101, 102, 103
@@ -88,6 +95,9 @@ SIZES = {
 MODERNBERT_INTERMEDIATE = {"tiny": 160, "mini": 672, "base": 2048}
 
 HF, OURS, MODERNBERT = "HF BERT (sdpa)", "mlm_suite", "ModernBERT (sdpa)"
+# mlm_suite on flattened batches (mlm_suite.data.flattening: no padding, no host synchronisation),
+# eager and under torch.compile.
+OURS_FLAT, OURS_COMPILED = "mlm_suite flattened", "mlm_suite flattened + compile"
 
 
 @dataclass
@@ -120,6 +130,15 @@ EXTRA_WORKLOADS = [
     Workload("mlm-base-packed", "mlm", "base", 8, 128, "packed", reps=5),
     Workload("tokcls-mini-packed", "tokcls", "mini", 32, 128, "packed"),
     Workload("infer-mini-packed", "infer", "mini", 64, 128, "packed", reps=9),
+]
+
+
+# The GPU table (--device cuda): BERT-base in bf16 autocast at GPU batch sizes.
+CUDA_WORKLOADS = [
+    Workload("mlm-base-var", "mlm", "base", 128, 128, "variable", dtype="bf16", reps=10, warmup=3, target=4.0),
+    Workload("mlm-base-packed", "mlm", "base", 128, 128, "packed", dtype="bf16", reps=10, warmup=3),
+    Workload("mlm-base-var512", "mlm", "base", 32, 512, "variable", dtype="bf16", reps=10, warmup=3),
+    Workload("infer-base-var", "infer", "base", 256, 128, "variable", dtype="bf16", reps=10, warmup=3, target=2.0),
 ]
 
 
@@ -283,25 +302,43 @@ def useful_flops(workload: Workload, contender: str, batch: Batch) -> float:
 # Steps
 # --------------------------------------------------------------------------------------------
 class Contender:
-    """A model plus what it needs to run one timed step of a workload."""
+    """A model plus what it needs to run one timed step of a workload on a device.
 
-    def __init__(self, name: str, model: torch.nn.Module, workload: Workload):
-        self.name, self.model, self.workload = name, model, workload
+    ``flatten``: feed flattened batches (``mlm_suite.data.flattening.flatten_batch``, made before
+    timing as a data loader would); ``compile_backend``: ``torch.compile`` the model with that backend.
+    """
+
+    def __init__(
+        self, name: str, model: torch.nn.Module, workload: Workload, device: str = "cpu",
+        flatten: bool = False, compile_backend: str | None = None,
+    ):
+        self.name, self.workload, self.device, self.flatten = name, workload, torch.device(device), flatten
         self.train = workload.task != "infer"
-        model.train(self.train)
+        model.to(self.device).train(self.train)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True) if self.train else None
+        self.model = torch.compile(model, backend=compile_backend) if compile_backend else model
+        self._inputs: dict[int, dict] = {}
 
     def autocast(self):
         if self.workload.dtype == "bf16":
-            return torch.autocast("cpu", dtype=torch.bfloat16)
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
+
+    def inputs(self, batch: Batch) -> dict:
+        """The model's keyword arguments for ``batch`` on the device (cached: built once, outside the timing)."""
+        if id(batch) not in self._inputs:
+            padded = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+            if self.train:
+                padded["labels"] = batch.labels
+            prepared = flatten_batch(padded, max_length_multiple=16) if self.flatten else padded
+            self._inputs[id(batch)] = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in prepared.items()}
+        return self._inputs[id(batch)]
 
     def loss_or_output(self, batch: Batch) -> torch.Tensor:
         """Training: the loss (graph attached). Inference: the last hidden state."""
         with self.autocast():
-            if self.train:
-                return self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels).loss
-            return self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+            output = self.model(**self.inputs(batch))
+            return output.loss if self.train else output.last_hidden_state
 
     def step(self, batch: Batch) -> None:
         if self.train:
@@ -312,6 +349,15 @@ class Contender:
         else:
             with torch.inference_mode():
                 self.loss_or_output(batch)
+
+    def timed_step(self, batch: Batch) -> float:
+        """Seconds of one step; on CUDA the device is synchronised before and after."""
+        synchronize = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        synchronize()
+        start = time.perf_counter()
+        self.step(batch)
+        synchronize()
+        return time.perf_counter() - start
 
 
 # --------------------------------------------------------------------------------------------
@@ -348,42 +394,64 @@ class LiveTensorBytes(TorchDispatchMode):
 
 
 def peak_step_bytes(contender: Contender, batch: Batch) -> int:
+    """Peak bytes allocated during one step beyond what was allocated before it (CUDA: the allocator's peak)."""
     gc.collect()
+    if contender.device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        contender.step(batch)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - before
+    if isinstance(contender.model, torch._dynamo.eval_frame.OptimizedModule):
+        return 0  # the dispatch-mode tracker would trace into the compiled graph: not measured
     tracker = LiveTensorBytes()
     with tracker:
         contender.step(batch)
     return tracker.peak
 
 
-def gemm_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
-    """GFLOP/s of an n^3 matmul: median of ``reps`` after one warm-up."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+def gemm_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5, device: str = "cpu") -> float:
+    """GFLOP/s of an n^3 matmul: median of ``reps`` after one warm-up (synchronised on CUDA)."""
+    a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
+    synchronize = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     a @ b
     times = []
     for _ in range(reps):
+        synchronize()
         start = time.perf_counter()
         a @ b
+        synchronize()
         times.append(time.perf_counter() - start)
     return 2 * n**3 / statistics.median(times) / 1e9
 
 
-def check_equivalence(workload: Workload, models: dict[str, torch.nn.Module], batch: Batch) -> dict:
-    """mlm_suite vs HF BERT on the same batch in fp32: losses (training) or hidden states (inference)."""
+def check_equivalence(workload: Workload, models: dict[str, torch.nn.Module], batch: Batch, device: str = "cpu") -> dict:
+    """mlm_suite vs HF BERT on the same batch in fp32: losses (training) or hidden states (inference).
+
+    The flattened form of the batch must give mlm_suite the same loss or hidden states too.
+    """
     ours, hf = models[OURS], models[HF]
     train = workload.task != "infer"
     ours.train(train)
     hf.train(train)
-    with torch.inference_mode():
-        a = hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **({"labels": batch.labels} if train else {}))
-        b = ours(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **({"labels": batch.labels} if train else {}))
+    padded = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
     if train:
-        what, reference, difference = "loss", float(a.loss), abs(float(a.loss) - float(b.loss))
-        detail = f"HF {float(a.loss):.6f} vs mlm_suite {float(b.loss):.6f}"
+        padded["labels"] = batch.labels
+    flat = {k: v.to(device) if torch.is_tensor(v) else v for k, v in flatten_batch(padded).items()}
+    padded = {k: v.to(device) for k, v in padded.items()}
+    with torch.inference_mode():
+        a, b, c = hf(**padded), ours(**padded), ours(**flat)
+    if train:
+        reference = float(a.loss)
+        difference = max(abs(reference - float(b.loss)), abs(reference - float(c.loss)))
+        what, detail = "loss", f"HF {reference:.6f} vs mlm_suite {float(b.loss):.6f} (flattened {float(c.loss):.6f})"
     else:
-        real = batch.attention_mask.bool()
-        x, y = a.last_hidden_state[real], b.last_hidden_state[real]
-        what, reference, difference = "hidden", float(x.abs().max()), float((x - y).abs().max())
-        detail = f"max |h| {reference:.3f}"
+        real = padded["attention_mask"].bool()
+        x, y, z = a.last_hidden_state[real], b.last_hidden_state[real], c.last_hidden_state[0]
+        reference = float(x.abs().max())
+        what, detail = "hidden", f"max |h| {reference:.3f}"
+        difference = max(float((x - y).abs().max()), float((x - z).abs().max()))
     ok = difference <= TOLERANCE * max(1.0, abs(reference) if train else 1.0)
     return {"workload": workload.name, "compared": what, "max_abs_diff": difference, "detail": detail, "ok": ok}
 
@@ -406,11 +474,20 @@ class Result:
 
 
 def run_workload(
-    workload: Workload, peaks: dict[str, float], seed: int = 0, log=print, modernbert: bool = True
+    workload: Workload,
+    peaks: dict[str, float],
+    seed: int = 0,
+    log=print,
+    modernbert: bool = True,
+    device: str = "cpu",
+    flattened: bool = True,
+    compiled: str | None = None,
 ) -> tuple[dict, list[Result]]:
     models = build_models(workload, seed, modernbert)
+    for model in models.values():
+        model.to(device)
     batches = [make_batch(workload, seed * 1000 + i) for i in range(3)]
-    check = check_equivalence(workload, models, batches[0])
+    check = check_equivalence(workload, models, batches[0], device)
     status = "OK" if check["ok"] else "FAILED"
     log(
         f"check {workload.name}: mlm_suite vs HF BERT {check['compared']} max |diff| = {check['max_abs_diff']:.2e} "
@@ -418,19 +495,23 @@ def run_workload(
     )
     if not check["ok"]:
         return check, []
-    contenders = [Contender(name, model, workload) for name, model in models.items()]
+    contenders = [Contender(name, model, workload, device) for name, model in models.items()]
+    if flattened:
+        contenders.append(Contender(OURS_FLAT, copy.deepcopy(models[OURS]), workload, device, flatten=True))
+    if compiled:
+        contenders.append(Contender(OURS_COMPILED, copy.deepcopy(models[OURS]), workload, device, True, compiled))
+    # Warm-up covers every batch once when compiling, so no (re)compilation is timed.
+    warmup = max(workload.warmup, len(batches)) if compiled else workload.warmup
     times: dict[str, list[float]] = {c.name: [] for c in contenders}
     used: list[Batch] = []
-    for rep in range(workload.warmup + workload.reps):
+    for rep in range(warmup + workload.reps):
         batch = batches[rep % len(batches)]
         shift = rep % len(contenders)
         for contender in contenders[shift:] + contenders[:shift]:
-            start = time.perf_counter()
-            contender.step(batch)
-            elapsed = time.perf_counter() - start
-            if rep >= workload.warmup:
+            elapsed = contender.timed_step(batch)
+            if rep >= warmup:
                 times[contender.name].append(elapsed)
-        if rep >= workload.warmup:
+        if rep >= warmup:
             used.append(batch)
     peak_bytes = {c.name: peak_step_bytes(c, batches[0]) for c in contenders}
     gemm = peaks[workload.dtype]
@@ -506,11 +587,11 @@ def targets_table(workloads: list[Workload], results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def environment(peaks: dict[str, float]) -> dict:
+def environment(peaks: dict[str, float], device: str = "cpu") -> dict:
     return {
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "cpu": platform.processor() or platform.machine(),
+        "device": torch.cuda.get_device_name() if device == "cuda" else (platform.processor() or platform.machine()),
         "threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "gemm_peak_gflops": peaks,
@@ -518,18 +599,31 @@ def environment(peaks: dict[str, float]) -> dict:
     }
 
 
-def run(workloads: list[Workload], seed: int = 0, log=print, modernbert: bool = True, gemm_size: int = 2048) -> dict:
-    """Run the workloads; return ``{"environment", "checks", "results", "markdown"}`` (raises on a failed check)."""
-    peaks = {"fp32": gemm_peak(torch.float32, gemm_size), "bf16": gemm_peak(torch.bfloat16, gemm_size)}
-    env = environment(peaks)
+def run(
+    workloads: list[Workload],
+    seed: int = 0,
+    log=print,
+    modernbert: bool = True,
+    gemm_size: int = 2048,
+    device: str = "cpu",
+    flattened: bool = True,
+    compiled: str | None = None,
+) -> dict:
+    """Run the workloads; return ``{"environment", "checks", "results", "markdown"}`` (raises on a failed check).
+
+    ``flattened`` adds mlm_suite on flattened batches; ``compiled`` (a ``torch.compile`` backend
+    name, e.g. ``"inductor"``) adds it compiled.
+    """
+    peaks = {name: gemm_peak(dtype, gemm_size, device=device) for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
+    env = environment(peaks, device)
     log(
-        f"torch {env['torch']}, {env['threads']} threads, {env['cpu_capability']}; GEMM peak "
+        f"torch {env['torch']} on {env['device']}, {env['threads']} threads; GEMM peak "
         f"({gemm_size}^3) fp32 {peaks['fp32']:.0f} GFLOP/s, bf16 {peaks['bf16']:.0f} GFLOP/s; load average {env['load_average_start'][0]:.1f}"
     )
     checks, results = [], []
     for workload in workloads:
         start = time.perf_counter()
-        check, rows = run_workload(workload, peaks, seed, log, modernbert)
+        check, rows = run_workload(workload, peaks, seed, log, modernbert, device, flattened, compiled)
         checks.append(check)
         if not check["ok"]:
             raise SystemExit(f"equivalence check failed for {workload.name}: {check}")
@@ -551,15 +645,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="torch.set_num_threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-modernbert", action="store_true", help="time only HF BERT and mlm_suite")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="cuda: the GPU workloads (bf16)")
+    parser.add_argument(
+        "--compile", nargs="?", const="inductor", metavar="BACKEND",
+        help="also time mlm_suite flattened under torch.compile (backend: inductor by default)",
+    )
     parser.add_argument("--output", help="write all results as JSON here")
     parser.add_argument("--markdown", help="write the markdown tables here")
     args = parser.parse_args(argv)
     hf_logging.set_verbosity_error()  # here, not in run(): a caller's logging stays as it was
     if args.threads:
         torch.set_num_threads(args.threads)
-    workloads = quick_workloads() if args.quick else list(DEFAULT_WORKLOADS)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device")
+    defaults = CUDA_WORKLOADS if args.device == "cuda" else DEFAULT_WORKLOADS
+    workloads = quick_workloads() if args.quick else list(defaults)
     if args.workloads:
-        candidates = workloads if args.quick else workloads + EXTRA_WORKLOADS
+        candidates = workloads if args.quick else workloads + EXTRA_WORKLOADS + [w for w in CUDA_WORKLOADS if w not in workloads]
         workloads = [w for w in candidates if any(w.name.startswith(prefix) for prefix in args.workloads)]
         if not workloads:
             parser.error(f"no workload matches {args.workloads}")
@@ -573,11 +675,13 @@ def main(argv: list[str] | None = None) -> int:
         args.seed,
         log=lambda message: print(message, file=sys.stderr, flush=True),
         modernbert=not args.no_modernbert,
-        gemm_size=1024 if args.quick else 2048,
+        gemm_size=1024 if args.quick else (8192 if args.device == "cuda" else 2048),
+        device=args.device,
+        compiled=args.compile,
     )
     e = report["environment"]
     print(
-        f"torch {e['torch']} · {e['threads']} threads · {e['cpu_capability']} · GEMM peak fp32 "
+        f"torch {e['torch']} · {e['device']} · {e['threads']} threads · GEMM peak fp32 "
         f"{e['gemm_peak_gflops']['fp32']:.0f} / bf16 {e['gemm_peak_gflops']['bf16']:.0f} GFLOP/s · "
         f"load average {e['load_average_start'][0]:.1f} → {e['load_average_end'][0]:.1f}\n"
     )

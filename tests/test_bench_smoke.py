@@ -40,7 +40,7 @@ def test_quick_run_checks_pass_and_tables_have_every_row(bench):
     report = bench.run(workloads, log=lambda message: None, gemm_size=128)
     assert [check["workload"] for check in report["checks"]] == [w.name for w in workloads]
     assert all(check["ok"] for check in report["checks"])
-    contenders = (bench.HF, bench.OURS, bench.MODERNBERT)
+    contenders = (bench.HF, bench.OURS, bench.MODERNBERT, bench.OURS_FLAT)
     rows = {(r["workload"], r["contender"]) for r in report["results"]}
     assert rows == {(w.name, c) for w in workloads for c in contenders}
     table, targets = report["markdown"].split("\n\n")
@@ -52,6 +52,14 @@ def test_quick_run_checks_pass_and_tables_have_every_row(bench):
         assert result["tokens_per_s"] > 0 and result["peak_mib"] > 0 and result["gflops"] > 0
         if result["contender"] == bench.HF:
             assert result["vs_hf"] == pytest.approx(1.0)
+
+
+def test_compiled_contender_runs_on_flattened_batches(bench):
+    workloads = tiny_workloads(bench)[:1]
+    report = bench.run(workloads, log=lambda message: None, gemm_size=128, modernbert=False, compiled="aot_eager")
+    rows = {r["contender"]: r for r in report["results"]}
+    assert set(rows) == {bench.HF, bench.OURS, bench.OURS_FLAT, bench.OURS_COMPILED}
+    assert rows[bench.OURS_COMPILED]["tokens_per_s"] > 0
 
 
 def test_failed_equivalence_check_aborts(bench, monkeypatch):

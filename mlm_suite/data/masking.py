@@ -37,6 +37,8 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from .flattening import flatten_batch
+
 __all__ = [
     "WORD_ID_SENTINEL",
     "DataCollatorForMaskedLM",
@@ -191,6 +193,11 @@ class DataCollatorForMaskedLM:
         max_span_length: longest span, in words.
         process_rank: rank mixed into the seeds; ``None`` reads it at each call from
             torch.distributed, else from the ``RANK`` environment variable, else 0.
+        flatten: return a flattened batch (:func:`mlm_suite.data.flattening.flatten_batch`):
+            every sequence end to end in one ``(1, total)`` row with its offsets and the labelled
+            positions, so the model reads no tensor values to lay it out (``torch.compile``
+            without graph breaks, no host synchronisation on CUDA). ``pad_to_multiple_of`` then
+            rounds the longest-sequence bound ``max_length_q`` instead of the padded length.
 
     A feature is a mapping with ``input_ids`` and optionally ``attention_mask``,
     ``token_type_ids``, ``position_ids`` (padded and returned), ``next_sentence_label``
@@ -217,6 +224,7 @@ class DataCollatorForMaskedLM:
     span_geometric_p: float = 0.2
     max_span_length: int = 10
     process_rank: int | None = None
+    flatten: bool = False
     epoch: int = field(default=0, init=False)
     _special_ids: torch.Tensor = field(init=False, repr=False)
     _replacement_cdf: torch.Tensor = field(init=False, repr=False)
@@ -305,7 +313,7 @@ class DataCollatorForMaskedLM:
         ids = [torch.as_tensor(feature["input_ids"], dtype=torch.long) for feature in features]
         lengths = [len(row) for row in ids]
         length = max(lengths)
-        if self.pad_to_multiple_of is not None:
+        if self.pad_to_multiple_of is not None and not self.flatten:
             length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
 
         input_ids = self._pad(ids, self.tokenizer.pad_token_id, length)  # (B, L)
@@ -341,7 +349,7 @@ class DataCollatorForMaskedLM:
         for key in _SCALAR_PASSTHROUGH:
             if key in features[0]:
                 batch[key] = torch.tensor([int(feature[key]) for feature in features], dtype=torch.long)
-        return batch
+        return flatten_batch(batch, self.pad_to_multiple_of) if self.flatten else batch
 
     @staticmethod
     def _column(features: Sequence[Mapping[str, Any]], key: str) -> list[torch.Tensor]:

@@ -141,6 +141,13 @@ class PretrainingArguments:
         default=False, metadata={"help": "pack documents into full rows; position ids restart per document"}
     )
     max_seq_length: int = field(default=64, metadata={"help": "longest row, special tokens included"})
+    flatten_batches: bool = field(
+        default=False,
+        metadata={
+            "help": "train on flattened batches (every sequence end to end with its offsets, as "
+            "DataCollatorWithFlattening makes them): no padding at all, and with --torch_compile no graph break"
+        },
+    )
     tokenizer: str | None = field(
         default=None, metadata={"help": "tokenizer folder (default: --model_name_or_path's, else a trained one)"}
     )
@@ -635,6 +642,8 @@ def main(argv: list[str] | None = None) -> int:
         masking=args.masking,
         seed=training_args.seed,
         process_rank=None if args.masking_seed_per_rank else 0,
+        flatten=args.flatten_batches,
+        pad_to_multiple_of=8 if args.flatten_batches else None,  # rounds max_length_q: fewer torch.compile shapes
     )
     callbacks = [MaskingEpochCallback(train_collator)]
     callbacks += early_stopping_callback(

@@ -27,7 +27,6 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.modeling_outputs import (
     BaseModelOutputWithPooling,
     MaskedLMOutput,
@@ -38,8 +37,10 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils import ModelOutput, can_return_tuple, logging
 
+from .attention import MlmSuiteSelfAttention
 from .configuration_mlm_suite import MlmSuiteConfig
 from .crf import ConditionalRandomField, allowed_transitions
+from .layout import SequenceLayout
 
 IGNORE_INDEX = -100
 
@@ -47,167 +48,8 @@ logger = logging.get_logger(__name__)
 
 
 # --------------------------------------------------------------------------------------------
-# Padding-free bookkeeping
-# --------------------------------------------------------------------------------------------
-@dataclass
-class SequenceLayout:
-    """Where the real tokens of a ``(batch, seq)`` input are, and which of them attend to each other.
-
-    The encoder works on a flat ``(total_tokens, hidden)`` tensor of real tokens. Attention needs
-    them grouped by *segment* (a sequence, or one document of a packed row): ``to_segments``
-    scatters the flat tokens into a ``(num_segments, max_segment_len, ...)`` grid and
-    ``key_padding_mask`` marks the real cells of that grid. When the input has neither padding
-    nor packed documents the layout is *dense*: flattening is a reshape and segments are rows.
-    """
-
-    batch_size: int
-    seq_len: int
-    positions: torch.Tensor  # (total,) position id of every real token
-    token_index: torch.Tensor | None = None  # (total,) index into batch*seq; None when dense
-    segment_index: torch.Tensor | None = None  # (total,) index into num_segments*max_segment_len
-    key_padding_mask: torch.Tensor | None = None  # (num_segments, max_segment_len) bool, True = real
-    num_segments: int = 0
-    max_segment_len: int = 0
-
-    @property
-    def is_dense(self) -> bool:
-        return self.token_index is None
-
-    @classmethod
-    def from_inputs(
-        cls,
-        shape: tuple[int, int],
-        device: torch.device,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        document_ids: torch.Tensor | None = None,
-    ) -> "SequenceLayout":
-        """Build the layout.
-
-        Segments start at the first real token of each row, wherever ``position_ids`` returns to 0
-        (packed rows) and wherever ``document_ids`` changes. Without explicit ``position_ids``,
-        tokens take their column index as position (as BERT does), or their offset within their
-        document when ``document_ids`` is given.
-        """
-        batch_size, seq_len = shape
-        columns = torch.arange(seq_len, device=device).expand(batch_size, seq_len)
-        real = torch.ones(shape, dtype=torch.bool, device=device) if attention_mask is None else attention_mask.bool()
-        starts = real & (real.cumsum(dim=1) == 1)  # (batch, seq): first real token of each row
-        if position_ids is not None:
-            starts |= real & (position_ids == 0)
-        if document_ids is not None:
-            changed = torch.ones_like(starts)
-            changed[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
-            starts |= real & changed
-        packed = bool((starts.sum(dim=1) > 1).any())
-        if not packed and bool(real.all()):
-            positions = columns if position_ids is None else position_ids
-            return cls(batch_size, seq_len, positions.reshape(-1))
-
-        token_index = real.reshape(-1).nonzero().squeeze(1)  # (total,)
-        segment_of_token = starts.reshape(-1)[token_index].cumsum(0) - 1  # (total,)
-        segment_lengths = torch.bincount(segment_of_token)  # (num_segments,)
-        segment_starts = segment_lengths.cumsum(0) - segment_lengths  # (num_segments,)
-        offset_in_segment = torch.arange(token_index.numel(), device=device) - segment_starts[segment_of_token]
-        num_segments = segment_lengths.numel()
-        max_segment_len = int(segment_lengths.max()) if num_segments else 0  # 0 when every row is padding
-        segment_index = segment_of_token * max_segment_len + offset_in_segment
-        key_padding_mask = torch.zeros(num_segments * max_segment_len, dtype=torch.bool, device=device)
-        key_padding_mask[segment_index] = True
-        if position_ids is not None:
-            positions = position_ids.reshape(-1)[token_index]
-        elif document_ids is not None:
-            positions = offset_in_segment
-        else:
-            positions = columns.reshape(-1)[token_index]
-        return cls(
-            batch_size,
-            seq_len,
-            positions,
-            token_index,
-            segment_index,
-            key_padding_mask.view(num_segments, max_segment_len),
-            num_segments,
-            max_segment_len,
-        )
-
-    def unpad(self, padded: torch.Tensor) -> torch.Tensor:
-        """``(batch, seq, ...)`` → ``(total, ...)``: keep the real tokens."""
-        flat = padded.reshape(self.batch_size * self.seq_len, *padded.shape[2:])
-        return flat if self.is_dense else flat[self.token_index]
-
-    def pad(self, flat: torch.Tensor) -> torch.Tensor:
-        """``(total, ...)`` → ``(batch, seq, ...)``, zeros at pad positions."""
-        if not self.is_dense:
-            full = flat.new_zeros(self.batch_size * self.seq_len, *flat.shape[1:])
-            flat = full.index_copy(0, self.token_index, flat)
-        return flat.view(self.batch_size, self.seq_len, *flat.shape[1:])
-
-    def to_segments(self, flat: torch.Tensor) -> torch.Tensor:
-        """``(total, ...)`` → ``(num_segments, max_segment_len, ...)`` grid for attention."""
-        if self.is_dense:
-            return flat.view(self.batch_size, self.seq_len, *flat.shape[1:])
-        grid = flat.new_zeros(self.num_segments * self.max_segment_len, *flat.shape[1:])
-        grid = grid.index_copy(0, self.segment_index, flat)
-        return grid.view(self.num_segments, self.max_segment_len, *flat.shape[1:])
-
-    def from_segments(self, grid: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
-        """``(num_segments, max_segment_len, ...)`` → ``(total, ...)``, or ``(len(tokens), ...)`` for the flat indices ``tokens``."""
-        flat = grid.reshape(-1, *grid.shape[2:])
-        if self.is_dense:
-            return flat if tokens is None else flat[tokens]
-        return flat[self.segment_index if tokens is None else self.segment_index[tokens]]
-
-    def additive_attention_mask(self, dtype: torch.dtype) -> torch.Tensor | None:
-        """``(num_segments, 1, 1, max_segment_len)`` bias hiding the grid's empty cells from every query.
-
-        It uses the dtype's most negative finite value, not -inf, so softmax stays finite in
-        fp16/bf16 even for the grid's empty query rows (which are discarded afterwards).
-        """
-        if self.is_dense:
-            return None
-        bias = torch.zeros(self.key_padding_mask.shape, dtype=dtype, device=self.key_padding_mask.device)
-        bias.masked_fill_(~self.key_padding_mask, torch.finfo(dtype).min)
-        return bias[:, None, None, :]
-
-    def _attention_cells(self) -> tuple[torch.Tensor, ...]:
-        """Index tensors pairing each real ``(segment, query, key)`` grid cell with its ``(row, query, key)`` batch cell."""
-        token_of_cell = torch.zeros(self.num_segments * self.max_segment_len, dtype=torch.long, device=self.positions.device)
-        token_of_cell[self.segment_index] = self.token_index
-        token_of_cell = token_of_cell.view(self.num_segments, self.max_segment_len)  # flat batch*seq index
-        row = token_of_cell[:, :1].reshape(-1) // self.seq_len  # (num_segments,): a segment lies within one row
-        column = token_of_cell % self.seq_len  # (num_segments, max_segment_len)
-        real = self.key_padding_mask
-        segment, query, key = (real[:, :, None] & real[:, None, :]).nonzero(as_tuple=True)
-        return segment, query, key, row[segment], column[segment, query], column[segment, key]
-
-    def attention_to_batch(self, weights: torch.Tensor) -> torch.Tensor:
-        """``(num_segments, heads, len, len)`` weights → ``(batch, heads, seq, seq)``, zero between segments and at pads."""
-        if self.is_dense:
-            return weights
-        segment, query, key, row, query_column, key_column = self._attention_cells()
-        out = weights.new_zeros(self.batch_size, weights.shape[1], self.seq_len, self.seq_len)
-        out[row, :, query_column, key_column] = weights[segment, :, query, key]
-        return out
-
-    def attention_from_batch(self, weights: torch.Tensor) -> torch.Tensor:
-        """Inverse of ``attention_to_batch``: ``(batch, heads, seq, seq)`` → ``(num_segments, heads, len, len)``."""
-        if self.is_dense:
-            return weights
-        segment, query, key, row, query_column, key_column = self._attention_cells()
-        out = weights.new_zeros(self.num_segments, weights.shape[1], self.max_segment_len, self.max_segment_len)
-        out[segment, :, query, key] = weights[row, :, query_column, key_column]
-        return out
-
-
-# --------------------------------------------------------------------------------------------
 # Building blocks
 # --------------------------------------------------------------------------------------------
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    first, second = x.chunk(2, dim=-1)
-    return torch.cat((-second, first), dim=-1)
-
-
 def rotary_tables(positions: torch.Tensor, head_size: int, theta: float, dtype: torch.dtype):
     """cos/sin tables ``(total, 1, head_size)`` for RoPE; computed per call so no buffer needs initialising."""
     inv_freq = 1.0 / theta ** (torch.arange(0, head_size, 2, device=positions.device, dtype=torch.float32) / head_size)
@@ -244,91 +86,6 @@ class MlmSuiteEmbeddings(nn.Module):
             else:
                 embeddings = embeddings + self.token_type_embeddings(layout.unpad(token_type_ids))
         return self.dropout(self.norm(embeddings))
-
-
-def eager_attention_forward(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    layout: SequenceLayout | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax attention written out; returns ``(segments, len, heads, head_size)`` and the weights.
-
-    With a ``layout`` the weights are returned as ``(batch, heads, seq, seq)`` and the output is
-    computed from that very tensor, so gradients reach the attentions a user is handed.
-    """
-    scores = query @ key.transpose(-1, -2) * scaling  # (segments, heads, len, len)
-    if attention_mask is not None:
-        scores = scores + attention_mask
-    weights = scores.float().softmax(dim=-1).to(query.dtype)
-    if layout is not None:
-        weights = layout.attention_to_batch(weights)  # (batch, heads, seq, seq)
-        context = F.dropout(layout.attention_from_batch(weights), p=dropout, training=module.training) @ value
-    else:
-        context = F.dropout(weights, p=dropout, training=module.training) @ value
-    return context.transpose(1, 2).contiguous(), weights
-
-
-class MlmSuiteSelfAttention(nn.Module):
-    """Fully visible multi-head self-attention with a fused QKV projection.
-
-    The kernel comes from transformers' ``AttentionInterface`` by ``config._attn_implementation``
-    (``"sdpa"`` by default, ``"eager"``, or any registered one), so ``model.set_attn_implementation``
-    switches it as it does for transformers' own models. Returning attention weights needs eager.
-    """
-
-    is_causal = False
-
-    def __init__(self, config: MlmSuiteConfig):
-        super().__init__()
-        self.num_heads = config.num_attention_heads
-        self.head_size = config.hidden_size // config.num_attention_heads
-        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.use_bias)
-        self.out = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
-        self.attention_dropout = config.attention_probs_dropout_prob
-        self.config = config
-
-    def forward(
-        self,
-        hidden: torch.Tensor,
-        layout: SequenceLayout,
-        rotary: tuple | None,
-        output_attentions: bool,
-        outputs_for: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Every token attends; outputs are returned for the flat token indices ``outputs_for`` (all when None).
-
-        Attention weights, when asked for, come back as ``(batch, heads, seq, seq)``.
-        """
-        total = hidden.shape[0]
-        qkv = self.qkv(hidden).view(total, 3, self.num_heads, self.head_size)  # (total, 3, heads, head_size)
-        if rotary is not None:
-            cos, sin = rotary
-            query, key = qkv[:, 0] * cos + rotate_half(qkv[:, 0]) * sin, qkv[:, 1] * cos + rotate_half(qkv[:, 1]) * sin
-            qkv = torch.stack((query, key, qkv[:, 2]), dim=1)
-        # (segments, max_len, 3, heads, head_size) → three (segments, heads, max_len, head_size)
-        query, key, value = layout.to_segments(qkv).permute(2, 0, 3, 1, 4).unbind(0)
-        attention = eager_attention_forward
-        if not output_attentions:
-            attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
-        context, weights = attention(
-            self,
-            query,
-            key,
-            value,
-            layout.additive_attention_mask(query.dtype),
-            dropout=self.attention_dropout if self.training else 0.0,
-            scaling=self.head_size**-0.5,
-            is_causal=False,
-            layout=layout if output_attentions else None,
-        )
-        context = context.flatten(2)  # (segments, max_len, hidden)
-        return self.out(layout.from_segments(context, outputs_for)), weights if output_attentions else None
 
 
 class MlmSuiteFeedForward(nn.Module):
@@ -383,15 +140,22 @@ class MlmSuiteLayer(GradientCheckpointingLayer):
 
 
 class MlmSuitePooler(nn.Module):
-    """Dense + tanh over the first token (``cls``) or the mean of the real tokens (``mean``)."""
+    """Dense + tanh over the first token (``cls``) or the mean of the real tokens (``mean``).
+
+    One vector per row of the batch, or per sequence of a flattened batch (``layout.flattened``).
+    """
 
     def __init__(self, config: MlmSuiteConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
         self.mean_pooling = config.classifier_pooling == "mean"
 
-    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        if self.mean_pooling:
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None, layout: SequenceLayout) -> torch.Tensor:
+        """``(batch, seq, hidden)`` → ``(batch, hidden)``, or ``(num_sequences, hidden)`` for a flattened batch."""
+        if layout.flattened:
+            flat = hidden.view(-1, hidden.shape[-1])  # (total, hidden): a flattened batch has no pads
+            pooled = layout.segment_mean(flat) if self.mean_pooling else layout.segment_first(flat)
+        elif self.mean_pooling:
             weights = torch.ones_like(hidden[..., 0]) if attention_mask is None else attention_mask.to(hidden.dtype)
             pooled = (hidden * weights[..., None]).sum(1) / weights.sum(1, keepdim=True).clamp(min=1)
         else:
@@ -482,16 +246,23 @@ def _auto_class_of(cls: type) -> str:
     return "AutoModelForSequenceClassification" if issubclass(cls, MlmSuiteForSequenceClassification) else "AutoModel"
 
 
-def _check_inputs(config: MlmSuiteConfig, shape: tuple[int, int], token_type_ids, position_ids) -> None:
-    """Raise a ValueError naming the value and the limit for inputs the embeddings cannot represent."""
-    seq_len = shape[1]
-    if config.position_embedding_type == "absolute" and seq_len > config.max_position_embeddings:
+def _check_inputs(
+    config: MlmSuiteConfig, shape: tuple[int, int], token_type_ids, position_ids, max_length: int | None = None
+) -> None:
+    """Raise a ValueError naming the value and the limit for inputs the embeddings cannot represent.
+
+    ``max_length`` is the longest sequence of a flattened batch (whose row holds many sequences).
+    The checks of id values read tensors, so they are skipped where a host synchronisation is not
+    wanted: under ``torch.compile`` and for flattened batches, whose collator built the ids.
+    """
+    longest = shape[1] if max_length is None else max_length
+    if config.position_embedding_type == "absolute" and longest > config.max_position_embeddings:
         raise ValueError(
-            f"sequence length {seq_len} exceeds max_position_embeddings={config.max_position_embeddings}; "
+            f"sequence length {longest} exceeds max_position_embeddings={config.max_position_embeddings}; "
             "truncate or split the input"
         )
-    if torch.compiler.is_compiling():
-        return  # the data-dependent checks below would break the graph
+    if torch.compiler.is_compiling() or max_length is not None:
+        return
     if position_ids is not None and config.position_embedding_type == "absolute" and position_ids.numel():
         largest = int(position_ids.max())
         if largest >= config.max_position_embeddings:
@@ -559,6 +330,35 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings.word_embeddings = value
 
+    def layout(
+        self,
+        shape: tuple[int, int],
+        device: torch.device,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        cu_seq_lens: torch.Tensor | None = None,
+        max_length: int | None = None,
+    ) -> SequenceLayout:
+        """The :class:`SequenceLayout` of an input; the one place that decides how tokens are laid out.
+
+        A flattened batch (``cu_seq_lens`` and ``max_length``) gives the layout with no reading of
+        tensor values; under ``torch.compile`` / ``torch.export`` without them the traced dense
+        layout; otherwise the padding-free layout read off the masks.
+        """
+        if cu_seq_lens is not None:
+            if max_length is None:
+                raise ValueError("cu_seq_lens_q needs max_length_q, the longest sequence as a Python int")
+            if attention_mask is not None or document_ids is not None:
+                raise ValueError(
+                    "a flattened batch (cu_seq_lens_q) has no padding and one sequence per segment: "
+                    "pass neither attention_mask nor document_ids with it"
+                )
+            return SequenceLayout.from_offsets(shape, cu_seq_lens, max_length, position_ids)
+        if torch.compiler.is_compiling():
+            return SequenceLayout.traced_dense(shape, device, attention_mask, position_ids, document_ids)
+        return SequenceLayout.from_inputs(shape, device, attention_mask, position_ids, document_ids)
+
     def encode(
         self,
         input_ids: torch.Tensor | None = None,
@@ -570,21 +370,30 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         output_mask: torch.Tensor | None = None,
+        output_index: torch.Tensor | None = None,
+        cu_seq_lens_q: torch.Tensor | None = None,
+        max_length_q: int | None = None,
     ) -> tuple[torch.Tensor, SequenceLayout, tuple | None, tuple | None]:
         """Run the stack on real tokens only; return ``(total, hidden)`` states and their layout.
 
-        ``output_mask`` ``(batch, seq)`` (real tokens only) asks for the final states of those tokens
-        alone, as ``(num_selected, hidden)`` in row-major order: the last layer then finishes only
-        them (sparse MLM prediction needs nothing else), while its attention still reads every token.
+        ``output_mask`` ``(batch, seq)`` (real tokens only), or ``output_index`` (flat indices into
+        ``batch * seq``, row-major), asks for the final states of those tokens alone, as
+        ``(num_selected, hidden)`` in that order: the last layer then finishes only them (sparse MLM
+        prediction needs nothing else), while its attention still reads every token. The index
+        form reads no tensor values. ``cu_seq_lens_q`` / ``max_length_q`` describe a flattened batch
+        (see :meth:`forward` and :meth:`layout`).
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
-        if output_mask is not None and (output_attentions or output_hidden_states):
+        selecting = output_mask is not None or output_index is not None
+        if selecting and (output_attentions or output_hidden_states):
             raise ValueError("output_mask cannot be combined with output_attentions or output_hidden_states")
         reference = input_ids if input_ids is not None else inputs_embeds
         shape = tuple(reference.shape[:2])
-        _check_inputs(self.config, shape, token_type_ids, position_ids)
-        layout = SequenceLayout.from_inputs(shape, reference.device, attention_mask, position_ids, document_ids)
+        _check_inputs(self.config, shape, token_type_ids, position_ids, None if cu_seq_lens_q is None else max_length_q)
+        layout = self.layout(
+            shape, reference.device, attention_mask, position_ids, document_ids, cu_seq_lens_q, max_length_q
+        )
         hidden = self.embeddings(layout, input_ids, token_type_ids, inputs_embeds)  # (total, hidden)
         rotary = None
         if self.config.position_embedding_type == "rotary":
@@ -600,7 +409,11 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
             all_hidden.append(padded)
             return layout.unpad(padded)
 
-        selected = None if output_mask is None else layout.unpad(output_mask).nonzero().squeeze(1)  # flat indices
+        selected = None  # flat token indices
+        if output_mask is not None:
+            selected = layout.unpad(output_mask).nonzero().squeeze(1)
+        elif output_index is not None:
+            selected = output_index if layout.token_index is None else layout.token_of_cell(output_index)
         if selected is not None and not self.layers:
             hidden = hidden[selected]
         last = len(self.layers) - 1
@@ -631,8 +444,19 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        cu_seq_lens_q: torch.Tensor | None = None,
+        max_length_q: int | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPooling | tuple:
+        """Encode a padded ``(batch, seq)`` batch, or a flattened one.
+
+        A flattened batch is ``(1, total)`` tokens of several sequences with ``cu_seq_lens_q``
+        (``(num_sequences + 1,)`` offsets) and ``max_length_q`` (the longest sequence, a Python
+        int), as made by ``mlm_suite.data.flattening`` or transformers'
+        ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)`` (its ``cu_seq_lens_k`` /
+        ``max_length_k`` are the same for self-attention and are ignored). ``pooler_output`` then
+        has one row per sequence.
+        """
         output_attentions = bool(output_attentions if output_attentions is not None else self.config.output_attentions)
         output_hidden_states = bool(
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
@@ -646,9 +470,11 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
             inputs_embeds,
             output_attentions,
             output_hidden_states,
+            cu_seq_lens_q=cu_seq_lens_q,
+            max_length_q=max_length_q,
         )
         sequence_output = hidden_states[-1] if hidden_states else layout.pad(hidden)  # (batch, seq, hidden)
-        pooled = self.pooler(sequence_output, attention_mask) if self.pooler is not None else None
+        pooled = self.pooler(sequence_output, attention_mask, layout) if self.pooler is not None else None
         return BaseModelOutputWithPooling(
             last_hidden_state=sequence_output, pooler_output=pooled, hidden_states=hidden_states, attentions=attentions
         )
@@ -679,8 +505,17 @@ _ENCODER_ARGUMENTS = (
 )
 
 
+# A flattened batch's offsets reach the heads in **kwargs, as transformers passes FlashAttentionKwargs.
+_FLATTENED_BATCH_ARGUMENTS = ("cu_seq_lens_q", "max_length_q")
+
+
 def _encoder_kwargs(values: dict) -> dict:
-    return {name: values[name] for name in _ENCODER_ARGUMENTS}
+    """The encoder's arguments among a head's ``locals()``, including a flattened batch's offsets from ``kwargs``."""
+    kwargs = values.get("kwargs", {})
+    return {
+        **{name: values[name] for name in _ENCODER_ARGUMENTS},
+        **{name: kwargs[name] for name in _FLATTENED_BATCH_ARGUMENTS if name in kwargs},
+    }
 
 
 class _MaskedLMMixin:
@@ -694,30 +529,40 @@ class _MaskedLMMixin:
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.lm_head.decoder = new_embeddings
 
-    def masked_lm(self, sequence_output, labels, num_items_in_batch):
+    def masked_lm(self, sequence_output, labels, num_items_in_batch, masked_lm_positions=None):
         """Return ``(loss, logits)``.
 
         With ``config.sparse_prediction`` in training mode and labels given, the transform and
         decoder run only at labelled positions and ``logits`` is ``(num_labelled, vocab)`` in
-        row-major order of those positions; the loss equals the dense computation. Otherwise
-        ``logits`` is ``(batch, seq, vocab)``.
+        row-major order of those positions; the loss equals the dense computation. Those
+        positions come from ``masked_lm_positions`` (flat indices into ``batch * seq``) when the
+        collator gives it, else from the labels (a data-dependent size, so under ``torch.compile``
+        without the index every position is scored instead). Otherwise ``logits`` is
+        ``(batch, seq, vocab)``.
         """
         if labels is None:
             return None, self.lm_head(sequence_output)
         _check_labels(labels, sequence_output.shape[:2], "MLM labels")
         if self.config.sparse_prediction and self.training:
-            selected = labels != IGNORE_INDEX  # (batch, seq)
-            logits = self.lm_head(sequence_output[selected])  # (num_labelled, vocab)
-            return token_cross_entropy(logits, labels[selected], num_items_in_batch), logits
+            if masked_lm_positions is not None:
+                hidden = sequence_output.reshape(-1, sequence_output.shape[-1])[masked_lm_positions]
+                logits = self.lm_head(hidden)  # (num_labelled, vocab)
+                return token_cross_entropy(logits, labels.reshape(-1)[masked_lm_positions], num_items_in_batch), logits
+            if not torch.compiler.is_compiling():
+                selected = labels != IGNORE_INDEX  # (batch, seq)
+                logits = self.lm_head(sequence_output[selected])  # (num_labelled, vocab)
+                return token_cross_entropy(logits, labels[selected], num_items_in_batch), logits
         logits = self.lm_head(sequence_output)
         loss = token_cross_entropy(logits.view(-1, logits.shape[-1]), labels.reshape(-1), num_items_in_batch)
         return loss, logits
 
-    def sparse_output_mask(self, labels, reference, attention_mask, output_attentions, output_hidden_states):
-        """The ``(batch, seq)`` mask of labelled tokens when the encoder may finish only those, else None.
+    def sparse_outputs(self, labels, masked_lm_positions, reference, attention_mask, output_attentions, output_hidden_states):
+        """How the encoder may finish only the labelled tokens: ``{"output_index": ...}``, ``{"output_mask": ...}`` or None.
 
-        That is sparse prediction (training, labels given) when no per-layer outputs are requested
-        and no label sits on padding (the padded path scores the zero states there).
+        That is sparse prediction (training, labels given) when no per-layer outputs are requested.
+        The collator's ``masked_lm_positions`` needs no reading of tensor values; without it the
+        labels give a mask, except under ``torch.compile`` (a data-dependent size) and when a label
+        sits on padding (the padded path scores the zero states there).
         """
         config = self.config
         if not (config.sparse_prediction and self.training and labels is not None) or reference is None:
@@ -725,10 +570,14 @@ class _MaskedLMMixin:
         if output_attentions or output_hidden_states or config.output_attentions or config.output_hidden_states:
             return None
         _check_labels(labels, reference.shape[:2], "MLM labels")
+        if masked_lm_positions is not None:
+            return {"output_index": masked_lm_positions}
+        if torch.compiler.is_compiling():
+            return None
         selected = labels != IGNORE_INDEX
         if attention_mask is not None and bool((selected & ~attention_mask.bool()).any()):
             return None
-        return selected
+        return {"output_mask": selected}
 
 
 class MlmSuiteForMaskedLM(_MaskedLMMixin, MlmSuitePreTrainedModel):
@@ -751,19 +600,33 @@ class MlmSuiteForMaskedLM(_MaskedLMMixin, MlmSuitePreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        masked_lm_positions: torch.Tensor | None = None,
         **kwargs,
     ) -> MaskedLMOutput | tuple:
+        """MLM logits and loss.
+
+        ``masked_lm_positions`` (optional, from ``mlm_suite.data.flattening``): flat indices into
+        ``batch * seq`` of the labelled tokens, so that sparse prediction needs no data-dependent
+        size (as original BERT's ``masked_lm_positions``, flattened). Its name avoids "label": the
+        ``Trainer`` takes every forward argument named like that for a label.
+        """
         reference = input_ids if input_ids is not None else inputs_embeds
-        selected = self.sparse_output_mask(labels, reference, attention_mask, output_attentions, output_hidden_states)
-        if selected is not None:
+        sparse = self.sparse_outputs(
+            labels, masked_lm_positions, reference, attention_mask, output_attentions, output_hidden_states
+        )
+        if sparse is not None:
             # Sparse prediction all the way down: the last layer finishes the labelled tokens only.
-            encoder_inputs = (attention_mask, token_type_ids, position_ids, document_ids, inputs_embeds)
-            hidden = self.encoder.encode(input_ids, *encoder_inputs, output_mask=selected)[0]  # (num_labelled, hidden)
+            encoder_inputs = _encoder_kwargs(locals())
+            del encoder_inputs["output_attentions"], encoder_inputs["output_hidden_states"]
+            hidden = self.encoder.encode(input_ids, **encoder_inputs, **sparse)[0]  # (num_labelled, hidden)
             logits = self.lm_head(hidden)  # (num_labelled, vocab)
-            output = MaskedLMOutput(loss=token_cross_entropy(logits, labels[selected], num_items_in_batch), logits=logits)
-            return output
+            if "output_index" in sparse:
+                targets = labels.reshape(-1)[masked_lm_positions]
+            else:
+                targets = labels[sparse["output_mask"]]
+            return MaskedLMOutput(loss=token_cross_entropy(logits, targets, num_items_in_batch), logits=logits)
         outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
-        loss, logits = self.masked_lm(outputs.last_hidden_state, labels, num_items_in_batch)
+        loss, logits = self.masked_lm(outputs.last_hidden_state, labels, num_items_in_batch, masked_lm_positions)
         output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
         return output
 
@@ -827,11 +690,14 @@ class MlmSuiteForPreTraining(_MaskedLMMixin, MlmSuitePreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        masked_lm_positions: torch.Tensor | None = None,
         **kwargs,
     ) -> MlmSuiteForPreTrainingOutput | tuple:
         outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
-        mlm_loss, prediction_logits = self.masked_lm(outputs.last_hidden_state, labels, num_items_in_batch)
-        nsp_logits = self.nsp_head(outputs.pooler_output)  # (batch, 2)
+        mlm_loss, prediction_logits = self.masked_lm(
+            outputs.last_hidden_state, labels, num_items_in_batch, masked_lm_positions
+        )
+        nsp_logits = self.nsp_head(outputs.pooler_output)  # (batch or num_sequences, 2)
         losses = [mlm_loss] if mlm_loss is not None else []
         if next_sentence_label is not None:
             _check_labels(next_sentence_label, nsp_logits.shape[:1], "next-sentence labels")
@@ -999,6 +865,8 @@ class MlmSuiteForTokenClassification(MlmSuitePreTrainedModel):
         if labels is not None:
             _check_labels(labels, logits.shape[:2], "token labels")
             if self.config.use_crf:
+                if kwargs.get("cu_seq_lens_q") is not None:
+                    raise ValueError("the CRF scores each sequence as a whole: train it on padded batches, not flattened ones")
                 # The CRF's unit is a sequence, so its loss is normalised per sequence, not per token.
                 loss = self.crf.neg_log_likelihood(logits, labels, labels != IGNORE_INDEX, reduction="mean")
             else:

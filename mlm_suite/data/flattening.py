@@ -1,0 +1,91 @@
+"""Flattened batches: every sequence of a padded batch laid end to end in one ``(1, total)`` row.
+
+A flattened batch carries what the model's layout needs, so the model reads no tensor values to
+lay the tokens out (``SequenceLayout.from_offsets``): ``torch.compile`` traces the training step
+without a graph break, and a CUDA step runs without a host synchronisation. It is the format of
+transformers' ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)`` (and TRL's
+``padding_free=True``), plus what masked-LM training needs:
+
+* ``input_ids``, ``position_ids``, ``labels`` and ``token_type_ids`` as ``(1, total)``;
+* ``cu_seq_lens_q`` ``(num_sequences + 1,)`` int32 offsets and ``max_length_q``, the longest
+  sequence as a Python int (``cu_seq_lens_k`` / ``max_length_k`` are the same, as transformers
+  passes them);
+* ``masked_lm_positions`` ``(num_labelled,)``: where ``labels`` is not -100, so that sparse MLM
+  prediction needs no data-dependent size;
+* ``next_sentence_label`` (one per sequence) passed through.
+
+Each document of a packed row (``position_ids`` returning to 0, or ``document_ids`` changing)
+becomes a sequence of its own. Positions are what the padded batch gives the model (column
+index, or the offset within the document when rows are packed), so a model computes the same
+values for the real tokens from either form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F
+
+from mlm_suite.model.layout import segment_starts
+
+IGNORE_INDEX = -100
+_PER_TOKEN = ("input_ids", "token_type_ids", "labels")
+
+
+def flatten_batch(batch: Mapping[str, torch.Tensor], max_length_multiple: int | None = None) -> dict:
+    """A padded ``(batch, seq)`` batch → a flattened one (see the module).
+
+    Args:
+        batch: ``input_ids`` and optionally ``attention_mask``, ``token_type_ids``,
+            ``position_ids``, ``document_ids``, ``labels``, ``next_sentence_label``.
+        max_length_multiple: round ``max_length_q`` up to a multiple of this, so that
+            ``torch.compile`` sees few distinct values (it is only an upper bound for the layout).
+
+    Raises:
+        ValueError: a ``next_sentence_label`` per row when rows hold several documents, or keys
+            the flattened form cannot carry.
+    """
+    unknown = set(batch) - {*_PER_TOKEN, "attention_mask", "position_ids", "document_ids", "next_sentence_label"}
+    if unknown:
+        raise ValueError(f"cannot flatten a batch with {sorted(unknown)}; it holds one value per row or token")
+    input_ids = batch["input_ids"]
+    rows, columns = input_ids.shape
+    real = batch["attention_mask"].bool() if "attention_mask" in batch else torch.ones_like(input_ids, dtype=torch.bool)
+    position_ids, document_ids = batch.get("position_ids"), batch.get("document_ids")
+    starts = segment_starts(real, position_ids, document_ids)  # (rows, columns)
+    token_index = real.reshape(-1).nonzero().squeeze(1)  # (total,) flat index of each real token
+    segment_of_token = starts.reshape(-1)[token_index].cumsum(0) - 1  # (total,)
+    lengths = torch.bincount(segment_of_token)  # (num_sequences,)
+    cu_seq_lens = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
+    max_length = int(lengths.max()) if lengths.numel() else 0
+    if max_length_multiple:
+        max_length = -(-max_length // max_length_multiple) * max_length_multiple
+
+    if position_ids is not None:
+        positions = position_ids.reshape(-1)[token_index]
+    elif document_ids is not None:  # offset within the document, as the padded layout gives
+        positions = torch.arange(token_index.numel()) - cu_seq_lens.long()[segment_of_token]
+    else:  # the column, as BERT gives (with left padding it counts the pads)
+        positions = torch.arange(columns).repeat(rows)[token_index]
+    flat = {key: batch[key].reshape(-1)[token_index][None] for key in _PER_TOKEN if key in batch}
+    flat.update(
+        position_ids=positions[None],
+        cu_seq_lens_q=cu_seq_lens,
+        cu_seq_lens_k=cu_seq_lens,
+        max_length_q=max_length,
+        max_length_k=max_length,
+    )
+    if "labels" in flat:
+        flat["masked_lm_positions"] = (flat["labels"][0] != IGNORE_INDEX).nonzero().squeeze(1)
+    if "next_sentence_label" in batch:
+        if lengths.numel() != rows:
+            raise ValueError(
+                f"next_sentence_label holds one label per row ({rows}), but the rows hold {lengths.numel()} "
+                "sequences: NSP pairs cannot be packed"
+            )
+        flat["next_sentence_label"] = batch["next_sentence_label"]
+    return flat
+
+
+__all__ = ["flatten_batch"]
