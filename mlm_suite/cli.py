@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("mlm_suite.cli", "build a small model, save it, reload it through the Auto classes, compare outputs"),
     "convert-bert": ("mlm_suite.cli", "convert a Hugging Face BERT folder into an mlm_suite folder"),
     "export-onnx": ("mlm_suite.export", "export a checkpoint to ONNX and check it against the eager model"),
+    "prepare-data": ("mlm_suite.jobs.prepare_data", "tokenise (and pack) a corpus once into Arrow shards for pretrain --prepared_data"),
     "pretrain": ("mlm_suite.jobs.pretrain", "MLM (+NSP) pretraining with the HF Trainer"),
     "finetune-ner": ("mlm_suite.jobs.finetune_ner", "token classification (NER/POS) fine-tuning"),
     "finetune-cls": ("mlm_suite.jobs.finetune_classification", "sequence classification fine-tuning"),

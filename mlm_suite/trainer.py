@@ -13,7 +13,13 @@ and RNG states of a checkpoint as torch pickles (``optimizer.pt``, ``scheduler.p
   ``rng_state.safetensors`` with ``rng_state.json`` (``rng_state_<rank>.*`` with several processes),
 
 and ``--resume_from_checkpoint`` restores training from them exactly as from the stock files (it
-still reads checkpoints written by the stock ``Trainer``). Set-ups whose states are not plain
+still reads checkpoints written by the stock ``Trainer``).
+
+It also trains on a :class:`~mlm_suite.data.streaming.ProcessStream` (``--streaming``): each process's own,
+endless part of a stream, loaded through accelerate's ``DataLoaderShard`` over torchdata's
+``StatefulDataLoader`` without being split again across processes or dispatched from rank 0. Checkpoints then
+hold each process's position in the stream, ``data_state.json`` (``data_state_<rank>.json`` with several
+processes), and a resumed run continues from it rather than re-reading the stream from its start. Set-ups whose states are not plain
 tensors and numbers (DeepSpeed, FSDP, TPU, SageMaker model parallelism, NPU/HPU/MLU/MUSA RNGs, an
 optimizer keeping other objects in its state) keep the stock torch files for those states.
 
@@ -36,8 +42,11 @@ from typing import Any
 import numpy as np
 import torch
 import transformers
+from accelerate.data_loader import prepare_data_loader
 from safetensors.torch import load_file, save_file
-from transformers import TrainingArguments
+from torch.utils.data import DataLoader
+from transformers import TrainerCallback, TrainingArguments
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.training_args import ParallelMode
 from transformers.utils import (
     is_sagemaker_mp_enabled,
@@ -48,6 +57,7 @@ from transformers.utils import (
     is_torch_xla_available,
 )
 
+from .data.streaming import ProcessStream
 from .model_card import usage_fields, write_model_card
 
 TRAINING_ARGS_JSON = "training_args.json"
@@ -55,6 +65,7 @@ OPTIMIZER_TENSORS = "optimizer.safetensors"
 OPTIMIZER_JSON = "optimizer.json"
 SCHEDULER_JSON = "scheduler.json"
 SCALER_JSON = "scaler.json"
+DATA_STATE = "data_state"  # data_state.json, or data_state_<rank>.json with several processes
 _STOCK_TRAINING_ARGS = "training_args.bin"  # transformers.trainer.TRAINING_ARGS_NAME
 
 _Scalar = (bool, int, float, str, type(None))
@@ -137,8 +148,73 @@ def join_optimizer_state(tensors: dict[str, torch.Tensor], data: dict[str, Any],
     return {"state": state, "param_groups": groups}
 
 
+class StreamProgressCallback(TrainerCallback):
+    """On a stream, the Trainer's epoch is the share of ``max_steps`` done; keep it so when a run resumes.
+
+    A resumed run restores its stream's position instead of skipping batches, and the Trainer then counts
+    the steps of its (single, endless) epoch from the resumed step rather than from 0.
+    """
+
+    def on_step_end(self, args, state, control, **kwargs):
+        state.epoch = state.global_step / state.max_steps
+
+
 class PickleFreeTrainer(transformers.Trainer):
     """``transformers.Trainer`` writing JSON and safetensors where the stock one writes pickles (see the module)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if isinstance(self.train_dataset, ProcessStream):
+            if self.args.accelerator_config.dispatch_batches or not self.args.ignore_data_skip:
+                raise ValueError(
+                    "a ProcessStream is this process's own part of the data and restores its own position: train on "
+                    'it with accelerator_config {"dispatch_batches": false} and ignore_data_skip=True'
+                )
+            self.add_callback(StreamProgressCallback())
+
+    # ---- data ----------------------------------------------------------------------------------
+    def get_train_dataloader(self) -> DataLoader:
+        if not isinstance(self.train_dataset, ProcessStream):
+            return super().get_train_dataloader()
+        loader = DataLoader(
+            self.train_dataset,
+            batch_size=self._train_batch_size,
+            collate_fn=self.data_collator,
+            num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory,
+            persistent_workers=self.args.dataloader_persistent_workers,
+            prefetch_factor=self.args.dataloader_prefetch_factor,
+        )
+        # As one process: accelerate would otherwise split the stream again across the processes. Stateful:
+        # torchdata's StatefulDataLoader, whose state after each batch yielded is the stream's position
+        # (transformers' AcceleratorConfig has no use_stateful_dataloader, and its Trainer saves no loader state).
+        return prepare_data_loader(
+            loader,
+            device=self.args.device,
+            num_processes=1,
+            process_index=0,
+            put_on_device=True,
+            dispatch_batches=False,
+            use_stateful_dataloader=True,
+            non_blocking=self.args.accelerator_config.non_blocking,
+        )
+
+    def _process_file(self, stem: str) -> str:
+        return stem if self.args.world_size <= 1 else f"{stem}_{self.args.process_index}"
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        super()._save_checkpoint(model, trial)
+        if isinstance(self.train_dataset, ProcessStream):
+            folder = os.path.join(self._get_output_dir(trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            position = self.callback_handler.train_dataloader.state_dict()  # after the last batch trained on
+            _write_json(os.path.join(folder, self._process_file(DATA_STATE) + ".json"), position)
+
+    def _load_data_state(self, checkpoint: str) -> None:
+        path = os.path.join(checkpoint, self._process_file(DATA_STATE) + ".json")
+        if not os.path.isfile(path):
+            raise ValueError(f"{checkpoint} has no {os.path.basename(path)}: it was not saved by a run on this stream")
+        self.callback_handler.train_dataloader.load_state_dict(_read_json(path))
 
     # ---- training arguments ----------------------------------------------------------------
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
@@ -200,9 +276,6 @@ class PickleFreeTrainer(transformers.Trainer):
         scaler.load_state_dict(_read_json(os.path.join(checkpoint, SCALER_JSON)))
         return None
 
-    def _rng_file_stem(self) -> str:
-        return "rng_state" if self.args.world_size <= 1 else f"rng_state_{self.args.process_index}"
-
     @staticmethod
     def _plain_rng() -> bool:
         other_devices = (is_torch_npu_available, is_torch_hpu_available, is_torch_mlu_available, is_torch_musa_available)
@@ -226,13 +299,17 @@ class PickleFreeTrainer(transformers.Trainer):
             else:
                 tensors["cuda"] = torch.cuda.random.get_rng_state()
         os.makedirs(output_dir, exist_ok=True)  # a process may get here before process 0 saved the model
-        stem = os.path.join(output_dir, self._rng_file_stem())
+        stem = os.path.join(output_dir, self._process_file("rng_state"))
         save_file({key: value.contiguous() for key, value in tensors.items()}, stem + ".safetensors")
         _write_json(stem + ".json", data)
         return None
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
-        stem = os.path.join(checkpoint, self._rng_file_stem()) if checkpoint is not None else None
+        # Called where a resumed run starts its first epoch, just before it reads the data: a stream's
+        # position is restored here too (a stream run never skips batches, see __init__).
+        if checkpoint is not None and isinstance(self.train_dataset, ProcessStream):
+            self._load_data_state(checkpoint)
+        stem = os.path.join(checkpoint, self._process_file("rng_state")) if checkpoint is not None else None
         if stem is None or not (os.path.isfile(stem + ".json") and os.path.isfile(stem + ".safetensors")):
             return super()._load_rng_state(checkpoint)
         data = _read_json(stem + ".json")
@@ -284,12 +361,14 @@ class JobTrainer(PickleFreeTrainer):
 
 
 __all__ = [
+    "DATA_STATE",
     "JobTrainer",
     "OPTIMIZER_JSON",
     "OPTIMIZER_TENSORS",
     "PickleFreeTrainer",
     "SCALER_JSON",
     "SCHEDULER_JSON",
+    "StreamProgressCallback",
     "TRAINING_ARGS_JSON",
     "join_optimizer_state",
     "split_optimizer_state",

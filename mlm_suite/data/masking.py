@@ -57,6 +57,9 @@ TokenCounts = torch.Tensor | np.ndarray | Sequence[float] | Mapping[int, float]
 
 # Features that steer masking but are not model inputs; they are consumed, never returned.
 _EXAMPLE_KEY_FIELDS = ("example_index", "idx")
+# The pass over the data an example belongs to, when the data says it (a stream that every process reads
+# pass after pass on its own, mlm_suite.data.streaming); it overrides the collator's epoch.
+_EPOCH_FIELD = "epoch"
 # Per-token model inputs padded alongside input_ids (the pad value of token_type_ids comes from
 # the tokenizer; position ids of padding are never attended to, so 0 is as good as any).
 _PADDED_PASSTHROUGH = ("token_type_ids", "position_ids")
@@ -203,7 +206,9 @@ class DataCollatorForMaskedLM:
     ``token_type_ids``, ``position_ids`` (padded and returned), ``next_sentence_label``
     (stacked and returned), ``special_tokens_mask`` and ``word_ids`` (used, not returned) and
     ``example_index`` or ``idx`` (the example key for seeded masks, not returned; without one the
-    key is the content of ``input_ids``, so identical sequences share a mask). Other keys, such
+    key is the content of ``input_ids``, so identical sequences share a mask) and ``epoch`` (the pass over
+    the data the example belongs to, for streams whose passes each process counts itself; it replaces
+    the collator's epoch for that example; not returned). Other keys, such
     as leftover text columns, are dropped: word modes need ``remove_unused_columns=False`` in
     ``TrainingArguments``, and the model must never receive those extra columns.
 
@@ -396,7 +401,8 @@ class DataCollatorForMaskedLM:
         accept: list[torch.Tensor] = []
         generators: list[torch.Generator | None] = []
         for feature, row in zip(features, ids):
-            key = _example_seed(self.seed, self.epoch, rank, self._example_key(feature, row))
+            epoch = int(feature[_EPOCH_FIELD]) if _EPOCH_FIELD in feature else self.epoch
+            key = _example_seed(self.seed, epoch, rank, self._example_key(feature, row))
             generator = torch.Generator().manual_seed(key)
             # Drawn at the example's own length, so padding to a longer batch changes nothing.
             draws = torch.rand(3 * len(row) + 1, generator=generator)

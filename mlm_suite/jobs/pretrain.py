@@ -4,14 +4,22 @@
     mlm-suite pretrain --max_train_minutes 30 --config_preset mini --output_dir outputs/mini   # a fixed time budget
     python examples/pretrain_mlm.py --train_file corpus.txt --output_dir runs/mine --masking whole_word
     mlm-suite pretrain --train_file docs.jsonl --objective mlm_nsp --max_steps -1 --num_train_epochs 3
-    accelerate launch --num_processes 2 --cpu examples/pretrain_mlm.py --output_dir runs/ddp
+    mlm-suite pretrain --prepared_data data/corpus-128 --max_steps 100000 --output_dir runs/big   # see prepare-data
+    mlm-suite pretrain --streaming --train_file big.txt --tokenizer outputs/pretrain --max_steps 100000
+    accelerate launch --config_file examples/accelerate_configs/ddp_single_node.yaml examples/pretrain_mlm.py ...
+    accelerate launch --multi_gpu --num_processes 2 examples/pretrain_mlm.py --use_cpu true ...   # 2 CPU processes (gloo)
+
+(``accelerate launch --cpu --num_processes 2`` starts a single process unless MPI is set up; README.md lists the
+launch recipes of ``examples/accelerate_configs/``: DDP on one or several nodes, FSDP2, CPU processes.)
 
 Data: ``--train_file`` (plain text with one document per blank-line-separated block, or JSON
 lines with a ``text`` field when the name ends in ``.json``/``.jsonl``), ``--dataset_name`` (a
 ``datasets.load_dataset`` name, for machines that reach the Hub), or, with neither, the embedded
 default: the 1,500 Pang & Lee movie reviews (``mlm_suite.resources.pang_lee_reviews``). The
 held-out documents are ``--validation_file`` or a seeded ``--validation_split_percentage`` of the
-training documents.
+training documents. Corpora larger than memory: ``--prepared_data`` (rows tokenised once by
+``mlm-suite prepare-data``, memory-mapped) or ``--streaming`` (tokenised on the fly; see
+``mlm_suite.jobs.corpus_sources``).
 
 Every argument of ``transformers.TrainingArguments`` is accepted; ``JOB_DEFAULTS`` lists the ones
 whose defaults differ here (sized so the embedded default fits the time budget). Masks are
@@ -36,9 +44,9 @@ Every input is validated before that folder is created.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -58,6 +66,7 @@ from transformers import (
 )
 
 from .. import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining, resources
+from ..data.corpus import HELD_OUT_SEED, hold_out, iter_documents
 from ..data.masking import (
     WORD_ID_SENTINEL,
     DataCollatorForMaskedLM,
@@ -73,11 +82,12 @@ from ..model_card import architecture_rows, base_model_fields, markdown_table
 from ..tokenization import train_wordpiece_tokenizer
 from ..trainer import JobTrainer
 from ..training import TimeBudgetCallback, early_stopping_callback
+from .corpus_sources import open_corpus_source
 from .finetuning import argument_parser, parse_flags, validate_flags
 
 # Seeds that do not follow --seed, so that the held-out split, its NSP pairs and its masks are the
 # same in every run and eval numbers can be compared across runs.
-SPLIT_SEED = 0
+SPLIT_SEED = HELD_OUT_SEED
 EVAL_SEED = 1234
 DEFAULT_TRAINED_VOCAB_SIZE = 2048
 UNBOUNDED_STEPS = 10**9  # --max_steps under --max_train_minutes when none is given
@@ -201,6 +211,24 @@ class PretrainingArguments:
             "example index, so they do not depend on the number of processes"
         },
     )
+    prepared_data: str | None = field(
+        default=None,
+        metadata={
+            "help": "train on the rows of a folder written by mlm-suite prepare-data (Arrow shards, memory-mapped); "
+            "its tokenizer, --max_seq_length and --packing come with it"
+        },
+    )
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "read --train_file or --dataset_name as a stream, tokenised on the fly, each process its own part; "
+            "needs --max_steps and a fixed tokenizer (--tokenizer, --model_name_or_path or --train_tokenizer false)"
+        },
+    )
+    held_out_documents: int = field(
+        default=500,
+        metadata={"help": "--streaming without a validation file/split: the first N documents, held out for evaluation"},
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -259,23 +287,7 @@ def validate_arguments(args: PretrainingArguments) -> None:
 # ------------------------------------------------------------------------------------------------
 def read_documents(path: str | Path, text_column: str = "text") -> list[str]:
     """Documents of a local file: JSON lines (``.json``/``.jsonl``) or blank-line-separated text blocks."""
-    path = Path(path)
-    content = path.read_text(encoding="utf-8")
-    if path.suffix.lower() in (".json", ".jsonl"):
-        documents = []
-        for number, line in enumerate(content.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path} line {number} is not JSON ({error.msg}); expected JSON lines") from None
-            if not isinstance(record, dict) or not isinstance(record.get(text_column), str):
-                raise ValueError(f"{path} line {number} has no string field {text_column!r}")
-            documents.append(record[text_column].strip())
-    else:
-        documents = [block.strip() for block in re.split(r"\n\s*\n", content)]
-    documents = [document for document in documents if document]
+    documents = list(iter_documents(path, text_column))
     if not documents:
         raise ValueError(f"{path} holds no text: nothing to train or evaluate on")
     return documents
@@ -308,14 +320,7 @@ def load_text_splits(args: PretrainingArguments) -> tuple[DatasetDict, str]:
     train = Dataset.from_dict({"text": documents})
     if validation is not None:
         return DatasetDict(train=train, validation=Dataset.from_dict({"text": validation})), source
-    held_out = max(1, round(len(documents) * args.validation_split_percentage / 100))
-    if held_out >= len(documents):
-        raise ValueError(
-            f"{len(documents)} document(s) cannot be split into training and validation documents; "
-            "add documents or pass --validation_file"
-        )
-    split = train.train_test_split(test_size=held_out, seed=SPLIT_SEED)
-    return DatasetDict(train=split["train"], validation=split["test"]), source
+    return hold_out(train, args.validation_split_percentage, SPLIT_SEED), source
 
 
 def load_tokenizer(args: PretrainingArguments, train_texts: list[str]) -> PreTrainedTokenizerBase:
@@ -620,19 +625,26 @@ def main(argv: list[str] | None = None) -> int:
     # Everything that can fail on bad input happens before the Trainer creates the output folder.
     validate_arguments(args)
     validate_flags(args, training_args)  # batch sizes, learning rate ... (the checks every job shares)
-    texts, source = load_text_splits(args)
-    tokenizer = load_tokenizer(args, texts["train"]["text"])
+    large = open_corpus_source(args, training_args, sys.argv[1:] if argv is None else argv)
+    texts, source = (large.texts, large.source) if large else load_text_splits(args)
+    tokenizer = load_tokenizer(args, texts["train"]["text"] if "train" in texts else [])
+    if large:
+        large.check_tokenizer(tokenizer)  # a prepared folder's rows are ids of one tokenizer
     if _derives_word_ids(args) and not isinstance(tokenizer.backend_tokenizer.model, tokenizer_models.WordPiece):
         raise ValueError(
             f"--masking {args.masking} with {'NSP pairs' if args.objective == 'mlm_nsp' else '--packing'} reads word "
             "boundaries off WordPiece '##' pieces and needs a WordPiece tokenizer; use --masking token"
         )
     config = build_config(args, tokenizer)
-    train_features = build_features(texts["train"], tokenizer, args, training_args.seed, "training")
+    if large:
+        word_ids = functools.partial(wordpiece_word_ids, tokenizer=tokenizer) if _derives_word_ids(args) else None
+        train_features = large.train_rows(tokenizer, word_ids)
+    else:
+        train_features = build_features(texts["train"], tokenizer, args, training_args.seed, "training")
     eval_features = build_features(texts["validation"], tokenizer, args, EVAL_SEED, "validation")
     if args.max_eval_samples is not None and len(eval_features) > args.max_eval_samples:
         eval_features = eval_features.select(range(args.max_eval_samples))
-    baseline_token_id = most_frequent_token(train_features, tokenizer)
+    baseline_token_id = large.baseline_token_id(tokenizer) if large else most_frequent_token(train_features, tokenizer)
 
     set_seed(training_args.seed)  # the initial weights follow --seed
     model = build_model(args, config)
@@ -666,10 +678,15 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    train_metrics = {**train_result.metrics, "train_samples": len(train_features), "train_steps": trainer.state.global_step}
+    rows_per_step = training_args.train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size
+    rows_read = trainer.state.global_step * rows_per_step  # a stream has no length; every batch of it is full
+    train_metrics = {
+        **train_result.metrics,
+        "train_samples": rows_read if args.streaming else len(train_features),
+        "train_steps": trainer.state.global_step,
+    }
     if args.max_train_minutes is not None:
         # The Trainer counts samples as if all of --max_steps (the budget's upper bound) had run.
-        rows_per_step = training_args.train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size
         seconds = train_metrics["train_runtime"]
         train_metrics["train_samples_per_second"] = round(trainer.state.global_step * rows_per_step / seconds, 3)
     eval_metrics = final_evaluation(trainer)
@@ -687,11 +704,12 @@ def main(argv: list[str] | None = None) -> int:
     if trainer.is_world_process_zero():
         plot_training_curves(trainer.state.log_history, output_dir / "training_curves.png")
         (output_dir / "fill_mask_probe.json").write_text(json.dumps(probe, indent=2) + "\n", encoding="utf-8")
+    training = large.card(rows_read) if large else {"documents": len(texts["train"]), "rows": len(train_features)}
     data = {
         "source": source,
-        "training documents": len(texts["train"]),
+        "training documents": training["documents"],
         "validation documents": len(texts["validation"]),
-        "training rows": len(train_features),
+        "training rows": training["rows"],
         "validation rows": len(eval_features),
     }
     trainer.model_card_fields = _model_card_fields(
