@@ -160,6 +160,8 @@ def probe_sentences(
     rng = random.Random(seed)
     probes: list[tuple[str, str]] = []
     for text in texts:
+        if len(probes) >= count:  # (count 0: no probe)
+            break
         for sentence in re.split(r"(?<=[.!?])\s+", " ".join(text.split())):
             words = sentence.split()
             if not 8 <= len(words) <= 40:
@@ -174,8 +176,6 @@ def probe_sentences(
             index = rng.choice(candidates)
             answer, words[index] = words[index], tokenizer.mask_token
             probes.append((" ".join(words), answer))
-            break
-        if len(probes) == count:
             break
     return probes
 

@@ -13,15 +13,20 @@ and RNG states of a checkpoint as torch pickles (``optimizer.pt``, ``scheduler.p
   ``rng_state.safetensors`` with ``rng_state.json`` (``rng_state_<rank>.*`` with several processes),
 
 and ``--resume_from_checkpoint`` restores training from them exactly as from the stock files (it
-still reads checkpoints written by the stock ``Trainer``).
+still reads checkpoints written by the stock ``Trainer``). Under FSDP2 with full state dicts (the
+``fsdp_config`` of ``examples/accelerate_configs/fsdp2.yaml``) a checkpoint holds the gathered weights
+(``model.safetensors``) and the gathered optimizer state, keyed by parameter name, in the same files, and a
+resumed run shards them back (:func:`fsdp2_optimizer_state`, :func:`load_fsdp2_optimizer_state`,
+:func:`load_fsdp2_model_state`). Set-ups whose states are not plain tensors and numbers (DeepSpeed, FSDP1,
+sharded FSDP state dicts, TPU, SageMaker model parallelism, NPU/HPU/MLU/MUSA RNGs, an optimizer keeping
+other objects in its state) keep the stock torch files for those states. FSDP asked for where accelerate
+does not run it (CPU processes, which it would train with plain DDP instead) is an error.
 
 It also trains on a :class:`~mlm_suite.data.streaming.ProcessStream` (``--streaming``): each process's own,
 endless part of a stream, loaded through accelerate's ``DataLoaderShard`` over torchdata's
 ``StatefulDataLoader`` without being split again across processes or dispatched from rank 0. Checkpoints then
 hold each process's position in the stream, ``data_state.json`` (``data_state_<rank>.json`` with several
-processes), and a resumed run continues from it rather than re-reading the stream from its start. Set-ups whose states are not plain
-tensors and numbers (DeepSpeed, FSDP, TPU, SageMaker model parallelism, NPU/HPU/MLU/MUSA RNGs, an
-optimizer keeping other objects in its state) keep the stock torch files for those states.
+processes), and a resumed run continues from it rather than re-reading the stream from its start.
 
 :class:`JobTrainer`: a ``PickleFreeTrainer`` that writes mlm_suite's model card where the stock
 ``Trainer`` writes its generated one (``create_model_card``, which ``push_to_hub`` calls), and pushes
@@ -32,6 +37,7 @@ only when told to (:meth:`JobTrainer.publish`, after the job wrote its results),
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import random
@@ -118,7 +124,8 @@ def split_optimizer_state(state_dict: dict[str, Any]) -> tuple[dict[str, torch.T
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
     for index, entries in state_dict["state"].items():
-        if not isinstance(index, int) or not isinstance(entries, dict):
+        # Parameter numbers, or parameter names (the full state of an FSDP2 optimizer: fsdp2_optimizer_state).
+        if not isinstance(index, (int, str)) or not isinstance(entries, dict):
             return None
         for name, value in entries.items():
             if isinstance(value, torch.Tensor):
@@ -135,17 +142,71 @@ def split_optimizer_state(state_dict: dict[str, Any]) -> tuple[dict[str, torch.T
 
 def join_optimizer_state(tensors: dict[str, torch.Tensor], data: dict[str, Any], current_groups: list[dict]) -> dict:
     """The inverse of :func:`split_optimizer_state`; tuples (Adam's ``betas``) come back as tuples."""
-    state: dict[int, dict[str, Any]] = {}
+    state: dict[int | str, dict[str, Any]] = {}
+
+    def parameter(index: str) -> int | str:
+        return int(index) if index.isdigit() else index
+
     for key, value in tensors.items():
         _, index, name = key.split("/", 2)
-        state.setdefault(int(index), {})[name] = value
+        state.setdefault(parameter(index), {})[name] = value
     for index, entries in data["scalar_state"].items():
-        state.setdefault(int(index), {}).update(entries)
+        state.setdefault(parameter(index), {}).update(entries)
     groups = []
     for saved, current in zip(data["param_groups"], current_groups):
         groups.append({key: tuple(value) if isinstance(current.get(key), tuple) else value for key, value in saved.items()})
     groups += data["param_groups"][len(groups) :]
     return {"state": state, "param_groups": groups}
+
+
+def fsdp2_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict] | None:
+    """The full (unsharded) state of an FSDP2 model's optimizer, keyed by parameter name, as (tensors, JSON data).
+
+    A collective: every process calls it; process 0 gets the state (gathered to CPU), the others None.
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    state = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return split_optimizer_state(state) if state else None
+
+
+def load_fsdp2_optimizer_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], data: dict[str, Any]
+) -> None:
+    """Shard a state saved by :func:`fsdp2_optimizer_state` into an FSDP2 model's optimizer (every process calls it)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    state = join_optimizer_state(tensors, data, optimizer.state_dict()["param_groups"])
+    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
+def load_fsdp2_model_state(model: torch.nn.Module, folder: str | os.PathLike) -> None:
+    """Shard the weights ``save_pretrained`` wrote to ``folder`` (safetensors, one file or an index) into an FSDP2 model.
+
+    Tied weights are saved once; the other name shares the parameter, so it is not missing.
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    files = sorted(set(_read_json(index)["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    weights: dict[str, torch.Tensor] = {}
+    for name in files:
+        weights.update(load_file(folder / name))
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=False))
+
+
+def refuse_fsdp_on_cpu(args: TrainingArguments) -> None:
+    """Raise a ValueError if FSDP is asked for on CPU processes, which accelerate would train with plain DDP.
+
+    accelerate (1.15) switches to FSDP only for GPU-like distributed types, never ``MULTI_CPU``.
+    """
+    requested = args.fsdp_plugin_args is not None or os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"
+    if requested and args.device.type == "cpu":
+        raise ValueError(
+            f"FSDP was asked for, but accelerate runs {args.distributed_state.distributed_type.value} here: it shards "
+            "models only across GPUs (or other accelerators), not CPU processes; drop --fsdp / the FSDP config"
+        )
 
 
 class StreamProgressCallback(TrainerCallback):
@@ -163,6 +224,9 @@ class PickleFreeTrainer(transformers.Trainer):
     """``transformers.Trainer`` writing JSON and safetensors where the stock one writes pickles (see the module)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
+        if training_args is not None:
+            refuse_fsdp_on_cpu(training_args)  # before the Trainer creates anything
         super().__init__(*args, **kwargs)
         if isinstance(self.train_dataset, ProcessStream):
             if self.args.accelerator_config.dispatch_batches or not self.args.ignore_data_skip:
@@ -226,6 +290,11 @@ class PickleFreeTrainer(transformers.Trainer):
             super()._push_from_checkpoint(checkpoint_folder)
 
     # ---- checkpoint states -------------------------------------------------------------------
+    def _fsdp2_full_state(self) -> bool:
+        """FSDP2 saving full state dicts: checkpoints hold the gathered weights and optimizer state, pickle-free."""
+        plugin = getattr(self.accelerator.state, "fsdp_plugin", None) if self.is_fsdp_enabled else None
+        return plugin is not None and plugin.fsdp_version == 2 and "FULL_STATE_DICT" in str(plugin.state_dict_type)
+
     def _plain_checkpoints(self) -> bool:
         """Single-device or DDP training, whose states are plain tensors and numbers."""
         return not (
@@ -233,6 +302,16 @@ class PickleFreeTrainer(transformers.Trainer):
         )
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        if self._fsdp2_full_state():
+            # The weights are already in model.safetensors (save_model gathers them); the stock FSDP path would
+            # pickle them again (pytorch_model_fsdp.bin) along with the optimizer (optimizer.bin).
+            optimizer = fsdp2_optimizer_state(self.model_wrapped, self.optimizer)
+            if self.args.should_save:
+                tensors, data = optimizer
+                save_file(tensors, os.path.join(output_dir, OPTIMIZER_TENSORS), metadata={"format": "pt"})
+                _write_json(os.path.join(output_dir, OPTIMIZER_JSON), data)
+                _write_json(os.path.join(output_dir, SCHEDULER_JSON), self.lr_scheduler.state_dict())
+            return None
         if not self._plain_checkpoints():
             return super()._save_optimizer_and_scheduler(output_dir)
         if not self.args.should_save:
@@ -257,9 +336,22 @@ class PickleFreeTrainer(transformers.Trainer):
             return super()._load_optimizer_and_scheduler(checkpoint)
         tensors = load_file(os.path.join(checkpoint, OPTIMIZER_TENSORS), device="cpu")
         data = _read_json(os.path.join(checkpoint, OPTIMIZER_JSON))
-        self.optimizer.load_state_dict(join_optimizer_state(tensors, data, self.optimizer.state_dict()["param_groups"]))
+        if self._fsdp2_full_state():
+            load_fsdp2_optimizer_state(self.model_wrapped, self.optimizer, tensors, data)
+        else:
+            self.optimizer.load_state_dict(join_optimizer_state(tensors, data, self.optimizer.state_dict()["param_groups"]))
         self.lr_scheduler.load_state_dict(_read_json(os.path.join(checkpoint, SCHEDULER_JSON)))
         return None
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        if self._fsdp2_full_state() and model is not None and not glob.glob(os.path.join(resume_from_checkpoint, "pytorch_model_fsdp*")):
+            return load_fsdp2_model_state(model, resume_from_checkpoint)
+        return super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def _load_best_model(self) -> None:
+        if self._fsdp2_full_state():
+            return load_fsdp2_model_state(self.model_wrapped, self.state.best_model_checkpoint)
+        return super()._load_best_model()
 
     def _save_scaler(self, output_dir: str) -> None:
         scaler = getattr(self.accelerator, "scaler", None)
@@ -370,7 +462,11 @@ __all__ = [
     "SCHEDULER_JSON",
     "StreamProgressCallback",
     "TRAINING_ARGS_JSON",
+    "fsdp2_optimizer_state",
     "join_optimizer_state",
+    "load_fsdp2_model_state",
+    "load_fsdp2_optimizer_state",
+    "refuse_fsdp_on_cpu",
     "split_optimizer_state",
     "training_arguments_as_json",
 ]

@@ -27,17 +27,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch_two_processes(script: Path, argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
+def launch_two_processes(
+    script: Path, argv: Sequence[str], timeout: float, config_file: Path | None = None
+) -> subprocess.CompletedProcess:
     """Run ``script argv --use_cpu true`` under ``accelerate launch`` as 2 processes over gloo on CPU.
 
     `accelerate launch --cpu` starts a single process unless an MPI hostfile is given; --multi_gpu
     selects its torch.distributed launcher, and the Trainer's --use_cpu makes the job run DDP over
-    gloo on CPU. A run still going after ``timeout`` seconds fails the test: the launcher gets
+    gloo on CPU (``config_file``: the same from a config, ``examples/accelerate_configs/cpu_multi_process.yaml``).
+    A run still going after ``timeout`` seconds fails the test: the launcher gets
     SIGTERM, on which it stops its workers (each runs in its own session, so killing the launcher
     alone, as ``subprocess.run(timeout=...)`` does, would leave them running).
     """
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
-    launch += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    launch = [sys.executable, "-m", "accelerate.commands.launch"]
+    if config_file is not None:
+        launch += ["--config_file", str(config_file)]
+    else:
+        launch += ["--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
+        launch += ["--dynamo_backend", "no"]
     launch += ["--main_process_port", str(free_port())]
     command = [*launch, str(script), *argv, "--use_cpu", "true"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}

@@ -137,3 +137,9 @@ def test_fill_mask_probe_returns_the_pipeline_answers(tokenizer, tiny_config):
             top = model(**encoded).logits[0, position].topk(3).indices
         assert result["answer"] == answer and result["sentence"] == sentence
         assert result["predictions"] == [tokenizer.decode([int(i)]).strip() for i in top]
+
+
+def test_no_probe_sentence_is_drawn_when_none_is_asked_for(tokenizer):
+    texts = ["the movie was very good and the actors were great in every scene ."] * 5
+    assert probe_sentences(texts, tokenizer, 0) == []
+    assert len(probe_sentences(texts, tokenizer, 3)) == 3
