@@ -201,7 +201,8 @@ def refuse_fsdp_on_cpu(args: TrainingArguments) -> None:
 
     accelerate (1.15) switches to FSDP only for GPU-like distributed types, never ``MULTI_CPU``.
     """
-    requested = args.fsdp_plugin_args is not None or os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"
+    from_flags = getattr(args, "fsdp_plugin_args", None) is not None  # --fsdp / --fsdp_config
+    requested = from_flags or os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"  # an accelerate FSDP config
     if requested and args.device.type == "cpu":
         raise ValueError(
             f"FSDP was asked for, but accelerate runs {args.distributed_state.distributed_type.value} here: it shards "
@@ -235,6 +236,7 @@ class PickleFreeTrainer(transformers.Trainer):
                     'it with accelerator_config {"dispatch_batches": false} and ignore_data_skip=True'
                 )
             self.add_callback(StreamProgressCallback())
+        self._stream_rng_checkpoint: str | None = None  # RNG states a resumed stream run restores at its first step
 
     # ---- data ----------------------------------------------------------------------------------
     def get_train_dataloader(self) -> DataLoader:
@@ -396,11 +398,24 @@ class PickleFreeTrainer(transformers.Trainer):
         _write_json(stem + ".json", data)
         return None
 
+    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
+        if self._stream_rng_checkpoint is not None:
+            self._restore_rng_state(self._stream_rng_checkpoint)
+            self._stream_rng_checkpoint = None
+        return super().training_step(model, inputs, num_items_in_batch)
+
     def _load_rng_state(self, checkpoint: str | None) -> None:
-        # Called where a resumed run starts its first epoch, just before it reads the data: a stream's
-        # position is restored here too (a stream run never skips batches, see __init__).
         if checkpoint is not None and isinstance(self.train_dataset, ProcessStream):
+            # Called where a resumed run starts its first epoch, just before it creates the data iterator. The
+            # stream's position is restored now (a stream run never skips batches, see __init__); the RNGs at the
+            # first training step, where the uninterrupted run had them: creating the iterator draws from torch's
+            # RNG (the loader's base seed), which the uninterrupted run did before its first step.
             self._load_data_state(checkpoint)
+            self._stream_rng_checkpoint = checkpoint
+            return None
+        return self._restore_rng_state(checkpoint)
+
+    def _restore_rng_state(self, checkpoint: str | None) -> None:
         stem = os.path.join(checkpoint, self._process_file("rng_state")) if checkpoint is not None else None
         if stem is None or not (os.path.isfile(stem + ".json") and os.path.isfile(stem + ".safetensors")):
             return super()._load_rng_state(checkpoint)

@@ -27,9 +27,10 @@ from mlm_suite.jobs import pretrain
 from mlm_suite.jobs.pretrain import build_features, load_text_splits, main, parse_arguments
 from mlm_suite.tokenization import train_wordpiece_tokenizer
 from mlm_suite.trainer import PickleFreeTrainer
-from test_pretrain import job_args, make_documents, max_difference, read_json, weights, write_text
+from test_pretrain import TINY_MODEL, job_args, make_documents, max_difference, read_json, weights, write_text
 
 MAX_LENGTH = 32
+WITH_DROPOUT = TINY_MODEL.replace("hidden_dropout_prob=0", "hidden_dropout_prob=0.1")
 
 
 def long_and_short_documents(count: int, seed: int) -> list[str]:
@@ -247,16 +248,27 @@ def test_the_example_pass_replaces_the_collators_epoch(tokenizer):
     assert collator([{**feature, "epoch": 0}])["labels"].equal(masks[0])
 
 
-def test_a_stream_is_refused_without_per_process_loading(tmp_path, tokenizer):
-    stream = ProcessStream(stream_rows(document_stream([write_text(tmp_path / "d.txt", ["one doc"])]), pretraining_rows_function(tokenizer, 16)))
+def test_a_stream_is_refused_with_rank_0_dispatch_or_batch_skipping(tmp_path, tokenizer):
+    """A ProcessStream is each process's own part and restores its own position: accelerate's dispatch from rank 0
+    and the Trainer's skipping of batches on resume would both be wrong, and are refused."""
     from transformers import TrainingArguments
 
     from conftest import make_tiny_config
     from mlm_suite import MlmSuiteForMaskedLM
 
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=1, report_to="none", use_cpu=True)
-    with pytest.raises(ValueError, match='"dispatch_batches": false'):
-        PickleFreeTrainer(model=MlmSuiteForMaskedLM(make_tiny_config()), args=args, train_dataset=stream)
+    stream = ProcessStream(stream_rows(document_stream([write_text(tmp_path / "d.txt", ["one doc"])]), pretraining_rows_function(tokenizer, 16)))
+    model = MlmSuiteForMaskedLM(make_tiny_config())
+    for dispatch_batches, ignore_data_skip in ((True, True), (False, False)):
+        args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=1, report_to="none", use_cpu=True,
+                                 accelerator_config={"dispatch_batches": dispatch_batches}, ignore_data_skip=ignore_data_skip)  # fmt: skip
+        with pytest.raises(ValueError, match='accelerator_config {"dispatch_batches": false} and ignore_data_skip=True'):
+            PickleFreeTrainer(model=model, args=args, train_dataset=stream)
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=1, report_to="none", use_cpu=True,
+                             accelerator_config={"dispatch_batches": False}, ignore_data_skip=True)  # fmt: skip
+    trainer = PickleFreeTrainer(model=model, args=args, train_dataset=stream, data_collator=list)
+    loader = trainer.get_train_dataloader()
+    assert type(loader.base_dataloader).__name__ == "StatefulDataLoader" and loader.state_dict()["_num_yielded"] == 0
+    assert [row["input_ids"] for row in next(iter(loader))] == [tokenizer("one doc")["input_ids"]] * 8
 
 
 # --------------------------------------------------------------------------------------------
@@ -290,11 +302,12 @@ def losses(run: Path) -> dict[int, float]:
 def test_resume_mid_epoch_continues_exactly_where_the_run_stopped(tmp_path, corpus, prepared_folder, monkeypatch, data):
     """Stopped at step 5 (mid-epoch: an epoch is 10 batches of 4 rows), resumed to step 13: the resumed run trains
     on the batches the uninterrupted run trained on from step 6, across the end of the epoch (same rows, same
-    pass, so same masks), with the same losses to 1e-5 and the same weights."""
+    pass, so same masks; same dropout draws), with the same losses to 1e-5 and the same weights."""
     stream = ["--streaming", "--train_file", str(corpus["train"]), "--train_tokenizer", "false"]
     stream += ["--validation_file", str(corpus["validation"]), "--max_seq_length", str(MAX_LENGTH)]
     source = stream if data == "streaming" else ["--prepared_data", str(prepared_folder)]  # the same documents
     common = [*source, "--max_steps", "13", "--eval_strategy", "no", "--max_eval_samples", "4", "--fill_mask_probes", "0"]
+    common += ["--config_overrides", WITH_DROPOUT]  # the resumed run must draw the same dropout masks too
     full = tmp_path / "full"
     trained = record_run(monkeypatch, job_args(full, *common, "--save_strategy", "steps", "--save_steps", "5"))
     checkpoint = full / "checkpoint-5"
@@ -314,3 +327,46 @@ def test_resume_mid_epoch_continues_exactly_where_the_run_stopped(tmp_path, corp
     assert max_difference(weights(full), weights(resumed)) < 1e-6
     states = [read_json(run / "trainer_state.json") for run in (full, resumed)]
     assert states[0]["global_step"] == states[1]["global_step"] == 13 and states[1]["epoch"] == pytest.approx(states[0]["epoch"])
+
+
+def test_training_on_prepared_rows_is_training_on_the_in_memory_rows(tmp_path, corpus, minilm_dir):
+    """Packed rows with whole-word masking (word ids read off the WordPiece tokens as rows load): the same
+    losses and weights as the in-memory job on the same documents."""
+    prepared = tmp_path / "packed"
+    from mlm_suite.jobs.prepare_data import main as prepare_main
+
+    documents = ["--train_file", str(corpus["train"]), "--validation_file", str(corpus["validation"])]
+    assert prepare_main([*documents, "--tokenizer", str(minilm_dir), "--output_dir", str(prepared), "--packing",
+                         "--max_seq_length", str(MAX_LENGTH)]) == 0  # fmt: skip
+    common = ["--masking", "whole_word", "--max_steps", "3", "--eval_strategy", "no", "--fill_mask_probes", "0"]
+    in_memory, from_disk = tmp_path / "in_memory", tmp_path / "prepared_run"
+    assert main(job_args(in_memory, *documents, *common, "--packing", "--train_tokenizer", "false",
+                         "--max_seq_length", str(MAX_LENGTH))) == 0  # fmt: skip
+    assert main(job_args(from_disk, "--prepared_data", str(prepared), *common)) == 0
+    assert losses(from_disk) == losses(in_memory) and len(losses(in_memory)) == 3
+    assert max_difference(weights(in_memory), weights(from_disk)) == 0.0
+    cards = [(run / "README.md").read_text().splitlines() for run in (in_memory, from_disk)]
+    for row in ("| training documents |", "| training rows |"):
+        assert [line for line in cards[0] if line.startswith(row)] == [line for line in cards[1] if line.startswith(row)]
+
+
+@pytest.mark.slow
+def test_resume_with_dataloader_workers_reading_a_shard_each(tmp_path, corpus, monkeypatch):
+    """2 dataloader workers on a 2-file dataset (a shard each): the resumed run repeats the uninterrupted one.
+    More workers than shards is refused (a worker left without shards could not be restored reliably)."""
+    folder = tmp_path / "dataset"
+    folder.mkdir()
+    for index in range(2):
+        documents = long_and_short_documents(15, seed=60 + index)
+        (folder / f"train-{index}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in documents))
+    common = ["--streaming", "--dataset_name", str(folder), "--validation_file", str(corpus["validation"])]
+    common += ["--train_tokenizer", "false", "--max_seq_length", str(MAX_LENGTH), "--max_steps", "9", "--eval_strategy", "no"]
+    common += ["--max_eval_samples", "4", "--fill_mask_probes", "0", "--dataloader_num_workers", "2"]
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    assert main(job_args(full, *common, "--save_strategy", "steps", "--save_steps", "4")) == 0
+    assert main(job_args(resumed, *common, "--resume_from_checkpoint", str(full / "checkpoint-4"))) == 0
+    assert [losses(resumed)[step] for step in range(5, 10)] == pytest.approx([losses(full)[step] for step in range(5, 10)], rel=1e-5)
+    assert max_difference(weights(full), weights(resumed)) < 1e-6
+    with pytest.raises(ValueError, match="--dataloader_num_workers 2 exceeds the 1 shard\\(s\\) each process reads"):
+        main(job_args(tmp_path / "refused", "--streaming", "--train_file", str(corpus["train"]), *common[3:]))
+    assert not (tmp_path / "refused").exists()

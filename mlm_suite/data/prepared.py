@@ -148,7 +148,7 @@ def token_counts(rows: Dataset, vocab_size: int) -> torch.Tensor:
     counts = np.zeros(vocab_size, dtype=np.int64)
     for batch in rows.with_format("arrow").iter(batch_size=65536):
         ids = pc.list_flatten(batch["input_ids"]).to_numpy()
-        counts += np.bincount(ids, minlength=vocab_size)[:vocab_size]
+        counts += np.bincount(ids, minlength=vocab_size)
     return torch.from_numpy(counts)
 
 
@@ -214,7 +214,8 @@ def prepare_data(
         rows = build_rows(splits["train"], tokenizer, max_seq_length, packing, num_proc)
         counts = token_counts(rows, len(tokenizer))
         folder = work / "data"
-        rows.save_to_disk(str(folder / "train"), num_shards=num_shards, num_proc=num_proc)
+        # (save_to_disk starts a pool of spawned processes for any num_proc, 1 included)
+        rows.save_to_disk(str(folder / "train"), num_shards=num_shards, num_proc=num_proc if num_proc and num_proc > 1 else None)
         splits["validation"].flatten_indices().save_to_disk(str(folder / "validation"))
         tokenizer.save_pretrained(str(folder / "tokenizer"))
         seconds = time.time() - started

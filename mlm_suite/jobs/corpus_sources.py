@@ -53,7 +53,8 @@ def _fixed_tokenizer_source(args: Any, flag: str) -> str:
 
 
 class PreparedSource:
-    """``--prepared_data DATA``: the training rows of a prepared folder; its held-out documents for evaluation."""
+    """``--prepared_data DATA``: the training rows of a prepared folder; its held-out documents (or
+    ``--validation_file``) for evaluation."""
 
     def __init__(self, args: Any, argv: Sequence[str]) -> None:
         self.prepared: PreparedData = load_prepared(args.prepared_data)
@@ -70,7 +71,10 @@ class PreparedSource:
                 )
             setattr(args, flag, metadata[flag])
         self.source = f"`{Path(args.prepared_data).name}` (prepared from {', '.join(Path(f).name for f in metadata['train_files'])})"
-        self.texts = DatasetDict(validation=self.prepared.validation)
+        validation = self.prepared.validation  # the held-out documents prepared with the rows, unless a file replaces them
+        if args.validation_file:
+            validation = Dataset.from_dict({"text": list(iter_documents(args.validation_file, args.text_column))})
+        self.texts = DatasetDict(validation=validation)
 
     def check_tokenizer(self, tokenizer: PreTrainedTokenizerBase) -> None:
         check_tokenizer(self.prepared, tokenizer, self.tokenizer_flag)
@@ -105,6 +109,8 @@ class StreamingSource:
                 "--streaming tokenises on the fly and needs a fixed tokenizer: give --tokenizer DIR, --model_name_or_path, "
                 "or --train_tokenizer false (MiniLM's bert-base-uncased vocabulary)"
             )
+        if args.held_out_documents < 1:
+            raise UsageError(f"--held_out_documents must be at least 1, got {args.held_out_documents}")
         args.train_tokenizer = False
         self.args = args
         validation = list(iter_documents(args.validation_file, args.text_column)) if args.validation_file else None
@@ -131,6 +137,15 @@ class StreamingSource:
         self.texts = DatasetDict(validation=Dataset.from_dict({"text": validation}))
         self.documents = open_stream(held_out=held_out)
         self.part = split_for_processes(self.documents, training_args.process_index, training_args.world_size)
+        world, shards = training_args.world_size, self.documents.num_shards
+        shards_per_process = shards // world if shards >= world else shards
+        if training_args.dataloader_num_workers > shards_per_process:
+            # datasets gives each worker whole shards and stops the others; a stopped worker would also make
+            # the restored position of a resumed run depend on timing.
+            raise UsageError(
+                f"--dataloader_num_workers {training_args.dataloader_num_workers} exceeds the {shards_per_process} "
+                f"shard(s) each process reads: use at most {shards_per_process} (0 reads in the main process)"
+            )
         # Each process reads its own part (see mlm_suite.trainer.PickleFreeTrainer) and restores its own position.
         training_args.accelerator_config.dispatch_batches = False
         training_args.ignore_data_skip = True
