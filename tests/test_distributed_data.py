@@ -69,6 +69,8 @@ def run_recorded(
     result = launch_two_processes(script, [str(record), *argv], 300, config_file)
     assert result.returncode == 0, result.stderr[-4000:]
     assert read_json(tmp_path / "out" / "trainer_state.json")["global_step"] == max_steps
+    # The job turned accelerate's rank-0 dispatch of iterable datasets off (its default is on).
+    assert read_json(tmp_path / "out" / "training_args.json")["accelerator_config"]["dispatch_batches"] is False
     rows = {}
     for rank in (0, 1):
         lines = (record / f"rank{rank}.jsonl").read_text().splitlines()

@@ -94,15 +94,13 @@ def document_stream(paths: Sequence[str | Path], text_column: str = "text", held
             held-out documents, :func:`stream_head`).
     """
     return IterableDataset.from_generator(
-        _file_documents,
-        features=DOCUMENT_FEATURES,
-        gen_kwargs={
-            "path": [str(path) for path in paths],
-            "shard": list(range(len(paths))),
-            "text_column": text_column,
-            "held_out": held_out,
-        },
+        _file_documents, features=DOCUMENT_FEATURES, gen_kwargs=_file_arguments(paths, text_column, held_out)
     )
+
+
+def _file_arguments(paths: Sequence[str | Path], text_column: str, held_out: int) -> dict:
+    """``gen_kwargs`` of :func:`_file_documents`: one shard per file (``datasets`` splits the lists)."""
+    return {"path": [str(path) for path in paths], "shard": list(range(len(paths))), "text_column": text_column, "held_out": held_out}
 
 
 def documents_dataset(
@@ -117,7 +115,7 @@ def documents_dataset(
     dataset = Dataset.from_generator(
         _file_documents,
         features=DOCUMENT_FEATURES,
-        gen_kwargs={"path": [str(path) for path in paths], "shard": list(range(len(paths))), "text_column": text_column, "held_out": 0},
+        gen_kwargs=_file_arguments(paths, text_column, held_out=0),
         num_proc=workers if workers > 1 else None,
         cache_dir=cache_dir,
     )
