@@ -35,7 +35,7 @@ anisotropy:
 	mlm-suite anisotropy --output_dir outputs/anisotropy
 
 bench:
-	$(PYTHON) benchmarks/bench_speed.py
+	$(PYTHON) benchmarks/bench_speed.py --compile
 
 bench-budget:
 	$(PYTHON) benchmarks/bench_budget.py --markdown outputs/bench_budget/table.md
