@@ -15,6 +15,9 @@ Tag sets that are not entity schemes (scheme ``"none"``, e.g. part-of-speech tag
 entities: :func:`tag_scores` scores them token by token (accuracy, per-tag precision/recall/F1 and
 their macro and micro averages), and :func:`make_compute_metrics` and :func:`paired_bootstrap`
 switch to those scores for ``scheme="none"``.
+
+The same scores as Hugging Face ``evaluate`` modules: :func:`load_metric` (``"entity_f1"``: :func:`entity_scores`,
+``"token_accuracy"``: :func:`tag_scores`; see :mod:`mlm_suite.metric_modules`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from seqeval import scheme as seqeval_scheme
 from seqeval.metrics import classification_report
 from seqeval.metrics.sequence_labeling import get_entities
 
+from mlm_suite.metric_modules import load_metric, metric_path  # noqa: F401  (the evaluate modules of these metrics)
 from mlm_suite.tagging import NO_SCHEME, ALLOWED_PREFIXES, UnknownTagError, normalize_scheme, parse_tag
 
 MODES = ("conlleval", "strict")
