@@ -3,7 +3,7 @@
 * A wheel built from the repository holds them, and from that installed wheel ``evaluate.load`` reads
   them in a fresh process with the Hub switched off and every network connection refused; they give
   exactly what the library functions give on random inputs.
-* The examples of their metric cards and scripts run as written (doctest).
+* The examples of their metric cards, scripts and of the README run as written (doctest).
 """
 
 from __future__ import annotations
@@ -207,6 +207,15 @@ def test_card_and_script_examples_run_as_written(name):
         runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
         runner.run(test)
         assert runner.failures == 0, f"{runner.failures} failing example(s) in {source} (see the output above)"
+
+
+def test_the_readme_example_runs_as_written():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = readme.split("<!-- metric-modules-example -->\n```python\n", 1)[1].split("```", 1)[0]
+    test = doctest.DocTestParser().get_doctest(block, {}, "README", "README.md", 0)
+    runner = doctest.DocTestRunner()
+    runner.run(test)
+    assert len(test.examples) >= 5 and runner.failures == 0
 
 
 @pytest.mark.parametrize("name", METRIC_NAMES)
