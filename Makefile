@@ -1,7 +1,7 @@
 # Convenience targets; each runs a command documented in README.md.
 PYTHON ?= python
 
-.PHONY: install test test-fast pretrain finetune-ner finetune-cls finetune-pair wsd anisotropy bench bench-budget quickstart
+.PHONY: install test test-fast pretrain finetune-ner finetune-cls finetune-pair wsd anisotropy bench bench-budget quickstart docs-figures
 
 install:
 	pip install torch==2.13.0
@@ -35,7 +35,10 @@ anisotropy:
 	mlm-suite anisotropy --output_dir outputs/anisotropy
 
 bench:
-	$(PYTHON) benchmarks/bench_speed.py
+	$(PYTHON) benchmarks/bench_speed.py --compile
 
 bench-budget:
 	$(PYTHON) benchmarks/bench_budget.py --markdown outputs/bench_budget/table.md
+
+docs-figures:
+	scripts/docs_figures.sh

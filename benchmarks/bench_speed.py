@@ -393,7 +393,7 @@ class LiveTensorBytes(TorchDispatchMode):
         self._live.discard(pointer)
 
 
-def peak_step_bytes(contender: Contender, batch: Batch) -> int:
+def peak_step_bytes(contender: Contender, batch: Batch) -> int | None:
     """Peak bytes allocated during one step beyond what was allocated before it (CUDA: the allocator's peak)."""
     gc.collect()
     if contender.device.type == "cuda":
@@ -404,7 +404,7 @@ def peak_step_bytes(contender: Contender, batch: Batch) -> int:
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - before
     if isinstance(contender.model, torch._dynamo.eval_frame.OptimizedModule):
-        return 0  # the dispatch-mode tracker would trace into the compiled graph: not measured
+        return None  # the dispatch-mode tracker cannot see inside a compiled graph: not measured on CPU
     tracker = LiveTensorBytes()
     with tracker:
         contender.step(batch)
@@ -467,7 +467,7 @@ class Result:
     tokens_per_s: float
     vs_hf: float | None
     vs_modernbert: float | None
-    peak_mib: float
+    peak_mib: float | None  # None: not measured (a compiled model on CPU)
     gflops: float
     peak_fraction: float
     step_times: list[float] = field(default_factory=list)
@@ -538,7 +538,7 @@ def run_workload(
                 tokens_per_s=statistics.median(n / t for n, t in zip(tokens, step_times)),
                 vs_hf=paired_ratio(HF),
                 vs_modernbert=paired_ratio(MODERNBERT),
-                peak_mib=peak_bytes[name] / 2**20,
+                peak_mib=None if peak_bytes[name] is None else peak_bytes[name] / 2**20,
                 gflops=statistics.median(useful_flops(workload, name, b) / t / 1e9 for b, t in zip(used, step_times)),
                 peak_fraction=0.0,
                 step_times=step_times,
@@ -557,6 +557,10 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _mib(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
 def markdown_table(results: list[Result]) -> str:
     lines = [
         "| workload | model | real tok/step | pad % | step ms | real tok/s | × HF BERT | × ModernBERT | peak MiB | GFLOP/s | % GEMM peak |",
@@ -565,7 +569,7 @@ def markdown_table(results: list[Result]) -> str:
     for r in results:
         lines.append(
             f"| {r.workload} | {r.contender} | {r.real_tokens_per_step:.0f} | {100 * r.pad_fraction:.0f} | {r.step_ms:.0f} | "
-            f"{r.tokens_per_s:,.0f} | {r.vs_hf:.2f} | {_ratio(r.vs_modernbert)} | {r.peak_mib:.0f} | {r.gflops:.1f} | "
+            f"{r.tokens_per_s:,.0f} | {r.vs_hf:.2f} | {_ratio(r.vs_modernbert)} | {_mib(r.peak_mib)} | {r.gflops:.1f} | "
             f"{100 * r.peak_fraction:.0f} |"
         )
     return "\n".join(lines)

@@ -15,10 +15,14 @@ Tag sets that are not entity schemes (scheme ``"none"``, e.g. part-of-speech tag
 entities: :func:`tag_scores` scores them token by token (accuracy, per-tag precision/recall/F1 and
 their macro and micro averages), and :func:`make_compute_metrics` and :func:`paired_bootstrap`
 switch to those scores for ``scheme="none"``.
+
+The same scores as Hugging Face ``evaluate`` modules: :func:`load_metric` (``"entity_f1"``: :func:`entity_scores`,
+``"token_accuracy"``: :func:`tag_scores`; see :mod:`mlm_suite.metric_modules`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -27,6 +31,7 @@ from seqeval import scheme as seqeval_scheme
 from seqeval.metrics import classification_report
 from seqeval.metrics.sequence_labeling import get_entities
 
+from mlm_suite.metric_modules import load_metric, metric_path  # noqa: F401  (the evaluate modules of these metrics)
 from mlm_suite.tagging import NO_SCHEME, ALLOWED_PREFIXES, UnknownTagError, normalize_scheme, parse_tag
 
 MODES = ("conlleval", "strict")
@@ -309,6 +314,32 @@ def entity_counts(
         pred_entities = _entity_set(list(pred_tags), mode, scheme)
         counts[index] = (len(gold_entities & pred_entities), len(pred_entities), len(gold_entities))
     return counts
+
+
+def label_counts(
+    gold: TagSequences, pred: TagSequences, scheme: str | None = "BIO", mode: str = "conlleval"
+) -> dict[str, dict[str, int]]:
+    """How many entities of each type gold and pred hold: ``{type: {"gold": n, "predicted": n}}``, types sorted.
+
+    Entities are read exactly as :func:`entity_scores` reads them (so ``gold`` is its per-type ``support``).
+    For ``scheme="none"`` the units are tokens and the keys tags, as :func:`tag_scores` counts them.
+    """
+    scheme = _check_mode(mode, scheme, allow_none=True)
+    if scheme == NO_SCHEME:
+        _check_lengths(gold, pred)
+    else:
+        _check_sequences(gold, pred, scheme)
+
+    def count(sequences: TagSequences) -> Counter:
+        if scheme == NO_SCHEME:
+            return Counter(tag for tags in sequences for tag in tags)
+        return Counter(entity[0] for tags in sequences for entity in _entity_set(list(tags), mode, scheme))
+
+    gold_counts, pred_counts = count(gold), count(pred)
+    return {
+        label: {"gold": gold_counts[label], "predicted": pred_counts[label]}
+        for label in sorted(gold_counts.keys() | pred_counts.keys())
+    }
 
 
 def _f1(tp: np.ndarray, predicted: np.ndarray, gold: np.ndarray) -> np.ndarray:

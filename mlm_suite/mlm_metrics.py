@@ -31,8 +31,12 @@ import torch
 from transformers import EvalPrediction, PreTrainedTokenizerBase
 
 __all__ = [
+    "KINDS",
+    "NOT_SELECTED",
     "TOP_K",
+    "corruption_kinds",
     "fill_mask_probe",
+    "kind_scores",
     "make_mlm_compute_metrics",
     "masked_lm_scores",
     "preprocess_logits_for_mlm_metrics",
@@ -41,6 +45,9 @@ __all__ = [
 
 TOP_K = 5
 IGNORE_INDEX = -100
+#: The corruption kinds of selected positions, and the kind of a position that was not selected.
+KINDS = ("mask", "random", "kept")
+NOT_SELECTED = ""
 
 
 def masked_lm_scores(
@@ -64,36 +71,76 @@ def masked_lm_scores(
         label_log_probs: ``(batch, seq)`` log-probability of the label, for the MLM loss.
 
     Returns:
-        ``mask_accuracy`` (the headline), ``mask_top5_accuracy``, ``mask_baseline_accuracy``,
-        ``random_accuracy``, ``kept_accuracy``, the counts ``mask_tokens``, ``random_tokens``,
-        ``kept_tokens`` and ``selected_tokens``, and ``mlm_loss`` (mean negative log-likelihood over
-        all selected positions, as the training loss counts them). An accuracy over no position is NaN.
+        :func:`kind_scores` of the kinds read off ``inputs`` (:func:`corruption_kinds`), and ``mlm_loss``
+        (mean negative log-likelihood over all selected positions, as the training loss counts them).
     """
     inputs, labels, predictions = (np.asarray(array) for array in (inputs, labels, predictions))
     if not inputs.shape == labels.shape == predictions.shape:
         raise ValueError(f"inputs {inputs.shape}, labels {labels.shape} and predictions {predictions.shape} differ in shape")
-    selected = labels != IGNORE_INDEX
-    kinds = {
-        "mask": selected & (inputs == mask_token_id),
-        "kept": selected & (inputs == labels),
-    }
-    kinds["random"] = selected & ~kinds["mask"] & ~kinds["kept"]
-    correct = predictions == labels
-
-    def mean_over(values: np.ndarray, where: np.ndarray) -> float:
-        return float(values[where].mean()) if where.any() else float("nan")
-
-    scores: dict[str, float] = {}
-    for kind in ("mask", "random", "kept"):
-        scores[f"{kind}_accuracy"] = mean_over(correct, kinds[kind])
-        scores[f"{kind}_tokens"] = int(kinds[kind].sum())
-    scores["selected_tokens"] = int(selected.sum())
-    scores["mask_baseline_accuracy"] = mean_over(labels == baseline_token_id, kinds["mask"])
-    if top_k_hits is not None:
-        scores[f"mask_top{TOP_K}_accuracy"] = mean_over(np.asarray(top_k_hits, dtype=bool), kinds["mask"])
+    kinds = corruption_kinds(inputs, labels, mask_token_id)
+    scores = kind_scores(kinds, labels, predictions, baseline_token_id, top_k_hits)
     if label_log_probs is not None:
-        scores["mlm_loss"] = -mean_over(np.asarray(label_log_probs, dtype=np.float64), selected)
+        scores["mlm_loss"] = -_mean_over(np.asarray(label_log_probs, dtype=np.float64), kinds != NOT_SELECTED)
     return scores
+
+
+def corruption_kinds(inputs: np.ndarray, labels: np.ndarray, mask_token_id: int) -> np.ndarray:
+    """``(batch, seq)`` kind of each position: ``"mask"``, ``"random"``, ``"kept"`` where selected
+    (``labels != -100``), :data:`NOT_SELECTED` elsewhere (see the module docstring for how it is read)."""
+    inputs, labels = np.asarray(inputs), np.asarray(labels)
+    kinds = np.where(inputs == mask_token_id, "mask", np.where(inputs == labels, "kept", "random"))
+    return np.where(labels != IGNORE_INDEX, kinds, NOT_SELECTED)
+
+
+def kind_scores(
+    kinds: np.ndarray,
+    labels: np.ndarray,
+    predictions: np.ndarray,
+    baseline_token_id: int | None = None,
+    top_k_hits: np.ndarray | None = None,
+    top_k: int = TOP_K,
+) -> dict[str, float]:
+    """Accuracy per corruption kind, given the kind of every position.
+
+    Args:
+        kinds: the corruption kind per position, one of :data:`KINDS`, or :data:`NOT_SELECTED` (``""``)
+            at positions not to score.
+        labels: original ids, same shape.
+        predictions: top-1 predicted ids, same shape.
+        baseline_token_id: the baseline's single prediction (the most frequent training token); None: no baseline.
+        top_k_hits: bool, whether the label is among the top ``top_k`` predictions.
+
+    Returns:
+        ``mask_accuracy`` (the headline), ``random_accuracy``, ``kept_accuracy``, their counts ``mask_tokens``,
+        ``random_tokens``, ``kept_tokens``, and ``selected_tokens``; ``mask_baseline_accuracy`` with a
+        baseline, ``mask_top<top_k>_accuracy`` with ``top_k_hits``. An accuracy over no position is NaN.
+
+    Raises:
+        ValueError: shapes that differ, or a kind that is not one of :data:`KINDS` (naming it and its position).
+    """
+    kinds, labels, predictions = (np.asarray(array) for array in (kinds, labels, predictions))
+    if not kinds.shape == labels.shape == predictions.shape:
+        raise ValueError(f"kinds {kinds.shape}, labels {labels.shape} and predictions {predictions.shape} differ in shape")
+    unknown = ~np.isin(kinds, (*KINDS, NOT_SELECTED))
+    if unknown.any():
+        index = tuple(int(i) for i in np.argwhere(unknown)[0])
+        position = index[0] if len(index) == 1 else index
+        raise ValueError(f"kind {str(kinds[index])!r} at position {position} is not one of {KINDS}")
+    correct = predictions == labels
+    scores: dict[str, float] = {}
+    for kind in KINDS:
+        scores[f"{kind}_accuracy"] = _mean_over(correct, kinds == kind)
+        scores[f"{kind}_tokens"] = int((kinds == kind).sum())
+    scores["selected_tokens"] = int((kinds != NOT_SELECTED).sum())
+    if baseline_token_id is not None:
+        scores["mask_baseline_accuracy"] = _mean_over(labels == baseline_token_id, kinds == "mask")
+    if top_k_hits is not None:
+        scores[f"mask_top{top_k}_accuracy"] = _mean_over(np.asarray(top_k_hits, dtype=bool), kinds == "mask")
+    return scores
+
+
+def _mean_over(values: np.ndarray, where: np.ndarray) -> float:
+    return float(values[where].mean()) if where.any() else float("nan")
 
 
 def preprocess_logits_for_mlm_metrics(logits: Any, labels: Any) -> tuple[torch.Tensor, ...]:

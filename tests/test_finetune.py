@@ -37,6 +37,7 @@ from mlm_suite.jobs.finetuning import (
 )
 from mlm_suite.tagging import InvalidTagSequenceError, validate_tags
 from test_distributed import launch_two_processes
+from test_plots import assert_linked_png
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--max_steps", "2", "--report_to", "none", "--per_device_eval_batch_size", "4", "--disable_tqdm", "true"]
@@ -156,6 +157,10 @@ def test_ner_outputs(ner_run):
     assert "$" not in card
     assert "B-LOC" in card and "**BIO**" in card and "conlleval" in card
     assert f"{metrics['eval_f1']:.4f}" in card
+    # the pictures show the scores reported, of the final model
+    for split, prefix in (("validation", "eval"), ("test", "test")):
+        caption = assert_linked_png(ner_run, f"per_type_scores_{split}.png")
+        assert f"{split} split (conlleval mode, BIO; micro F1 {metrics[f'{prefix}_f1']:.4f})" in caption
 
     reloaded = AutoModelForTokenClassification.from_pretrained(ner_run)
     assert isinstance(reloaded, MlmSuiteForTokenClassification) and reloaded.config.tagging_scheme == "BIO"
@@ -313,6 +318,14 @@ def test_classification_job(tiny_model, tmp_path):
     assert config["architectures"] == ["MlmSuiteForSequenceClassification"]
     card = (out / "README.md").read_text()
     assert "$" not in card and "negative" in card and "eval_accuracy" in card
+    assert_confusion_matrices(out, metrics)
+
+
+def assert_confusion_matrices(out: Path, metrics: dict) -> None:
+    """A confusion matrix per evaluated split, shown in the card, of the examples and accuracy reported."""
+    for split, prefix in (("validation", "eval"), ("test", "test")):
+        caption = assert_linked_png(out, f"confusion_matrix_{split}.png")
+        assert f"{split} split ({metrics[f'{prefix}_n_examples']} examples, accuracy {metrics[f'{prefix}_accuracy']:.4f})" in caption
 
 
 def test_early_stopping_in_a_finetuning_job(tiny_model, tmp_path):
@@ -384,6 +397,13 @@ def test_seeds_runs_the_job_per_seed_and_summarizes(tiny_model, tmp_path, capsys
         assert summary["summary"][key]["std"] == pytest.approx(abs(values[0] - values[1]) / 2 ** 0.5)
     assert config_of(out / "seed_3")["id2label"] == {"0": "negative", "1": "positive"}
     assert "mean" in capsys.readouterr().out
+    caption = assert_linked_png(out, "seed_scores.png")
+    assert caption == "finetune-cls: accuracy per seed, mean ± sample sd over 2 seeds"
+    card = (out / "README.md").read_text()
+    assert "mlm-suite seeds finetune-cls --seeds 3 5 --output_dir" in card
+    mean, std = summary["summary"]["test_accuracy"]["mean"], summary["summary"]["test_accuracy"]["std"]
+    assert f"| 3 | {runs[3]['eval_accuracy']:.4f} | {runs[3]['test_accuracy']:.4f} |" in card
+    assert f"{mean:.4f} ± {std:.4f} |" in card
     with pytest.raises(ValueError, match="--seed is set per run"):
         seeds.main(["finetune-cls", "--seeds", "1", "--output_dir", str(out), "--", "--seed", "4"])
     with pytest.raises(ValueError, match="repeats"):
@@ -413,6 +433,7 @@ def test_pair_classification_job(tiny_model, tmp_path):
     assert config["auto_map"]["AutoModelForSequenceClassification"] == "modeling_mlm_suite.MlmSuiteForPairClassification"
     assert set(config["label2id"]) == {"contradiction", "entailment", "neutral"}
     assert "$" not in (out / "README.md").read_text()
+    assert_confusion_matrices(out, metrics)
 
 
 def test_pair_regression_job(tiny_model, tmp_path):
@@ -425,6 +446,7 @@ def test_pair_regression_job(tiny_model, tmp_path):
     assert {"eval_pearson", "eval_spearman", "eval_mse", "test_pearson"} <= set(metrics)
     config = config_of(out)
     assert config["problem_type"] == "regression" and config["id2label"] == {"0": "score"}
+    assert not list(out.glob("*.png")) and "### Figures" not in (out / "README.md").read_text()  # no classes to confuse
 
 
 def test_coherence_pairs_are_balanced_and_split_by_review(monkeypatch):

@@ -161,6 +161,16 @@ def test_flattened_mlm_training_step_equals_the_padded_one(head):
         torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-6, rtol=1e-5, msg=name)
 
 
+def test_masked_lm_positions_also_serve_a_padded_batch():
+    torch.manual_seed(0)
+    model = MlmSuiteForMaskedLM(config()).train()
+    batch = padded_batch()
+    positions = (batch["labels"].reshape(-1) != -100).nonzero().squeeze(1)  # flat indices into batch * seq
+    without, with_positions = model(**batch), model(**batch, masked_lm_positions=positions)
+    torch.testing.assert_close(with_positions.logits, without.logits)
+    torch.testing.assert_close(with_positions.loss, without.loss)
+
+
 def test_transformers_data_collator_with_flattening_feeds_the_model():
     torch.manual_seed(0)
     model = MlmSuiteForMaskedLM(config()).eval()

@@ -26,6 +26,7 @@ from mlm_suite.tagging import (
     normalize_scheme,
     validate_tags,
 )
+from test_plots import assert_linked_png
 
 FAST = ["--max_steps", "2", "--report_to", "none", "--per_device_eval_batch_size", "4", "--disable_tqdm", "true"]
 
@@ -283,6 +284,10 @@ def test_pos_job_reports_token_accuracy_and_per_tag_scores(tiny_model, tmp_path,
     card = (out / "README.md").read_text()
     assert "**none**" in card and "| PRP$ | 1 |" in card and "test_accuracy" in card
     assert "test_tag_" not in card.split("Per tag")[0]  # the metric table lists averages, the per-tag table the rest
+    for split, prefix in (("validation", "eval"), ("test", "test")):
+        caption = assert_linked_png(out, f"per_tag_scores_{split}.png")
+        assert f"per-tag token scores on the {split} split (accuracy {metrics[f'{prefix}_accuracy']:.4f})" in caption
+    assert not list(out.glob("per_type_scores_*.png"))
     printed = capsys.readouterr().out
     assert "tagging scheme 'none'" in printed
     assert "test accuracy" in printed and "per tag (test split" in printed and "PRP$" in printed

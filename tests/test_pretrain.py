@@ -23,6 +23,7 @@ from transformers import AutoTokenizer
 from mlm_suite import MlmSuiteForMaskedLM, MlmSuiteForPreTraining
 from mlm_suite.jobs.pretrain import main, wordpiece_word_ids
 from mlm_suite.model import AUTO_CLASSES
+from test_plots import assert_linked_png
 
 TINY_MODEL = (
     "num_hidden_layers=2,hidden_size=64,num_attention_heads=2,intermediate_size=128,max_position_embeddings=64,"
@@ -100,7 +101,7 @@ def assert_complete_checkpoint(output_dir: Path, architecture: str) -> dict:
     config = read_json(output_dir / "config.json")
     assert config["architectures"] == [architecture]
     assert set(config["auto_map"]) == {"AutoConfig", *AUTO_CLASSES}
-    assert (output_dir / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "[MASK] accuracy" in assert_linked_png(output_dir, "training_curves.png")
 
     results = read_json(output_dir / "all_results.json")
     scores = ("eval_mlm_loss", "perplexity", "eval_mask_accuracy", "eval_mask_top5_accuracy", "eval_mask_baseline_accuracy")

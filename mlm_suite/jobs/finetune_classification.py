@@ -18,7 +18,8 @@ the Pang & Lee sentence-polarity data (4,000 movie-review sentences, negative/po
 2018): the model is fine-tuned on that file (same columns and labels) before the task.
 
 Reported: ``eval_accuracy`` and ``eval_f1`` (macro-averaged F1; pearson/spearman/mse for
-regression), and ``test_*`` when there is a test split.
+regression), and ``test_*`` when there is a test split; for classes, a confusion matrix per split
+(``confusion_matrix_validation.png``, ``confusion_matrix_test.png``) that the model card shows.
 
 The machinery (:func:`finetune_sequence_task`) is shared with the sentence-pair job.
 """
@@ -28,7 +29,10 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
+
+import numpy as np
 
 from mlm_suite import resources
 from mlm_suite.jobs.finetuning import (
@@ -59,6 +63,7 @@ from mlm_suite.jobs.finetuning import (
     write_card,
 )
 from mlm_suite.model_card import markdown_table
+from mlm_suite.plots import confusion_matrix, figures_section, plot_confusion_matrix
 
 SPLITS = ("train", "validation", "test")
 Example = dict[str, Any]  # text column(s) and "label"
@@ -277,6 +282,7 @@ def finetune_sequence_task(
             data_collator=DataCollatorWithPadding(tokenizer),
             compute_metrics=regression_metrics if task_type == "regression" else classification_metrics,
             callbacks=early_stopping(args, "pearson" if task_type == "regression" else "accuracy"),
+            keep_predictions=True,  # for the confusion matrices
         )
 
     metrics = {}
@@ -295,12 +301,14 @@ def finetune_sequence_task(
 
     scored = {key: value for key, value in flat.items()
               if key.startswith(("eval_", "test_", "intermediate_eval_")) and not key.endswith(("runtime", "per_second"))}
+    figures = []
     if task_type == "regression":
         labels_text = "Regression: one output, the predicted score (trained with mean squared error)."
         metric_note = "Pearson and Spearman correlation with the gold scores, and mean squared error."
     else:
         labels_text = label_table(config.id2label)
         metric_note = "Accuracy and macro-averaged F1 over the classes."
+        figures = write_confusion_matrices(trainer, label_list, scored_splits=metrics)
     write_card(
         trainer,
         pipeline_tag=pipeline_tag,
@@ -311,7 +319,7 @@ def finetune_sequence_task(
         data=data_description + "\n\n" + markdown_table({s: len(e) for s, e in splits.items()}, ("split", "examples")),
         training=training_summary(training_args, **{"max_seq_length": data_args.max_seq_length,
                                                    "trained layers": trainable}),
-        metrics=metric_note + "\n\n" + markdown_table(scored, ("metric", "value")),
+        metrics=metric_note + "\n\n" + markdown_table(scored, ("metric", "value")) + figures_section(figures),
     )
     if trainer.is_world_process_zero():
         main_metrics = ("accuracy", "f1") if task_type == "classification" else ("pearson", "spearman")
@@ -322,6 +330,32 @@ def finetune_sequence_task(
         print(f"trained on {training_args.world_size} process(es); saved the model, tokenizer, model card "
               f"and all_results.json to {training_args.output_dir}")
     return flat
+
+
+def write_confusion_matrices(
+    trainer: Any, label_list: Sequence[str], scored_splits: Mapping[str, Any]
+) -> list[tuple[str, Path]]:
+    """``confusion_matrix_<split>.png`` for the validation and test splits the final model was scored on
+    (``eval``/``test`` in ``scored_splits``, the results of :func:`run_trainer`).
+
+    Drawn from the predictions the trainer kept (``keep_predictions``), so nothing is predicted again; the
+    main process writes the files. Returns ``(caption, path)`` per picture, for the card.
+    """
+    output_dir = Path(trainer.args.output_dir)
+    figures = []
+    for prefix, split in (("eval", "validation"), ("test", "test")):
+        if prefix not in scored_splits:
+            continue
+        scored = trainer.kept_predictions[prefix]
+        logits = scored.predictions[0] if isinstance(scored.predictions, tuple) else scored.predictions
+        matrix = confusion_matrix(scored.label_ids, np.asarray(logits).argmax(axis=-1), len(label_list))
+        caption = (f"{output_dir.name}: confusion matrix on the {split} split ({matrix.sum()} examples, "
+                   f"accuracy {np.trace(matrix) / matrix.sum():.4f})")
+        path = output_dir / f"confusion_matrix_{split}.png"
+        if trainer.is_world_process_zero():
+            plot_confusion_matrix(matrix, label_list, path, caption)
+        figures.append((caption, path))
+    return figures
 
 
 def load_sequence_classifier(path: str, config: Any, ignore_mismatched_sizes: bool) -> Any:

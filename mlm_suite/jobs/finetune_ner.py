@@ -29,7 +29,9 @@ label per word) whatever ``--label_strategy`` training uses, and scored with
 (``conlleval`` or ``strict``; F1 in both modes is reported as ``eval_conlleval_f1`` /
 ``eval_strict_f1``); scheme ``none`` gets token accuracy (``eval_accuracy``, the validation score
 for early stopping) and per-tag precision/recall/F1 with macro and micro averages
-(``eval_macro_f1``, ``eval_micro_f1``, ``eval_tag_NN_f1`` ...).
+(``eval_macro_f1``, ``eval_micro_f1``, ``eval_tag_NN_f1`` ...). The model card shows, per evaluated split,
+precision/recall/F1 per entity type above the gold and predicted entity counts
+(``per_type_scores_<split>.png``; per tag and token counts in ``per_tag_scores_<split>.png`` for scheme ``none``).
 
 Errors in data files name the file and the 1-based line (``train.conll line 57: I-PER after O
 is not allowed in BIO``; for JSON lines also the token number).
@@ -41,6 +43,7 @@ import bisect
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import torch
@@ -78,11 +81,15 @@ from mlm_suite.jobs.finetuning import (
 from mlm_suite.metrics import (
     MODES,
     entity_counts,
+    entity_scores,
+    label_counts,
     make_compute_metrics,
     paired_bootstrap,
+    tag_scores,
     tag_sequences,
 )
 from mlm_suite.model_card import markdown_table
+from mlm_suite.plots import figures_section, plot_label_scores
 from mlm_suite.tagging import (
     ALLOWED_PREFIXES,
     NO_SCHEME,
@@ -553,6 +560,38 @@ def bootstrap_against_baseline(
     return results
 
 
+def plot_scores_per_split(
+    trainer: Any, datasets: Mapping[str, Any], scored_splits: Mapping[str, Any], scheme: str, mode: str
+) -> list[tuple[str, Path]]:
+    """``per_type_scores_<split>.png`` (``per_tag_scores_<split>.png`` for scheme none) for the validation and
+    test splits the final model was scored on (``eval``/``test`` in ``scored_splits``).
+
+    Precision, recall and F1 per entity type (per tag) above the gold and predicted counts, from the
+    predicted tags the trainer kept (:func:`predicted_tags`); the main process writes the files. Returns
+    ``(caption, path)`` per picture, for the card.
+    """
+    output_dir = Path(trainer.args.output_dir)
+    figures = []
+    for split, prefix in (("validation", "eval"), ("test", "test")):
+        if prefix not in scored_splits:
+            continue
+        gold, pred = predicted_tags(trainer, datasets[split])
+        if scheme == NO_SCHEME:
+            scores = tag_scores(gold, pred)
+            per_label, unit, name = scores["per_tag"], "tokens", f"per_tag_scores_{split}.png"
+            what = f"per-tag token scores on the {split} split (accuracy {scores['accuracy']:.4f})"
+        else:
+            scores = entity_scores(gold, pred, scheme=scheme, mode=mode)
+            per_label, unit, name = scores["per_type"], "entities", f"per_type_scores_{split}.png"
+            what = f"per-type entity scores on the {split} split ({mode} mode, {scheme}; micro F1 {scores['f1']:.4f})"
+        caption = f"{output_dir.name}: {what}"
+        if trainer.is_world_process_zero():
+            counts = label_counts(gold, pred, scheme=scheme, mode=mode)
+            plot_label_scores(per_label, counts, output_dir / name, caption, unit=unit)
+        figures.append((caption, output_dir / name))
+    return figures
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from transformers import (
         AutoConfig,
@@ -640,6 +679,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics.update(baseline)
 
     flat = {key: value for values in metrics.values() for key, value in values.items()}
+    figures = plot_scores_per_split(trainer, datasets, metrics, scheme, data_args.metric_mode)
     write_card(
         trainer,
         pipeline_tag="token-classification",
@@ -661,7 +701,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             **{"label strategy": data_args.label_strategy, "max_seq_length": data_args.max_seq_length,
                "trained layers": trainable},
         ),
-        metrics=ner_metrics_section(flat, data_args.metric_mode, compare_hf, scheme),
+        metrics=ner_metrics_section(flat, data_args.metric_mode, compare_hf, scheme) + figures_section(figures),
     )
     if trainer.is_world_process_zero():
         print(ner_summary(flat, compare_hf, scheme))

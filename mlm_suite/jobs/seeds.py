@@ -10,7 +10,8 @@ recipe does on the data, not on one lucky or unlucky split::
 
 Flags after ``--`` go to the job. Each run writes ``<output_dir>/seed_<seed>``; the table of
 validation and test scores per seed (and the HF baseline's, when the job trains one), their mean
-and sample standard deviation, is printed and written to ``<output_dir>/seed_summary.json``.
+and sample standard deviation, is printed and written to ``<output_dir>/seed_summary.json``, drawn in
+``<output_dir>/seed_scores.png`` and shown with the picture in ``<output_dir>/README.md``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import shlex
 import statistics
 import sys
 from collections.abc import Sequence
@@ -26,6 +28,7 @@ from pathlib import Path
 from mlm_suite.cli import SUBCOMMANDS
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.distributed import command_prog, running_as
+from mlm_suite.plots import figures_section, plot_seed_scores
 
 # job (an mlm-suite subcommand) → the score its results are summarised by
 JOB_METRICS = {"finetune-ner": "f1", "finetune-cls": "accuracy", "finetune-pair": "accuracy"}
@@ -88,7 +91,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     for seed, results in per_seed.items():
         print(f"{seed:>6}" + "".join(f"{results[key]:>16.4f}" if key in results else f"{'-':>16}" for key in keys))
     print(f"{'mean':>6}" + "".join(f"{summary[key]['mean']:>9.4f} ± {summary[key]['std']:.4f}" for key in keys))
+    command = f"{prog} " + shlex.join([*argv[:split], *(["--", *job_args] if job_args else [])])
+    write_summary_card(output_dir, args.job, command, metric, per_seed, summary, keys)
     return 0
+
+
+def series_name(key: str) -> str:
+    """``eval_f1`` → ``validation``, ``hf_test_f1`` → ``HF BERT, test``."""
+    split = "validation" if key.removeprefix("hf_").startswith("eval_") else "test"
+    return f"HF BERT, {split}" if key.startswith("hf_") else split
+
+
+def write_summary_card(
+    output_dir: Path, job: str, command: str, metric: str, per_seed: dict[int, dict[str, float]],
+    summary: dict[str, dict[str, float]], keys: Sequence[str],
+) -> Path:
+    """``seed_scores.png`` (each seed's score, mean ± sd) and ``README.md`` showing it with the table of scores."""
+    names = {key: series_name(key) for key in keys}
+    caption = f"{job}: {metric} per seed, mean ± sample sd over {len(per_seed)} seeds"
+    plot_seed_scores(per_seed, summary, names, output_dir / "seed_scores.png", caption, metric)
+    lines = ["| seed | " + " | ".join(f"{names[key]} {metric}" for key in keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    for seed, results in per_seed.items():
+        lines.append(f"| {seed} | " + " | ".join(f"{results[key]:.4f}" if key in results else "-" for key in keys) + " |")
+    lines.append("| mean ± sd | " + " | ".join(f"{summary[key]['mean']:.4f} ± {summary[key]['std']:.4f}" for key in keys) + " |")
+    text = (f"# {job}: {metric} over {len(per_seed)} seeds\n\n`{command}` ran the job once per seed, into `seed_<seed>/` "
+            f"(each with its model card); `seed_summary.json` holds these numbers.\n\n"
+            + "\n".join(lines) + figures_section([(caption, "seed_scores.png")]) + "\n")
+    path = output_dir / "README.md"
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
 if __name__ == "__main__":
