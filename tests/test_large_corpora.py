@@ -350,6 +350,20 @@ def test_training_on_prepared_rows_is_training_on_the_in_memory_rows(tmp_path, c
         assert [line for line in cards[0] if line.startswith(row)] == [line for line in cards[1] if line.startswith(row)]
 
 
+def test_dataloader_workers_read_every_shard_of_a_loaded_dataset(tmp_path):
+    """A streamed ``load_dataset`` folder read by 2 dataloader workers: every document of both files, once."""
+    from datasets import load_dataset
+
+    from mlm_suite.data.corpus import hub_document_stream
+
+    for index in range(2):
+        lines = "".join(json.dumps({"text": f"file {index} document {position}"}) + "\n" for position in range(7))
+        (tmp_path / f"train-{index}.jsonl").write_text(lines)
+    stream = hub_document_stream(load_dataset(str(tmp_path), streaming=True)["train"])
+    read = [(record["shard"], record["document"], record["text"]) for record in DataLoader(stream, batch_size=None, num_workers=2)]
+    assert sorted(read) == [(shard, position, f"file {shard} document {position}") for shard in range(2) for position in range(7)]
+
+
 @pytest.mark.slow
 def test_resume_with_dataloader_workers_reading_a_shard_each(tmp_path, corpus, monkeypatch):
     """2 dataloader workers on a 2-file dataset (a shard each): the resumed run repeats the uninterrupted one.

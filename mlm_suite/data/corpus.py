@@ -126,8 +126,11 @@ def _dataset_documents(shard: Sequence[int], dataset: IterableDataset, text_colu
     """``datasets`` generator: the non-blank texts of some shards of a streamed dataset, with their positions."""
     for shard_index in shard:
         records = dataset.shard(num_shards=dataset.num_shards, index=shard_index)
-        for position, record in enumerate(records):
-            text = record[text_column]
+        # ``iter`` rather than ``for record in records``: inside a dataloader worker, iterating a ``datasets``
+        # IterableDataset splits its shards across the workers again; this one-shard dataset would then yield
+        # nothing in every worker but worker 0, whose shards would silently never be read.
+        texts = (text for batch in records.iter(batch_size=1000) for text in batch[text_column])
+        for position, text in enumerate(texts):
             if (shard_index == 0 and position < held_out) or not (text and text.strip()):
                 continue
             yield {"text": text.strip(), "shard": shard_index, "document": position}
