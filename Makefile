@@ -1,7 +1,7 @@
 # Convenience targets; each runs a command documented in README.md.
 PYTHON ?= python
 
-.PHONY: install test test-fast pretrain finetune-ner finetune-cls finetune-pair wsd anisotropy bench bench-budget quickstart docs-figures
+.PHONY: install test test-fast pretrain finetune-ner finetune-cls finetune-pair wsd anisotropy bench bench-budget bench-pretrain-to-task quickstart docs-figures
 
 install:
 	pip install torch==2.13.0
@@ -39,6 +39,9 @@ bench:
 
 bench-budget:
 	$(PYTHON) benchmarks/bench_budget.py --markdown outputs/bench_budget/table.md
+
+bench-pretrain-to-task:
+	$(PYTHON) benchmarks/bench_pretrain_to_task.py --markdown outputs/pretrain_to_task/table.md
 
 docs-figures:
 	scripts/docs_figures.sh

@@ -17,15 +17,22 @@ log_dir=${LOG_DIR:-$(mktemp -d -t distributed-tests.XXXXXX)}
 mkdir -p "$log_dir"
 # One thread per process, as the tests' subprocesses use: the machines running this have few cores.
 export OMP_NUM_THREADS=1
-tests=(tests/test_distributed.py tests/test_finetune.py::test_distributed_evaluation_scores_each_sentence_once)
+# Every test that launches processes (they all go through test_distributed.launch_two_processes).
+tests=(
+    tests/test_distributed.py
+    tests/test_distributed_data.py
+    tests/test_fsdp.py
+    tests/test_finetune.py::test_distributed_evaluation_scores_each_sentence_once
+    tests/test_cli.py::test_a_user_error_in_one_of_two_processes_ends_the_run_cleanly
+)
 
 passes=0
 failures=0
 for run in $(seq 1 "$runs"); do
     started=$SECONDS
     # -p no:randomly: the same order every run, so runs differ only in timing. The cap is longer than
-    # both tests' own subprocess timeouts together, so it fires only if pytest itself hangs.
-    timeout --kill-after=30 900 "$python" -m pytest -q -p no:randomly -p no:cacheprovider "${tests[@]}" \
+    # the tests' own subprocess timeouts together, so it fires only if pytest itself hangs.
+    timeout --kill-after=30 1800 "$python" -m pytest -q -p no:randomly -p no:cacheprovider "${tests[@]}" \
         >"$log_dir/run_$run.log" 2>&1
     status=$?
     if (( status == 0 )); then

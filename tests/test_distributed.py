@@ -162,3 +162,31 @@ def test_time_budget_stops_every_process_at_the_same_step(tmp_path):
     state = json.loads((tmp_path / "budget" / "trainer_state.json").read_text())
     plan = next(entry for entry in state["log_history"] if "time_budget_planned_steps" in entry)
     assert state["global_step"] == plan["time_budget_planned_steps"] >= 2
+
+
+RECIPES = Path(__file__).resolve().parents[1] / "examples" / "accelerate_configs"
+
+
+@pytest.mark.parametrize(
+    "recipe, expected",
+    [
+        ("cpu_multi_process.yaml", {"num_machines": 1, "num_processes": 2}),
+        ("ddp_single_node.yaml", {"distributed_type": "MULTI_GPU", "num_machines": 1}),
+        ("ddp_multi_node.yaml", {"distributed_type": "MULTI_GPU", "num_machines": 2, "num_processes": 16}),
+        ("fsdp2.yaml", {"distributed_type": "FSDP", "num_machines": 1}),
+    ],
+)
+def test_launch_recipes_are_valid_accelerate_configs_documented_in_the_readme(recipe, expected):
+    """Each recipe reads as ``accelerate launch --config_file`` reads it, and the README shows its command."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(str(RECIPES / recipe))
+    for name, value in expected.items():
+        assert str(getattr(config, name)).endswith(str(value)), (name, getattr(config, name))
+    if recipe == "fsdp2.yaml":
+        assert config.fsdp_config["fsdp_version"] == 2
+        assert config.fsdp_config["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"  # _no_split_modules units
+    if config.num_machines > 1:
+        assert config.main_process_ip and config.main_process_port
+    readme = (RECIPES.parents[1] / "README.md").read_text(encoding="utf-8")
+    assert f"--config_file examples/accelerate_configs/{recipe}" in readme

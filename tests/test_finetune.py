@@ -483,3 +483,33 @@ def test_split_and_task_type_helpers():
     assert infer_task_type([0.0, 1.0], "auto") == "regression"
     assert infer_task_type(["neutral", "0.5"], "auto") == "classification"
     assert infer_task_type([0.5], "classification") == "classification"
+
+
+# --------------------------------------------------------------------------------------------
+# --init random: the same architecture without the pretrained weights
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("init", ["pretrained", "random"])
+def test_init_random_keeps_the_architecture_and_drops_the_weights(tiny_model, tmp_path, init):
+    from safetensors.torch import load_file
+
+    train = write_jsonl(tmp_path / "train.jsonl", polarity_rows(1990, 2030))
+    runs = []
+    for name in ("first", "second"):
+        out = tmp_path / name
+        finetune_classification.main(["--model_name_or_path", str(tiny_model), "--train_file", str(train),
+                                      "--text_column_name", "review", "--output_dir", str(out), "--init", init,
+                                      "--learning_rate", "0", *FAST])
+        runs.append(load_file(out / "model.safetensors"))
+    pretrained = load_file(tiny_model / "model.safetensors")
+    # With learning rate 0 the encoder's matrices are what the run started from (the checkpoint is a bare
+    # encoder, saved without the "encoder." prefix; LayerNorms start at ones and zeros either way).
+    start = {name.removeprefix("encoder."): tensor for name, tensor in runs[0].items() if tensor.dim() == 2}
+    start = {name: tensor for name, tensor in start.items() if name in pretrained}
+    assert len(start) >= 10
+    same = [torch.equal(tensor, pretrained[name]) for name, tensor in start.items()]
+    assert all(same) if init == "pretrained" else not any(same)
+    assert all(torch.equal(runs[0][name], runs[1][name]) for name in runs[0])  # seeded by --seed
+    config = config_of(tmp_path / "first")
+    assert config["hidden_size"] == json.loads((tiny_model / "config.json").read_text())["hidden_size"]
+    card = (tmp_path / "first" / "README.md").read_text()
+    assert ("randomly initialised weights" in card) == (init == "random")

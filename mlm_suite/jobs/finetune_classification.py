@@ -40,6 +40,7 @@ from mlm_suite.jobs.finetuning import (
     JobTrainer,
     ModelArguments,
     apply_freezing,
+    card_base_model,
     check_max_seq_length,
     class_label_names,
     classification_metrics,
@@ -47,9 +48,11 @@ from mlm_suite.jobs.finetuning import (
     early_stopping,
     first_n,
     infer_task_type,
+    initialisation,
     label_maps,
     label_table,
     load_hub_splits,
+    load_model,
     parse_arguments,
     read_records,
     regression_metrics,
@@ -199,14 +202,14 @@ def finetune_sequence_task(
     splits: Mapping[str, list[Example]],
     text_columns: Sequence[str],
     data_description: str,
-    load_model: Callable[[str, Any, bool], Any],
+    build_model: Callable[[str, Any, ModelArguments], Any],
     task_description: str,
     pipeline_tag: str = "text-classification",
     intermediate: tuple[list[Example], str] | None = None,
 ) -> dict[str, float]:
     """Fine-tune, evaluate, save and write the card for a (pair) classification/regression task.
 
-    ``load_model(path, config, ignore_mismatched_sizes)`` builds the model; the config already
+    ``build_model(path, config, model_args)`` builds the model; the config already
     carries the labels. ``intermediate`` (examples, description) is trained on first for
     ``data_args.intermediate_num_train_epochs``, with its own optimizer and schedule, and scored
     on the validation split (``intermediate_eval_*``). Returns the flat metrics dictionary (what
@@ -269,7 +272,7 @@ def finetune_sequence_task(
         # **kwargs (the pair head) would have its labels dropped and never be scored.
         training_args.label_names = ["labels"]
     set_seed(training_args.seed)
-    model = load_model(model_path, config, model_args.ignore_mismatched_sizes)
+    model = build_model(model_path, config, model_args)
     trainable = apply_freezing(model, model_args.train_last_k_layers)
 
     def make_trainer(args: FinetuneTrainingArguments, train_dataset: Dataset | None) -> Trainer:
@@ -313,12 +316,12 @@ def finetune_sequence_task(
         trainer,
         pipeline_tag=pipeline_tag,
         task_description=task_description,
-        base_model=model_path,
+        base_model=card_base_model(model_path, model_args),
         auto_class="AutoModelForSequenceClassification",
         labels=labels_text,
         data=data_description + "\n\n" + markdown_table({s: len(e) for s, e in splits.items()}, ("split", "examples")),
-        training=training_summary(training_args, **{"max_seq_length": data_args.max_seq_length,
-                                                   "trained layers": trainable}),
+        training=training_summary(training_args, **initialisation(model_path, model_args),
+                                  **{"max_seq_length": data_args.max_seq_length, "trained layers": trainable}),
         metrics=metric_note + "\n\n" + markdown_table(scored, ("metric", "value")) + figures_section(figures),
     )
     if trainer.is_world_process_zero():
@@ -358,12 +361,10 @@ def write_confusion_matrices(
     return figures
 
 
-def load_sequence_classifier(path: str, config: Any, ignore_mismatched_sizes: bool) -> Any:
+def load_sequence_classifier(path: str, config: Any, model_args: ModelArguments) -> Any:
     from transformers import AutoModelForSequenceClassification
 
-    return AutoModelForSequenceClassification.from_pretrained(
-        path, config=config, ignore_mismatched_sizes=ignore_mismatched_sizes
-    )
+    return load_model(AutoModelForSequenceClassification, path, config, model_args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -56,14 +56,17 @@ from mlm_suite.jobs.finetuning import (
     JobTrainer,
     ModelArguments,
     apply_freezing,
+    card_base_model,
     check_max_seq_length,
     class_label_names,
     early_stopping,
     first_n,
     has_placeholder_labels,
+    initialisation,
     label_maps,
     label_table,
     load_hub_splits,
+    load_model,
     parse_arguments,
     read_conll,
     read_json_lines,
@@ -654,9 +657,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for split, data in sentences.items()
     }
     set_seed(training_args.seed)
-    model = AutoModelForTokenClassification.from_pretrained(
-        model_path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes
-    )
+    model = load_model(AutoModelForTokenClassification, model_path, config, model_args)
     trainable = apply_freezing(model, model_args.train_last_k_layers)
     memory = PredictionMemory()
     trainer = build_trainer(model, training_args, tokenizer, datasets,
@@ -687,7 +688,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"A token-classification (tagging) model over {len(label_list)} tags without entity scheme (e.g. POS)"
             if scheme == NO_SCHEME else f"A token-classification (named-entity) model over {scheme} tags"
         ),
-        base_model=model_path,
+        base_model=card_base_model(model_path, model_args),
         auto_class="AutoModelForTokenClassification",
         labels=f"Tagging scheme: **{scheme}**"
         + (" (the tags are not an entity scheme; scored token by token)" if scheme == NO_SCHEME else "")
@@ -698,6 +699,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                          ("split", "sentences")),
         training=training_summary(
             training_args,
+            **initialisation(model_path, model_args),
             **{"label strategy": data_args.label_strategy, "max_seq_length": data_args.max_seq_length,
                "trained layers": trainable},
         ),

@@ -36,6 +36,7 @@ from mlm_suite.jobs.finetune_classification import (
 from mlm_suite.jobs.finetuning import (
     FinetuneTrainingArguments,
     ModelArguments,
+    load_model,
     parse_arguments,
     split_80_10_10,
     validate_flags,
@@ -110,14 +111,14 @@ def coherence_splits(args: PairDataArguments, seed: int) -> tuple[dict[str, list
     return splits, description
 
 
-def load_pair_model(path: str, config: Any, ignore_mismatched_sizes: bool) -> Any:
+def load_pair_model(path: str, config: Any, model_args: ModelArguments) -> Any:
     """``MlmSuiteForPairClassification`` for mlm_suite checkpoints, the Auto class otherwise."""
     from transformers import AutoModelForSequenceClassification
 
     from mlm_suite import MlmSuiteForPairClassification
 
     model_class = MlmSuiteForPairClassification if config.model_type == "mlm_suite" else AutoModelForSequenceClassification
-    return model_class.from_pretrained(path, config=config, ignore_mismatched_sizes=ignore_mismatched_sizes)
+    return load_model(model_class, path, config, model_args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from transformers import PretrainedConfig, Trainer, TrainerCallback, TrainingArguments
@@ -41,6 +41,29 @@ def resolve_model_path(model_name_or_path: str | None, training_args: TrainingAr
         return model_name_or_path
     with training_args.main_process_first(desc="converting all-MiniLM-L6-v2 to mlm_suite"):
         return str(resources.converted_minilm_dir())
+
+
+def load_model(model_class: Any, path: str, config: Any, model_args: ModelArguments) -> Any:
+    """``model_class`` (a model or ``AutoModelFor*`` class) with ``path``'s weights and ``config``'s labels, or,
+    with ``--init random``, the same architecture newly initialised (call ``set_seed`` first)."""
+    if model_args.init == "random":
+        return model_class.from_config(config) if hasattr(model_class, "from_config") else model_class(config)
+    return model_class.from_pretrained(path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes)
+
+
+def initialisation(model_path: str, model_args: ModelArguments) -> dict[str, str]:
+    """What the card says of the starting weights (an empty dict for the usual pretrained start)."""
+    if model_args.init == "pretrained":
+        return {}
+    return {"initialisation": f"random (the architecture and tokenizer of `{Path(model_path).name}`, not its weights)"}
+
+
+RANDOM_START = {"base_model_metadata": "", "base_model_text": "randomly initialised weights (no pretraining)"}
+
+
+def card_base_model(model_path: str, model_args: ModelArguments) -> str | None:
+    """The checkpoint a card names as its base model: none for a random initialisation."""
+    return model_path if model_args.init == "pretrained" else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,6 +124,13 @@ class ModelArguments:
     classifier_pooling: str | None = field(
         default=None,
         metadata={"help": "Sequence and pair heads of mlm_suite models: cls or mean. Default: the checkpoint's."},
+    )
+    init: Literal["pretrained", "random"] = field(
+        default="pretrained",
+        metadata={
+            "help": "pretrained: start from the checkpoint's weights. random: the checkpoint's architecture and "
+            "tokenizer with newly initialised weights (seeded by --seed), the baseline that shows what pretraining brought."
+        },
     )
 
 
@@ -503,7 +533,7 @@ def write_card(
     *,
     pipeline_tag: str,
     task_description: str,
-    base_model: str,
+    base_model: str | None,
     auto_class: str,
     labels: str,
     data: str,
@@ -514,7 +544,7 @@ def write_card(
 
     Call it on every process, last (``push_to_hub`` saves the model again on all of them and
     uploads what the folder holds). ``base_model`` is the fine-tuned checkpoint, a folder or a Hub
-    id; the card's ``base_model`` metadata is a Hub id or absent (:func:`base_model_fields`), and its
+    id (None for a random initialisation); the card's ``base_model`` metadata is a Hub id or absent (:func:`base_model_fields`), and its
     usage snippet loads the pushed repository, else ``--hub_model_id``, else the output folder.
     Returns the card's path on the main process, else None.
     """
@@ -526,7 +556,7 @@ def write_card(
         data=data,
         training=training,
         metrics=metrics,
-        **base_model_fields(base_model),
+        **(base_model_fields(base_model) if base_model else RANDOM_START),
     )
     output_dir = trainer.args.output_dir
     if isinstance(trainer, JobTrainer):

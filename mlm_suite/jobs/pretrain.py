@@ -6,6 +6,7 @@
     mlm-suite pretrain --train_file docs.jsonl --objective mlm_nsp --max_steps -1 --num_train_epochs 3
     mlm-suite pretrain --prepared_data data/corpus-128 --max_steps 100000 --output_dir runs/big   # see prepare-data
     mlm-suite pretrain --streaming --train_file big.txt --tokenizer outputs/pretrain --max_steps 100000
+    mlm-suite pretrain --model_name_or_path bert-folder --head_warmup_steps 50 --max_seq_length 128 --output_dir dapt
     accelerate launch --config_file examples/accelerate_configs/ddp_single_node.yaml examples/pretrain_mlm.py ...
     accelerate launch --multi_gpu --num_processes 2 examples/pretrain_mlm.py --use_cpu true ...   # 2 CPU processes (gloo)
 
@@ -20,6 +21,12 @@ held-out documents are ``--validation_file`` or a seeded ``--validation_split_pe
 training documents. Corpora larger than memory: ``--prepared_data`` (rows tokenised once by
 ``mlm-suite prepare-data``, memory-mapped) or ``--streaming`` (tokenised on the fly; see
 ``mlm_suite.jobs.corpus_sources``).
+
+Continued (domain-adaptive) pretraining: ``--model_name_or_path`` starts from an mlm_suite checkpoint (any head)
+or a Hugging Face BERT folder (converted on the fly, :func:`mlm_suite_checkpoint`) and uses its tokenizer; a head
+the checkpoint lacks is created as BERT initialises it (the MLM decoder tied to the word embeddings, so only the
+transform and the decoder bias are new) and named on stderr. ``--head_warmup_steps N`` trains only the new heads
+for the first N optimizer steps.
 
 Every argument of ``transformers.TrainingArguments`` is accepted; ``JOB_DEFAULTS`` lists the ones
 whose defaults differ here (sized so the embedded default fits the time budget). Masks are
@@ -44,10 +51,13 @@ Every input is validated before that folder is created.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import math
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +76,7 @@ from transformers import (
 )
 
 from .. import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining, resources
+from ..convert import convert_bert_checkpoint
 from ..data.corpus import HELD_OUT_SEED, hold_out, iter_documents
 from ..data.masking import (
     WORD_ID_SENTINEL,
@@ -185,7 +196,18 @@ class PretrainingArguments:
         default=None, metadata={"help": "comma-separated config changes, e.g. num_hidden_layers=2,hidden_size=128"}
     )
     model_name_or_path: str | None = field(
-        default=None, metadata={"help": "continue pretraining this mlm_suite (or converted BERT) folder"}
+        default=None,
+        metadata={
+            "help": "continue pretraining this checkpoint: an mlm_suite folder (any head) or a Hugging Face BERT folder "
+            "(converted on the fly); a missing MLM head is created, tied to the word embeddings. Its tokenizer is used"
+        },
+    )
+    head_warmup_steps: int = field(
+        default=0,
+        metadata={
+            "help": "with --model_name_or_path: train only the heads (the encoder, word embeddings included, stays "
+            "frozen) for this many optimizer steps, then everything, so a new head does not disturb the encoder"
+        },
     )
     warmup_ratio: float | None = field(
         default=None, metadata={"help": "share of the steps spent warming up (sets --warmup_steps to this fraction)"}
@@ -283,6 +305,15 @@ def validate_arguments(args: PretrainingArguments) -> None:
         raise ValueError("--vocab_size sets the size of a trained vocabulary; it contradicts --train_tokenizer false")
     if args.vocab_size is not None and args.vocab_size < 16:
         raise ValueError(f"--vocab_size must be at least 16, got {args.vocab_size}")
+    if args.model_name_or_path and (args.train_tokenizer or args.vocab_size):
+        raise ValueError(
+            "--model_name_or_path continues a checkpoint with its own vocabulary; --train_tokenizer/--vocab_size "
+            "would renumber the tokens its embeddings were trained on: drop them"
+        )
+    if args.head_warmup_steps < 0:
+        raise ValueError(f"--head_warmup_steps must not be negative, got {args.head_warmup_steps}")
+    if args.head_warmup_steps and not args.model_name_or_path:
+        raise ValueError("--head_warmup_steps freezes a pretrained encoder; it needs --model_name_or_path")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -411,14 +442,32 @@ def most_frequent_token(features: Dataset, tokenizer: PreTrainedTokenizerBase) -
 # ------------------------------------------------------------------------------------------------
 # Model
 # ------------------------------------------------------------------------------------------------
-def build_config(args: PretrainingArguments, tokenizer: PreTrainedTokenizerBase) -> MlmSuiteConfig:
-    if args.model_name_or_path:
-        config = AutoConfig.from_pretrained(args.model_name_or_path)
-        if not isinstance(config, MlmSuiteConfig):
-            raise ValueError(
-                f"{args.model_name_or_path} holds a {type(config).__name__}, not an mlm_suite model; convert a BERT "
-                "folder first (mlm-suite convert-bert)"
-            )
+def mlm_suite_checkpoint(model_name_or_path: str) -> str:
+    """An mlm_suite folder holding ``model_name_or_path``: the folder itself, or a BERT folder converted.
+
+    A BERT checkpoint (``BertModel``, ``BertForMaskedLM``, ``BertForPreTraining``) is converted with
+    :func:`~mlm_suite.convert.convert_bert_checkpoint` into a temporary folder, removed when the process exits.
+    """
+    config = AutoConfig.from_pretrained(model_name_or_path)
+    if isinstance(config, MlmSuiteConfig):
+        return model_name_or_path
+    if config.model_type != "bert":
+        raise ValueError(
+            f"--model_name_or_path {model_name_or_path} holds a {config.model_type!r} model; pretraining continues "
+            "mlm_suite or BERT checkpoints"
+        )
+    folder = tempfile.mkdtemp(prefix="mlm_suite-converted-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    print(f"converting the BERT checkpoint {model_name_or_path} to mlm_suite (in {folder}, removed at exit)", file=sys.stderr)
+    return str(convert_bert_checkpoint(model_name_or_path, folder))
+
+
+def build_config(
+    args: PretrainingArguments, tokenizer: PreTrainedTokenizerBase, checkpoint: str | None = None
+) -> MlmSuiteConfig:
+    """The model's configuration: ``checkpoint``'s (an mlm_suite folder), else a preset sized to ``tokenizer``."""
+    if checkpoint:
+        config = AutoConfig.from_pretrained(checkpoint)
     else:
         config = MlmSuiteConfig.preset(
             args.config_preset,
@@ -449,11 +498,30 @@ def build_config(args: PretrainingArguments, tokenizer: PreTrainedTokenizerBase)
     return config
 
 
-def build_model(args: PretrainingArguments, config: MlmSuiteConfig) -> MlmSuiteForMaskedLM | MlmSuiteForPreTraining:
+def build_model(
+    args: PretrainingArguments, config: MlmSuiteConfig, checkpoint: str | None = None
+) -> tuple[MlmSuiteForMaskedLM | MlmSuiteForPreTraining, list[str]]:
+    """The model to pretrain and the names of its weights that ``checkpoint`` lacked (newly initialised).
+
+    A head the checkpoint lacks (the MLM head of an encoder-only or fine-tuned checkpoint, the NSP head for
+    ``mlm_nsp``) is initialised as BERT initialises it; the MLM decoder is tied to the word embeddings, so
+    only its transform and bias are new.
+    """
     model_class = MlmSuiteForPreTraining if args.objective == "mlm_nsp" else MlmSuiteForMaskedLM
-    if args.model_name_or_path:
-        return model_class.from_pretrained(args.model_name_or_path, config=config)
-    return model_class(config)
+    if not checkpoint:
+        return model_class(config), []
+    model, loading = model_class.from_pretrained(checkpoint, config=config, output_loading_info=True)
+    return model, sorted(loading["missing_keys"])
+
+
+def describe_new_weights(checkpoint_name: str, model: torch.nn.Module, new_weights: list[str]) -> str:
+    """One line saying which weights are new when pretraining continues a checkpoint."""
+    if not new_weights:
+        return f"continuing {checkpoint_name}: every weight of {type(model).__name__} comes from the checkpoint"
+    return (
+        f"continuing {checkpoint_name}: new {type(model).__name__} weights, initialised as BERT's: "
+        f"{', '.join(new_weights)} (the MLM decoder is tied to the word embeddings)"
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -510,9 +578,20 @@ class PretrainingTrainer(JobTrainer):
 
     card_template = "pretraining"
 
-    def __init__(self, *args, eval_data_collator: DataCollatorForMaskedLM, **kwargs):
+    def __init__(self, *args, eval_data_collator: DataCollatorForMaskedLM, head_warmup_steps: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
         self.eval_data_collator = eval_data_collator
+        self.head_warmup_steps = head_warmup_steps
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.state.global_step < self.head_warmup_steps:
+            # Head warm-up: drop the encoder's gradients before clipping and the optimizer step. The optimizer
+            # skips a parameter without a gradient entirely (no update, no weight decay, no moment estimates),
+            # so the encoder is frozen without rebuilding the optimizer or changing what DDP reduces.
+            for parameter in self.model.encoder.parameters():
+                parameter.grad = None
+        return loss
 
     def get_eval_dataloader(self, eval_dataset=None):
         training_collator = self.data_collator
@@ -563,6 +642,7 @@ def _model_card_fields(
         "packing": args.packing,
         "seed": training_args.seed,
         "time budget": f"{args.max_train_minutes:g} min" if args.max_train_minutes else "none (fixed step count)",
+        **({"head warm-up": f"{args.head_warmup_steps} steps with the encoder frozen"} if args.head_warmup_steps else {}),
         "final train loss": train_metrics["train_loss"],
         "train runtime (s)": train_metrics["train_runtime"],
     }
@@ -622,7 +702,8 @@ def main(argv: list[str] | None = None) -> int:
             f"--masking {args.masking} with {'NSP pairs' if args.objective == 'mlm_nsp' else '--packing'} reads word "
             "boundaries off WordPiece '##' pieces and needs a WordPiece tokenizer; use --masking token"
         )
-    config = build_config(args, tokenizer)
+    checkpoint = mlm_suite_checkpoint(args.model_name_or_path) if args.model_name_or_path else None
+    config = build_config(args, tokenizer, checkpoint)
     if large:
         word_ids = functools.partial(wordpiece_word_ids, tokenizer=tokenizer) if _derives_word_ids(args) else None
         train_features = large.train_rows(tokenizer, word_ids)
@@ -634,7 +715,9 @@ def main(argv: list[str] | None = None) -> int:
     baseline_token_id = large.baseline_token_id(tokenizer) if large else most_frequent_token(train_features, tokenizer)
 
     set_seed(training_args.seed)  # the initial weights follow --seed
-    model = build_model(args, config)
+    model, new_weights = build_model(args, config, checkpoint)
+    if checkpoint and training_args.process_index == 0:
+        print(describe_new_weights(args.model_name_or_path, model, new_weights), file=sys.stderr)
     train_collator = DataCollatorForMaskedLM(
         tokenizer,
         mlm_probability=args.mlm_probability,
@@ -662,6 +745,7 @@ def main(argv: list[str] | None = None) -> int:
         compute_metrics=make_mlm_compute_metrics(tokenizer.mask_token_id, baseline_token_id),
         preprocess_logits_for_metrics=preprocess_logits_for_mlm_metrics,
         callbacks=callbacks,
+        head_warmup_steps=args.head_warmup_steps,
     )
 
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
