@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -133,6 +134,21 @@ def prepared_folder(tmp_path_factory, corpus, minilm_dir) -> Path:
 
 
 @pytest.fixture(scope="module")
+def packed_folder_without_word_ids(tmp_path_factory, corpus, minilm_dir) -> Path:
+    """A packed prepared folder as mlm-suite wrote them before packed rows carried word ids."""
+    output = tmp_path_factory.mktemp("packed_without_word_ids") / "data"
+    argv = ["--train_file", str(corpus["train"]), "--validation_file", str(corpus["validation"]), "--packing"]
+    argv += ["--tokenizer", str(minilm_dir), "--output_dir", str(output), "--max_seq_length", str(MAX_LENGTH)]
+    from mlm_suite.jobs.prepare_data import main as prepare_main
+
+    assert prepare_main(argv) == 0
+    Dataset.load_from_disk(str(output / "train")).remove_columns("word_ids").save_to_disk(str(output / "old_train"))
+    shutil.rmtree(output / "train")
+    (output / "old_train").rename(output / "train")
+    return output
+
+
+@pytest.fixture(scope="module")
 def other_tokenizer(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("other_tokenizer")
     train_wordpiece_tokenizer(make_documents(50), vocab_size=300).save_pretrained(folder)
@@ -152,12 +168,14 @@ def other_tokenizer(tmp_path_factory) -> Path:
         (["--prepared_data", "{prepared}", "--max_seq_length", "48"], ["--max_seq_length 48 differs", "32"]),
         (["--prepared_data", "{prepared}", "--streaming", "--max_steps", "2"], ["give --prepared_data or --streaming"]),
         (["--prepared_data", "{train}"], ["not a folder written by mlm-suite prepare-data"]),
+        (["--prepared_data", "{old_packed}", "--masking", "span"], ["without word ids", "--masking span", "prepare the data again"]),
     ],
 )
 def test_bad_input_is_one_line_exit_2_before_anything_is_written(
-    flags, fragments, tmp_path, corpus, prepared_folder, other_tokenizer, capsys
+    flags, fragments, tmp_path, corpus, prepared_folder, packed_folder_without_word_ids, other_tokenizer, capsys
 ):
     paths = {"train": corpus["train"], "prepared": prepared_folder, "other": other_tokenizer}
+    paths["old_packed"] = packed_folder_without_word_ids
     output_dir = tmp_path / "out"
     status, err = run_cli(["pretrain", *[flag.format(**paths) for flag in flags], "--output_dir", str(output_dir)], capsys)
     assert status == 2
@@ -330,8 +348,8 @@ def test_resume_mid_epoch_continues_exactly_where_the_run_stopped(tmp_path, corp
 
 
 def test_training_on_prepared_rows_is_training_on_the_in_memory_rows(tmp_path, corpus, minilm_dir):
-    """Packed rows with whole-word masking (word ids read off the WordPiece tokens as rows load): the same
-    losses and weights as the in-memory job on the same documents."""
+    """Packed rows with whole-word masking (the tokenizer's word ids stored with the rows): the same losses and
+    weights as the in-memory job on the same documents."""
     prepared = tmp_path / "packed"
     from mlm_suite.jobs.prepare_data import main as prepare_main
 

@@ -282,10 +282,11 @@ def test_unigram_random_tokens_follow_the_counts(corpus, wordpiece):
 
 
 def train_byte_level_bpe(texts: list[str]) -> PreTrainedTokenizerFast:
-    tokenizer = Tokenizer(models.BPE())
+    """A RoBERTa-style byte-level BPE tokenizer (``<s>`` doubles as [CLS], ``</s>`` as [SEP]) trained on ``texts``."""
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    specials = ["<s>", "</s>", "<pad>", "<mask>"]
+    specials = ["<s>", "</s>", "<pad>", "<mask>", "<unk>"]
     trainer = trainers.BpeTrainer(
         vocab_size=2000,
         special_tokens=specials,
@@ -297,11 +298,19 @@ def train_byte_level_bpe(texts: list[str]) -> PreTrainedTokenizerFast:
         single="<s> $A </s>", special_tokens=[(token, tokenizer.token_to_id(token)) for token in ("<s>", "</s>")]
     )
     return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>", mask_token="<mask>"
+        tokenizer_object=tokenizer,
+        bos_token="<s>",
+        eos_token="</s>",
+        cls_token="<s>",
+        sep_token="</s>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+        unk_token="<unk>",
     )
 
 
 def train_sentencepiece_unigram(texts: list[str]) -> PreTrainedTokenizerFast:
+    """A SentencePiece-style tokenizer (Unigram model, Metaspace ``▁`` word starts) trained on ``texts``."""
     tokenizer = Tokenizer(models.Unigram())
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     tokenizer.decoder = decoders.Metaspace()
@@ -319,6 +328,28 @@ def train_sentencepiece_unigram(texts: list[str]) -> PreTrainedTokenizerFast:
         mask_token="[MASK]",
         unk_token="[UNK]",
     )
+
+
+NON_WORDPIECE_TOKENIZERS = pytest.mark.parametrize(
+    "train", [train_byte_level_bpe, train_sentencepiece_unigram], ids=["bpe", "sentencepiece"]
+)
+
+
+def check_whole_words_masked_together(tokenizer: PreTrainedTokenizerBase, features: Sequence[Feature]) -> None:
+    """Rows with ``word_ids`` through the whole-word collator: every word all masked or not at all,
+    special tokens (sentinel word id) never, and words of two or more pieces among the masked ones."""
+    for feature in features:
+        assert len(feature["word_ids"]) == len(feature["input_ids"])
+        sentinels = [word == WORD_ID_SENTINEL for word in feature["word_ids"]]
+        assert sentinels == [bool(flag) for flag in feature["special_tokens_mask"]]
+    collator = DataCollatorForMaskedLM(tokenizer, mlm_probability=0.3, masking="whole_word", seed=0)
+    selected = (collator(features)["labels"] != -100).numpy()  # (B, L)
+    word_ids = padded([feature["word_ids"] for feature in features], WORD_ID_SENTINEL, selected.shape[1])
+    words = word_index(word_ids)
+    assert not selected[words < 0].any()
+    sizes, hits = masked_words(words, selected)
+    assert ((hits == 0) | (hits == sizes)).all()  # a word is never cut
+    assert ((sizes >= 2) & (hits == sizes)).sum() >= 5, "no multi-piece word was masked: the test proves nothing"
 
 
 @pytest.mark.parametrize(

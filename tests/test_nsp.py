@@ -1,4 +1,4 @@
-"""Next-sentence pairs from real movie reviews: labels, lengths, provenance, segments, datasets.map."""
+"""Next-sentence pairs from real movie reviews: labels, lengths, provenance, segments, word ids, datasets.map."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from mlm_suite import resources
+from mlm_suite.data import WORD_ID_SENTINEL
 from mlm_suite.data.nsp import build_nsp_examples, nsp_map_function, split_sentences
+from test_masking import NON_WORDPIECE_TOKENIZERS, check_whole_words_masked_together
 
 MAX_LENGTH = 128
 
@@ -156,13 +158,51 @@ def test_argument_errors(tokenizer):
         build_nsp_examples(["a . b .", "c . d ."], tokenizer)
 
 
+def _as_features(pairs: dict[str, list]) -> list[dict[str, list[int]]]:
+    return [dict(zip(pairs, values)) for values in zip(*pairs.values())]
+
+
+def test_word_ids_number_the_words_along_the_pair(pairs):
+    """A's words from 0, then B's on from there, one step at a time; the sentinel exactly at [CLS] and the [SEP]s."""
+    for words, special in zip(pairs["word_ids"], pairs["special_tokens_mask"]):
+        assert [word == WORD_ID_SENTINEL for word in words] == [bool(flag) for flag in special]
+        content = [word for word in words if word != WORD_ID_SENTINEL]
+        assert content[0] == 0 and all(step in (0, 1) for step in (b - a for a, b in zip(content, content[1:])))
+        first_sep = words.index(WORD_ID_SENTINEL, 1)
+        assert words[first_sep + 1] == words[first_sep - 1] + 1  # B's first word is never one of A's
+
+
+@NON_WORDPIECE_TOKENIZERS
+def test_word_ids_of_any_fast_tokenizer_reach_whole_word_masking(train, documents):
+    """Byte-level BPE and SentencePiece pairs: untruncated pairs carry the tokenizer's own word ids, sentence
+    after sentence, and the whole-word collator masks every piece of a word together."""
+    tokenizer = train([" ".join(document) for document in documents[:60]])
+    pairs = build_nsp_examples(documents[:80], tokenizer, max_length=64, seed=0, return_provenance=True)
+    untruncated = 0
+    for index, words in enumerate(pairs["word_ids"]):
+        expected, offset = [WORD_ID_SENTINEL], 0
+        for side in ("a", "b"):
+            for sentence in pairs[f"{side}_sentences"][index]:
+                text = documents[pairs[f"{side}_document"][index]][sentence]
+                tokenizer_words = tokenizer(text, add_special_tokens=False).word_ids()
+                expected += [offset + word for word in tokenizer_words]
+                offset += max(tokenizer_words) + 1
+            expected.append(WORD_ID_SENTINEL)
+        if len(expected) == len(words):  # nothing cut
+            assert words == expected
+            untruncated += 1
+    assert untruncated > 20
+    check_whole_words_masked_together(tokenizer, _as_features(pairs)[:64])
+
+
 def test_map_function_with_datasets(documents, tokenizer):
     dataset = datasets.Dataset.from_dict({"sentences": documents[:100], "label": list(range(100))})
     function = nsp_map_function(tokenizer, MAX_LENGTH, seed=0, return_provenance=True)
     mapped = dataset.map(
         function, batched=True, batch_size=25, with_indices=True, remove_columns=dataset.column_names
     )
-    assert set(mapped.column_names) >= {"input_ids", "token_type_ids", "attention_mask", "next_sentence_label"}
+    columns = {"input_ids", "token_type_ids", "attention_mask", "word_ids", "next_sentence_label"}
+    assert set(mapped.column_names) >= columns
     labels = mapped["next_sentence_label"]
     assert len(labels) > 700 and abs(sum(labels) / len(labels) - 0.5) < 0.05
     assert max(len(ids) for ids in mapped["input_ids"]) <= MAX_LENGTH

@@ -1,4 +1,4 @@
-"""Packing documents into full rows: layout, no lost tokens, per-document masking, cu_seqlens."""
+"""Packing documents into full rows: layout, word ids, no lost tokens, per-document masking, cu_seqlens."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import torch
 from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 
 from mlm_suite import resources
-from mlm_suite.data.packing import document_boundaries, pack_documents, packing_map_function
+from mlm_suite.data import WORD_ID_SENTINEL
+from mlm_suite.data.packing import document_boundaries, pack_documents, packing_map_function, row_word_ids
+from test_masking import NON_WORDPIECE_TOKENIZERS, check_whole_words_masked_together, train_byte_level_bpe
 
 MAX_LENGTH = 128
 
@@ -24,18 +26,30 @@ def review_texts() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def review_tokens(tokenizer, review_texts) -> list[list[int]]:
-    return tokenizer(review_texts, add_special_tokens=False, verbose=False)["input_ids"]
+def review_encoding(tokenizer, review_texts):
+    return tokenizer(review_texts, add_special_tokens=False, verbose=False)
 
 
 @pytest.fixture(scope="module")
-def packed(tokenizer, review_tokens):
-    return pack_documents(review_tokens, tokenizer, MAX_LENGTH, return_document_ids=True)
+def review_tokens(review_encoding) -> list[list[int]]:
+    return review_encoding["input_ids"]
+
+
+@pytest.fixture(scope="module")
+def review_word_ids(review_encoding, review_texts) -> list[list[int]]:
+    return [review_encoding.word_ids(index) for index in range(len(review_texts))]
+
+
+@pytest.fixture(scope="module")
+def packed(tokenizer, review_tokens, review_word_ids):
+    return pack_documents(review_tokens, review_word_ids, tokenizer, MAX_LENGTH, return_document_ids=True)
 
 
 def test_small_example_matches_hand_layout(tokenizer):
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
-    packed = pack_documents([[5, 6, 7], [8, 9], [10, 11, 12, 13, 14, 15, 16, 17, 18]], tokenizer, 8, True)
+    documents = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14, 15, 16, 17, 18]]
+    word_ids = [[0, 0, 1], [0, 1], [0, 1, 1, 2, 2, 2, 2, 3, 3]]
+    packed = pack_documents(documents, word_ids, tokenizer, 8, True)
     # Row 1: [CLS] d0 [SEP] d1 [SEP]; d2 (9 tokens) needs two rows of at most 6 content tokens.
     assert packed["input_ids"] == [
         [cls, 5, 6, 7, sep, 8, 9, sep],
@@ -46,11 +60,20 @@ def test_small_example_matches_hand_layout(tokenizer):
     assert packed["special_tokens_mask"] == [[1, 0, 0, 0, 1, 0, 0, 1], [1, 0, 0, 0, 0, 0, 0, 1], [1, 0, 0, 0, 1]]
     assert packed["document_ids"] == [[0, 0, 0, 0, 0, 1, 1, 1], [2] * 8, [2] * 5]
     assert packed["attention_mask"] == [[1] * 8, [1] * 8, [1] * 5]
+    # Words numbered along the row; d2's word 2 is cut by the row boundary: its last piece starts row 3's words.
+    assert packed["word_ids"] == [[-1, 0, 0, 1, -1, 2, 3, -1], [-1, 0, 1, 1, 2, 2, 2, -1], [-1, 0, 1, 1, -1]]
+
+
+def test_row_word_ids_hand_layout():
+    # Each segment starts a new word, even where the tokenizer's ids of two segments coincide.
+    assert row_word_ids([[3, 3, 4], [4, 5, 5]]) == [-1, 0, 0, 1, -1, 2, 3, 3, -1]
+    assert row_word_ids([[7]]) == [-1, 0, -1]
+    assert row_word_ids([]) == [-1]
 
 
 def test_one_free_slot_starts_a_new_row_and_empty_documents_vanish(tokenizer):
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
-    packed = pack_documents([[5, 6, 7, 8, 9], [], [10]], tokenizer, 8)
+    packed = pack_documents([[5, 6, 7, 8, 9], [], [10]], [[0, 1, 2, 3, 4], [], [0]], tokenizer, 8)
     # After [CLS] 5..9 [SEP] one slot is left: too small for a token and its [SEP].
     assert packed["input_ids"] == [[cls, 5, 6, 7, 8, 9, sep], [cls, 10, sep]]
     assert packed["position_ids"] == [[0, 1, 2, 3, 4, 5, 6], [0, 1, 2]]
@@ -71,7 +94,7 @@ def test_rows_fill_max_length(packed):
     assert max(lengths) <= MAX_LENGTH
     # Only the last row, or a row whose single free slot was unusable, may be shorter.
     assert all(length >= MAX_LENGTH - 1 for length in lengths[:-1])
-    for key in ("position_ids", "attention_mask", "special_tokens_mask", "document_ids"):
+    for key in ("position_ids", "attention_mask", "special_tokens_mask", "word_ids", "document_ids"):
         assert [len(row) for row in packed[key]] == lengths
 
 
@@ -166,14 +189,14 @@ def test_document_boundaries_match_packed_segments(packed):
     assert cu_seqlens.diff().max().item() <= MAX_LENGTH
 
 
-def test_map_function_with_datasets(tokenizer, review_texts, review_tokens):
+def test_map_function_with_datasets(tokenizer, review_texts, review_tokens, review_word_ids):
     dataset = datasets.Dataset.from_dict({"text": review_texts, "label": list(range(len(review_texts)))})
     function = packing_map_function(tokenizer, MAX_LENGTH, return_document_ids=True)
     whole = dataset.map(function, batched=True, batch_size=len(review_texts), remove_columns=dataset.column_names)
-    reference = pack_documents(review_tokens, tokenizer, MAX_LENGTH, return_document_ids=True)
+    reference = pack_documents(review_tokens, review_word_ids, tokenizer, MAX_LENGTH, return_document_ids=True)
     assert whole.column_names == list(reference)
-    assert whole["input_ids"] == reference["input_ids"]
-    assert whole["position_ids"] == reference["position_ids"]
+    for column in reference:
+        assert whole[column] == reference[column], column
     # Smaller batches: each batch ends with its own short row, but no content changes.
     batched = dataset.map(
         packing_map_function(tokenizer, MAX_LENGTH), batched=True, batch_size=40, remove_columns=["text", "label"]
@@ -191,9 +214,54 @@ def test_map_function_with_datasets(tokenizer, review_texts, review_tokens):
 @pytest.mark.parametrize("max_length", [2, 513])
 def test_bad_max_length_names_both_values(tokenizer, max_length):
     with pytest.raises(ValueError, match=rf"max_length={max_length}.*model_max_length=512"):
-        pack_documents([[5, 6]], tokenizer, max_length)
+        pack_documents([[5, 6]], [[0, 1]], tokenizer, max_length)
     with pytest.raises(ValueError, match=rf"max_length={max_length}"):
         packing_map_function(tokenizer, max_length)
+
+
+def test_word_ids_must_match_the_documents(tokenizer):
+    with pytest.raises(ValueError, match="one word id per token of every document"):
+        pack_documents([[5, 6], [7]], [[0, 1], []], tokenizer, 8)
+    with pytest.raises(ValueError, match="one word id per token of every document"):
+        pack_documents([[5, 6], [7]], [[0, 1]], tokenizer, 8)
+
+
+@NON_WORDPIECE_TOKENIZERS
+def test_word_ids_of_any_fast_tokenizer_reach_whole_word_masking(train, review_texts):
+    """Byte-level BPE and SentencePiece rows: the tokenizer's own word ids, numbered on along the row, and the
+    whole-word collator masks every piece of a word together."""
+    tokenizer = train(review_texts[:60])
+    texts = [text[:150] for text in review_texts[:3]]  # short enough to share one row
+    words = [tokenizer(text, add_special_tokens=False).word_ids() for text in texts]
+    row = packing_map_function(tokenizer, 512)({"text": texts})["word_ids"]
+    offsets = [0, max(words[0]) + 1, max(words[0]) + max(words[1]) + 2]
+    expected = [WORD_ID_SENTINEL]
+    for document_words, offset in zip(words, offsets):
+        expected += [offset + word for word in document_words] + [WORD_ID_SENTINEL]
+    assert row == [expected]
+
+    packed = packing_map_function(tokenizer, 64, return_document_ids=True)({"text": review_texts[60:100]})
+    features = [dict(zip(packed, values)) for values in zip(*packed.values())]
+    check_whole_words_masked_together(tokenizer, features)
+
+
+def test_a_document_continued_in_the_next_row_starts_a_new_word_at_the_cut(review_texts):
+    tokenizer = train_byte_level_bpe(review_texts[:60])
+    encoding = tokenizer(review_texts[100], add_special_tokens=False)
+    packed = packing_map_function(tokenizer, 16)({"text": review_texts[100:101]})
+    tokenizer_words = iter(encoding.word_ids())
+    cut_inside_a_word = 0
+    previous = None
+    for row_words in packed["word_ids"]:
+        content = row_words[1:-1]  # [CLS] piece [SEP]: one document, one segment per row
+        assert content[0] == 0
+        source = [next(tokenizer_words) for _ in content]
+        # Within a row, two neighbours share a word exactly when the tokenizer says so.
+        assert [a == b for a, b in zip(content, content[1:])] == [a == b for a, b in zip(source, source[1:])]
+        cut_inside_a_word += source[0] == previous
+        previous = source[-1]
+    assert next(tokenizer_words, None) is None
+    assert cut_inside_a_word > 0  # some row starts with the rest of a word cut at the end of the previous row
 
 
 def test_shape_errors():
@@ -208,8 +276,7 @@ def test_packed_row_gives_each_document_its_own_hidden_states(tokenizer):
     from mlm_suite import MlmSuiteConfig, MlmSuiteModel
 
     texts = ["the plot is thin .", "a warm , funny film with a great cast .", "dull ."]
-    documents = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
-    packed = pack_documents(documents, tokenizer, max_length=64, return_document_ids=True)
+    packed = packing_map_function(tokenizer, max_length=64, return_document_ids=True)({"text": texts})
     assert len(packed["input_ids"]) == 1, "the three documents should share one row"
     config = MlmSuiteConfig.preset("tiny", vocab_size=len(tokenizer), hidden_dropout_prob=0.0)
     torch.manual_seed(0)

@@ -21,8 +21,9 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
 from mlm_suite import MlmSuiteForMaskedLM, MlmSuiteForPreTraining
-from mlm_suite.jobs.pretrain import main, wordpiece_word_ids
+from mlm_suite.jobs.pretrain import main
 from mlm_suite.model import AUTO_CLASSES
+from test_masking import train_byte_level_bpe, train_sentencepiece_unigram
 from test_plots import assert_linked_png
 
 TINY_MODEL = (
@@ -195,12 +196,27 @@ def test_mlm_nsp_with_whole_word_masking(tmp_path):
     assert isinstance(MlmSuiteForPreTraining.from_pretrained(output_dir), MlmSuiteForPreTraining)
 
 
-def test_wordpiece_word_ids(tokenizer):
-    # A continuation piece cut from its word (first here) starts a word of its own.
-    tokens = ["[CLS]", "##s", "em", "##bed", "##ding", "##s", "film", "[SEP]", "##izer"]
-    assert tokenizer.convert_tokens_to_ids(tokens).count(tokenizer.unk_token_id) == 0
-    batch = {"input_ids": [tokenizer.convert_tokens_to_ids(tokens)], "special_tokens_mask": [[1, 0, 0, 0, 0, 0, 0, 1, 0]]}
-    assert wordpiece_word_ids(batch, tokenizer)["word_ids"] == [[-1, 0, 1, 1, 1, 1, 2, -1, 2]]
+@pytest.mark.parametrize(
+    ("train", "rows", "architecture"),
+    [
+        (train_byte_level_bpe, ["--objective", "mlm_nsp", "--masking", "whole_word"], "MlmSuiteForPreTraining"),
+        (train_sentencepiece_unigram, ["--packing", "--masking", "span"], "MlmSuiteForMaskedLM"),
+    ],
+    ids=["bpe-nsp-whole-word", "sentencepiece-packing-span"],
+)
+def test_word_masking_of_pairs_and_packed_rows_with_a_non_wordpiece_tokenizer(tmp_path, train, rows, architecture):
+    """NSP pairs and packed rows carry the tokenizer's word ids, so word masking needs no WordPiece vocabulary."""
+    documents = make_documents(24, sentences=4)
+    tokenizer_dir = tmp_path / "tokenizer"
+    train(documents).save_pretrained(tokenizer_dir)
+    extra = ["--train_file", str(write_text(tmp_path / "train.txt", documents)), "--validation_split_percentage", "25"]
+    extra += ["--tokenizer", str(tokenizer_dir), "--max_steps", "3", "--fill_mask_probes", "0", *rows]
+    output_dir = tmp_path / "run"
+    assert main(job_args(output_dir, *extra)) == 0
+    assert read_json(output_dir / "config.json")["architectures"] == [architecture]
+    assert read_json(output_dir / "trainer_state.json")["global_step"] == 3
+    results = read_json(output_dir / "all_results.json")
+    assert math.isfinite(results["eval_mlm_loss"]) and results["eval_mask_tokens"] > 0
 
 
 @pytest.fixture(scope="module")

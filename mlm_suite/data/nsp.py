@@ -31,7 +31,7 @@ from typing import Any, Literal
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from .packing import check_row_layout
+from .packing import check_row_layout, row_word_ids
 
 __all__ = ["split_sentences", "build_nsp_examples", "nsp_map_function"]
 
@@ -62,9 +62,14 @@ def _validate(
 
 @dataclass
 class _Sentences:
-    """One document's non-empty sentences: their token ids and their index in the input document."""
+    """One document's non-empty sentences: their token ids, word ids and index in the input document.
+
+    The word ids are the tokenizer's (``encoding.word_ids()``), shifted so that they keep growing
+    from one sentence to the next: adjacent tokens of two sentences never share a word.
+    """
 
     token_ids: list[list[int]] = field(default_factory=list)
+    word_ids: list[list[int]] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -74,7 +79,7 @@ class _Sentences:
 def _tokenize_documents(
     documents: Sequence[Sequence[str]], tokenizer: PreTrainedTokenizerBase
 ) -> list[_Sentences]:
-    """Tokenise every sentence of every document in one batched call of the (fast) tokenizer."""
+    """Tokenise every sentence of every document in one batched call of the fast tokenizer (word ids kept)."""
     flat: list[str] = []
     owners: list[tuple[int, int]] = []
     for document_index, document in enumerate(documents):
@@ -87,19 +92,20 @@ def _tokenize_documents(
             if sentence.strip():
                 flat.append(sentence)
                 owners.append((document_index, sentence_index))
-    token_ids = (
-        tokenizer(flat, add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False)[
-            "input_ids"
-        ]
-        if flat
-        else []
-    )
+    token_ids, word_ids = [], []
+    if flat:
+        encoded = tokenizer(flat, add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False)
+        token_ids = encoded["input_ids"]
+        word_ids = [encoded.word_ids(index) for index in range(len(flat))]
     tokenized = [_Sentences() for _ in documents]
-    for (document_index, sentence_index), ids in zip(owners, token_ids):
+    for (document_index, sentence_index), ids, words in zip(owners, token_ids, word_ids):
         # A sentence of control characters only tokenises to nothing; it cannot make A or B.
         if ids:
-            tokenized[document_index].token_ids.append(ids)
-            tokenized[document_index].positions.append(sentence_index)
+            sentences = tokenized[document_index]
+            first = sentences.word_ids[-1][-1] + 1 if sentences else 0
+            sentences.token_ids.append(ids)
+            sentences.word_ids.append([first + word for word in words])
+            sentences.positions.append(sentence_index)
     return tokenized
 
 
@@ -126,11 +132,9 @@ def _usable_documents(
     return usable
 
 
-def _truncate_pair(
-    a: list[int], b: list[int], max_tokens: int, rng: random.Random
-) -> tuple[list[int], list[int]]:
-    """Drop tokens from the longer side, from its front or back at random, until both fit together."""
-    a_start, a_end, b_start, b_end = 0, len(a), 0, len(b)
+def _truncate_pair(a_length: int, b_length: int, max_tokens: int, rng: random.Random) -> tuple[slice, slice]:
+    """The parts of A and B kept: drop tokens from the longer side, from its front or back at random, until both fit."""
+    a_start, a_end, b_start, b_end = 0, a_length, 0, b_length
     while (a_end - a_start) + (b_end - b_start) > max_tokens:
         if a_end - a_start > b_end - b_start:
             if rng.random() < 0.5:
@@ -141,7 +145,7 @@ def _truncate_pair(
             b_start += 1
         else:
             b_end -= 1
-    return a[a_start:a_end], b[b_start:b_end]
+    return slice(a_start, a_end), slice(b_start, b_end)
 
 
 def _build_pairs(
@@ -163,19 +167,27 @@ def _build_pairs(
         "token_type_ids": [],
         "attention_mask": [],
         "special_tokens_mask": [],
+        "word_ids": [],
         "next_sentence_label": [],
     }
     if return_provenance:
         output.update(a_document=[], b_document=[], a_sentences=[], b_sentences=[])
 
-    def emit(
-        a: list[int], b: list[int], label: int, a_doc: int, b_doc: int, a_sents: list[int], b_sents: list[int]
-    ) -> None:
-        a, b = _truncate_pair(a, b, max_tokens, rng)
+    def tokens_and_words(document: int, sentence_indices: list[int]) -> tuple[list[int], list[int]]:
+        """The concatenated token ids and word ids of some sentences of a document."""
+        chosen = tokenized[document]
+        tokens = [token for j in sentence_indices for token in chosen.token_ids[j]]
+        return tokens, [word for j in sentence_indices for word in chosen.word_ids[j]]
+
+    def emit(label: int, a_doc: int, b_doc: int, a_sents: list[int], b_sents: list[int]) -> None:
+        (a, a_words), (b, b_words) = tokens_and_words(a_doc, a_sents), tokens_and_words(b_doc, b_sents)
+        a_kept, b_kept = _truncate_pair(len(a), len(b), max_tokens, rng)
+        a, b = a[a_kept], b[b_kept]
         output["input_ids"].append([cls_id, *a, sep_id, *b, sep_id])
         output["token_type_ids"].append([0] * (len(a) + 2) + [1] * (len(b) + 1))
         output["attention_mask"].append([1] * (len(a) + len(b) + 3))
         output["special_tokens_mask"].append([1] + [0] * len(a) + [1] + [0] * len(b) + [1])
+        output["word_ids"].append(row_word_ids([a_words[a_kept], b_words[b_kept]]))
         output["next_sentence_label"].append(label)
         if return_provenance:
             output["a_document"].append(document_ids[a_doc])
@@ -200,26 +212,24 @@ def _build_pairs(
                 if len(chunk) >= 2:
                     a_end = rng.randint(1, len(chunk) - 1)
                     a_sents = chunk[:a_end]
-                    a = [token for j in a_sents for token in sentences[j]]
+                    a_length = sum(len(sentences[j]) for j in a_sents)
                     if rng.random() < nsp_probability:
                         # Uniform over the other usable documents: skip over this one's slot.
                         other = rng.randrange(len(usable) - 1)
                         other_index = usable[other + (other >= order)]
                         other_sentences = tokenized[other_index].token_ids
-                        b: list[int] = []
+                        b_length = 0
                         b_sents: list[int] = []
                         for j in range(rng.randrange(len(other_sentences)), len(other_sentences)):
-                            b.extend(other_sentences[j])
+                            b_length += len(other_sentences[j])
                             b_sents.append(j)
-                            if len(b) >= target_length - len(a):
+                            if b_length >= target_length - a_length:
                                 break
-                        emit(a, b, 1, document_index, other_index, a_sents, b_sents)
+                        emit(1, document_index, other_index, a_sents, b_sents)
                         # The chunk's B sentences were not used: start the next chunk with them.
                         i -= len(chunk) - a_end
                     else:
-                        b_sents = chunk[a_end:]
-                        b = [token for j in b_sents for token in sentences[j]]
-                        emit(a, b, 0, document_index, document_index, a_sents, b_sents)
+                        emit(0, document_index, document_index, a_sents, chunk[a_end:])
                 chunk = []
                 chunk_length = 0
             i += 1
@@ -261,6 +271,10 @@ def build_nsp_examples(
         - ``token_type_ids``: 0 up to and including the first [SEP], then 1.
         - ``attention_mask``: all ones.
         - ``special_tokens_mask``: 1 at [CLS] and the two [SEP]s, else 0.
+        - ``word_ids``: per token, its word (from the tokenizer's ``encoding.word_ids()``),
+          numbered along the pair (:func:`~mlm_suite.data.packing.row_word_ids`): the sentinel
+          at [CLS]/[SEP], distinct ids for the words of different sentences and of A and B,
+          and the remaining pieces of a word cut by truncation count as a word of their own.
         - ``next_sentence_label``: 0 when B follows A in the same document, 1 when B is random.
         - with ``return_provenance``: ``a_document`` / ``b_document`` (index into ``documents``)
           and ``a_sentences`` / ``b_sentences`` (indices of the sentences in their document;

@@ -9,7 +9,8 @@ in a row is a *segment*; its ``position_ids`` restart at 0 (the first segment of
 Masking stays per document: the inserted [CLS]/[SEP] are marked in ``special_tokens_mask`` and
 never masked, and every content token appears exactly once, so a masking collator that masks a
 fraction of the non-special tokens masks the same expected fraction of every document as it would
-unpacked.
+unpacked. Rows carry the fast tokenizer's word ids (:func:`row_word_ids`), so whole-word and span
+masking work with any fast tokenizer.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-__all__ = ["pack_documents", "packing_map_function", "document_boundaries"]
+from .masking import WORD_ID_SENTINEL
+
+__all__ = ["pack_documents", "packing_map_function", "document_boundaries", "row_word_ids"]
 
 MIN_PACKING_LENGTH = 3  # [CLS], one content token, [SEP]
 
@@ -43,8 +46,35 @@ def _validate(tokenizer: PreTrainedTokenizerBase, max_length: int) -> None:
     check_row_layout(tokenizer, max_length, MIN_PACKING_LENGTH, "packing")
 
 
+def row_word_ids(segments: Sequence[Sequence[int]]) -> list[int]:
+    """Word ids of a row laid out ``[CLS] segment [SEP] segment [SEP] ...``, from its segments' tokenizer word ids.
+
+    Args:
+        segments: per segment, the fast tokenizer's word id of each of its tokens (``encoding.word_ids()``),
+            numbered along the segment's source text so that consecutive tokens share an id exactly
+            when they belong to one word.
+
+    Returns:
+        One id per token of the row: :data:`~mlm_suite.data.masking.WORD_ID_SENTINEL` at [CLS] and
+        every [SEP]; content words numbered 0, 1, ... along the row. A new word starts wherever the
+        tokenizer's word id changes and at the start of every segment, so words of different
+        segments never share an id and the remaining pieces of a word cut at a segment's start (by
+        truncation, or a document continued from the previous row) count as a word of their own.
+    """
+    row = [WORD_ID_SENTINEL]
+    word = -1
+    for segment in segments:
+        for position, tokenizer_word in enumerate(segment):
+            if position == 0 or tokenizer_word != segment[position - 1]:
+                word += 1
+            row.append(word)
+        row.append(WORD_ID_SENTINEL)
+    return row
+
+
 def pack_documents(
     tokenized_documents: Sequence[Sequence[int]],
+    document_word_ids: Sequence[Sequence[int]],
     tokenizer: PreTrainedTokenizerBase,
     max_length: int,
     return_document_ids: bool = False,
@@ -54,6 +84,8 @@ def pack_documents(
     Args:
         tokenized_documents: token ids of each document, *without* special tokens. Empty
             documents contribute nothing.
+        document_word_ids: for each document, the fast tokenizer's word id of each token
+            (``encoding.word_ids(i)`` of the same encoding), same lengths as ``tokenized_documents``.
         tokenizer: gives ``cls_token_id`` and ``sep_token_id``.
         max_length: longest row, special tokens included (3 <= max_length <= model_max_length).
         return_document_ids: also return which document each token belongs to.
@@ -68,31 +100,42 @@ def pack_documents(
           segment (the [CLS] for a row's first segment); always < ``max_length``.
         - ``attention_mask``: all ones.
         - ``special_tokens_mask``: 1 at the inserted [CLS] and [SEP] tokens, 0 on content.
+        - ``word_ids``: per token, its word numbered along the row (:func:`row_word_ids`):
+          the sentinel at [CLS]/[SEP], never one id for words of two segments, and a new word
+          where a document continued from the previous row resumes.
         - with ``return_document_ids``: ``document_ids``, the index into ``tokenized_documents``
           of each token's document ([CLS] counts with the row's first segment, a [SEP] with the
           document it closes).
     """
     _validate(tokenizer, max_length)
+    if len(document_word_ids) != len(tokenized_documents) or any(
+        len(words) != len(ids) for words, ids in zip(document_word_ids, tokenized_documents)
+    ):
+        raise ValueError("document_word_ids must hold one word id per token of every document")
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
-    keys = ["input_ids", "position_ids", "attention_mask", "special_tokens_mask"]
+    keys = ["input_ids", "position_ids", "attention_mask", "special_tokens_mask", "word_ids"]
     if return_document_ids:
         keys.append("document_ids")
     rows: dict[str, list[list[int]]] = {key: [] for key in keys}
-    row: dict[str, list[int]] = {}
+    row: dict[str, list] = {}
 
     def start_row(document_index: int) -> None:
-        row.update(input_ids=[cls_id], position_ids=[0], special_tokens_mask=[1], document_ids=[document_index])
+        # segment_words: the tokenizer's word ids of each segment, numbered along the row when it closes.
+        row.update(
+            input_ids=[cls_id], position_ids=[0], special_tokens_mask=[1], document_ids=[document_index], segment_words=[]
+        )
 
     def close_row() -> None:
         rows["input_ids"].append(row["input_ids"])
         rows["position_ids"].append(row["position_ids"])
         rows["attention_mask"].append([1] * len(row["input_ids"]))
         rows["special_tokens_mask"].append(row["special_tokens_mask"])
+        rows["word_ids"].append(row_word_ids(row["segment_words"]))
         if return_document_ids:
             rows["document_ids"].append(row["document_ids"])
         row.clear()
 
-    for document_index, document in enumerate(tokenized_documents):
+    for document_index, (document, words) in enumerate(zip(tokenized_documents, document_word_ids)):
         offset = 0
         while offset < len(document):
             # A segment needs one free slot for a content token and one for its closing [SEP].
@@ -107,6 +150,7 @@ def pack_documents(
             row["position_ids"] += list(range(first_position, first_position + take + 1))
             row["special_tokens_mask"] += [0] * take + [1]
             row["document_ids"] += [document_index] * (take + 1)
+            row["segment_words"].append(words[offset : offset + take])
             offset += take
     if row:
         close_row()
@@ -124,7 +168,7 @@ def packing_map_function(
     Use it as ``dataset.map(f, batched=True, remove_columns=dataset.column_names)``. Packing
     happens within a batch, so every batch ends with one shorter row; larger ``batch_size``
     means fewer of them. Nothing is dropped. With ``return_document_ids`` the ids are positions
-    within the batch.
+    within the batch. Needs a fast tokenizer: the rows' ``word_ids`` come from its encodings.
 
     Returns:
         ``f(batch) -> dict of lists`` with the keys of ``pack_documents``.
@@ -139,7 +183,8 @@ def packing_map_function(
             return_token_type_ids=False,
             verbose=False,
         )
-        return pack_documents(encoded["input_ids"], tokenizer, max_length, return_document_ids)
+        word_ids = [encoded.word_ids(index) for index in range(len(encoded["input_ids"]))]
+        return pack_documents(encoded["input_ids"], word_ids, tokenizer, max_length, return_document_ids)
 
     return pack
 

@@ -12,7 +12,8 @@ The rows are the ones the pretraining job builds in memory from the same documen
 stored as int32/int8; ``example_index`` is the row number), whatever ``num_proc``: unpacked rows come from
 :func:`~mlm_suite.data.masking.tokenize_for_mlm`, document by document; packed rows pack groups of
 :data:`PACKING_BATCH` consecutive documents, as the job's ``datasets.map`` batches do, so the documents are
-tokenised on ``num_proc`` processes and packed afterwards in one.
+tokenised on ``num_proc`` processes (token ids and the tokenizer's word ids) and packed afterwards in one.
+Both kinds of row carry ``word_ids`` for whole-word and span masking.
 
 A tokenizer is identified by :func:`tokenizer_fingerprint`, a hash of everything in its ``tokenizer.json`` that
 decides the ids (vocabulary, normaliser, pre-tokeniser, post-processor, added tokens), so a folder used with
@@ -86,7 +87,7 @@ def pretraining_rows_function(
     ``dataset.map(pretraining_rows_function(tok, 128, packing=True), batched=True,
     remove_columns=dataset.column_names)``: without packing, every document becomes one row or more
     (:func:`~mlm_suite.data.masking.tokenize_for_mlm`, word ids kept); with packing, the documents of a batch
-    are packed into full rows with position ids restarting per document
+    are packed into full rows with position ids restarting per document, word ids kept too
     (:func:`~mlm_suite.data.packing.packing_map_function`). Works on ``Dataset`` and ``IterableDataset`` alike.
     """
     if packing:
@@ -99,15 +100,16 @@ def pretraining_rows_function(
 
 
 def _content_ids(batch: Mapping[str, Sequence[str]], tokenizer: PreTrainedTokenizerBase) -> dict[str, list[list[int]]]:
-    """Token ids of each document without special tokens: what packing concatenates."""
+    """Token ids of each document without special tokens, and the tokenizer's word ids: what packing concatenates."""
     encoded = tokenizer(
         list(batch["text"]), add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False, verbose=False
     )
-    return {"content_ids": encoded["input_ids"]}
+    word_ids = [encoded.word_ids(index) for index in range(len(encoded["input_ids"]))]
+    return {"content_ids": encoded["input_ids"], "content_word_ids": word_ids}
 
 
 def _pack(batch: Mapping[str, Sequence[list[int]]], tokenizer: PreTrainedTokenizerBase, max_length: int) -> dict:
-    return pack_documents(batch["content_ids"], tokenizer, max_length)
+    return pack_documents(batch["content_ids"], batch["content_word_ids"], tokenizer, max_length)
 
 
 def _row_features(columns: Sequence[str]) -> Features:
@@ -124,9 +126,9 @@ def build_rows(
             _content_ids, batched=True, remove_columns=documents.column_names, fn_kwargs={"tokenizer": tokenizer},
             desc="tokenising documents", **parallel,
         )  # fmt: skip
-        sample = _pack({"content_ids": [[tokenizer.cls_token_id]]}, tokenizer, max_seq_length)
+        sample = _pack({"content_ids": [[tokenizer.cls_token_id]], "content_word_ids": [[0]]}, tokenizer, max_seq_length)
         rows = content.map(
-            _pack, batched=True, batch_size=PACKING_BATCH, remove_columns=["content_ids"],
+            _pack, batched=True, batch_size=PACKING_BATCH, remove_columns=["content_ids", "content_word_ids"],
             fn_kwargs={"tokenizer": tokenizer, "max_length": max_seq_length}, features=_row_features(list(sample)),
             desc="packing",
         )  # fmt: skip

@@ -61,33 +61,30 @@ def stable_example_index(shard: int, document: int, row: int) -> int:
     return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
-def _rows_with_index(batch: Mapping[str, Sequence[Any]], rows_function: RowsFunction, word_ids: RowsFunction | None) -> dict:
+def _rows_with_index(batch: Mapping[str, Sequence[Any]], rows_function: RowsFunction) -> dict:
     """Batched map: the rows of a batch of documents, keyed by the batch's first document and the row's rank in it.
 
     A map batch always starts at a document no other batch (or process) starts at, so the keys are unique;
     they are the same in every run over the same part, whatever the batch holds (packed rows mix documents).
     """
     rows = rows_function(batch)
-    if word_ids is not None:
-        rows.update(word_ids(rows))
     shard, document = batch["shard"][0], batch["document"][0]
     rows["example_index"] = [stable_example_index(shard, document, row) for row in range(len(rows["input_ids"]))]
     return rows
 
 
-def stream_rows(documents: IterableDataset, rows_function: RowsFunction, word_ids: RowsFunction | None = None) -> IterableDataset:
+def stream_rows(documents: IterableDataset, rows_function: RowsFunction) -> IterableDataset:
     """``documents`` (a document stream's part) mapped on the fly to rows with ``example_index``.
 
     Args:
         rows_function: batched map function from documents (``text``) to rows
             (:func:`~mlm_suite.data.prepared.pretraining_rows_function`).
-        word_ids: batched function adding ``word_ids`` to rows that lack them (packed rows for word masking).
     """
     return documents.map(
         _rows_with_index,
         batched=True,
         remove_columns=["text", "shard", "document"],
-        fn_kwargs={"rows_function": rows_function, "word_ids": word_ids},
+        fn_kwargs={"rows_function": rows_function},
     )
 
 

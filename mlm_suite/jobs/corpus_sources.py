@@ -15,7 +15,7 @@ returns the source the job reads its held-out documents, tokenizer check, traini
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,6 @@ __all__ = ["BASELINE_SAMPLE_DOCUMENTS", "PreparedSource", "StreamingSource", "op
 
 # A stream is never read whole: its most frequent token (the baseline's prediction) is counted on its start.
 BASELINE_SAMPLE_DOCUMENTS = 1000
-
-WordIds = Callable[[dict[str, list]], dict[str, list]]
 
 
 def _given(argv: Sequence[str], flag: str) -> bool:
@@ -70,6 +68,12 @@ class PreparedSource:
                     f"{metadata[flag]}: drop the flag or prepare the data again"
                 )
             setattr(args, flag, metadata[flag])
+        # Folders prepared before packed rows carried the tokenizer's word ids still train token masking.
+        if args.masking != "token" and "word_ids" not in self.prepared.train.column_names:
+            raise UsageError(
+                f"--prepared_data {args.prepared_data} holds packed rows without word ids (prepared by an older mlm-suite), "
+                f"which --masking {args.masking} needs: prepare the data again"
+            )
         self.source = f"`{Path(args.prepared_data).name}` (prepared from {', '.join(Path(f).name for f in metadata['train_files'])})"
         validation = self.prepared.validation  # the held-out documents prepared with the rows, unless a file replaces them
         if args.validation_file:
@@ -79,11 +83,8 @@ class PreparedSource:
     def check_tokenizer(self, tokenizer: PreTrainedTokenizerBase) -> None:
         check_tokenizer(self.prepared, tokenizer, self.tokenizer_flag)
 
-    def train_rows(self, tokenizer: PreTrainedTokenizerBase, word_ids: WordIds | None) -> Dataset:
-        rows = self.prepared.train
-        if word_ids is not None:  # packed rows for word masking: word ids read off the tokens as rows are loaded
-            rows = rows.with_transform(lambda batch: {**batch, **word_ids(batch)})
-        return rows
+    def train_rows(self, tokenizer: PreTrainedTokenizerBase) -> Dataset:
+        return self.prepared.train
 
     def baseline_token_id(self, tokenizer: PreTrainedTokenizerBase) -> int:
         return self.prepared.metadata["baseline_token_id"]
@@ -153,9 +154,9 @@ class StreamingSource:
     def check_tokenizer(self, tokenizer: PreTrainedTokenizerBase) -> None:
         """Any fast tokenizer with mask and pad tokens will do (the job checks those)."""
 
-    def train_rows(self, tokenizer: PreTrainedTokenizerBase, word_ids: WordIds | None) -> ProcessStream:
+    def train_rows(self, tokenizer: PreTrainedTokenizerBase) -> ProcessStream:
         rows = pretraining_rows_function(tokenizer, self.args.max_seq_length, self.args.packing)
-        return ProcessStream(stream_rows(self.part, rows, word_ids))
+        return ProcessStream(stream_rows(self.part, rows))
 
     def baseline_token_id(self, tokenizer: PreTrainedTokenizerBase) -> int:
         """The most frequent token of the stream's first documents (the same on every process)."""

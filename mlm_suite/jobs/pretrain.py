@@ -52,7 +52,6 @@ Every input is validated before that folder is created.
 from __future__ import annotations
 
 import atexit
-import functools
 import json
 import math
 import shutil
@@ -65,7 +64,6 @@ from typing import Any, Literal
 
 import torch
 from datasets import Dataset, DatasetDict
-from tokenizers import models as tokenizer_models
 from transformers import (
     AutoConfig,
     AutoTokenizer,
@@ -79,7 +77,6 @@ from .. import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining, reso
 from ..convert import convert_bert_checkpoint
 from ..data.corpus import HELD_OUT_SEED, hold_out, iter_documents
 from ..data.masking import (
-    WORD_ID_SENTINEL,
     DataCollatorForMaskedLM,
     MaskingEpochCallback,
     check_mlm_tokenizer,
@@ -374,32 +371,6 @@ def load_tokenizer(args: PretrainingArguments, train_texts: list[str]) -> PreTra
     return tokenizer
 
 
-def _derives_word_ids(args: PretrainingArguments) -> bool:
-    """NSP pairs and packed rows come without the tokenizer's word ids, which word-level masking needs."""
-    return args.masking != "token" and (args.objective == "mlm_nsp" or args.packing)
-
-
-def wordpiece_word_ids(batch: dict[str, list], tokenizer: PreTrainedTokenizerBase) -> dict[str, list[list[int]]]:
-    """Batched map: word ids read off WordPiece tokens (a continuation piece starts with ``##``).
-
-    Special tokens get ``WORD_ID_SENTINEL``; a continuation piece cut from its word (at the
-    start of a truncated pair or packed row) counts as a word of its own.
-    """
-    prefix = tokenizer.backend_tokenizer.model.continuing_subword_prefix
-    rows = []
-    for ids, special in zip(batch["input_ids"], batch["special_tokens_mask"]):
-        word, row = -1, []
-        for token, is_special in zip(tokenizer.convert_ids_to_tokens(ids), special):
-            if is_special:
-                row.append(WORD_ID_SENTINEL)
-                continue
-            if word < 0 or not token.startswith(prefix):
-                word += 1
-            row.append(word)
-        rows.append(row)
-    return {"word_ids": rows}
-
-
 def build_features(
     texts: Dataset, tokenizer: PreTrainedTokenizerBase, args: PretrainingArguments, seed: int, split: str
 ) -> Dataset:
@@ -424,8 +395,6 @@ def build_features(
             fn_kwargs={"tokenizer": tokenizer, "max_length": args.max_seq_length},
             desc=f"tokenizing {split}",
         )
-    if _derives_word_ids(args):
-        features = features.map(wordpiece_word_ids, batched=True, fn_kwargs={"tokenizer": tokenizer})
     if len(features) == 0:
         raise ValueError(f"the {split} documents produced no rows")
     # Seeded masks are keyed by this index, so a row's mask does not depend on batching or on its process.
@@ -697,16 +666,10 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = load_tokenizer(args, texts["train"]["text"] if "train" in texts else [])
     if large:
         large.check_tokenizer(tokenizer)  # a prepared folder's rows are ids of one tokenizer
-    if _derives_word_ids(args) and not isinstance(tokenizer.backend_tokenizer.model, tokenizer_models.WordPiece):
-        raise ValueError(
-            f"--masking {args.masking} with {'NSP pairs' if args.objective == 'mlm_nsp' else '--packing'} reads word "
-            "boundaries off WordPiece '##' pieces and needs a WordPiece tokenizer; use --masking token"
-        )
     checkpoint = mlm_suite_checkpoint(args.model_name_or_path) if args.model_name_or_path else None
     config = build_config(args, tokenizer, checkpoint)
     if large:
-        word_ids = functools.partial(wordpiece_word_ids, tokenizer=tokenizer) if _derives_word_ids(args) else None
-        train_features = large.train_rows(tokenizer, word_ids)
+        train_features = large.train_rows(tokenizer)
     else:
         train_features = build_features(texts["train"], tokenizer, args, training_args.seed, "training")
     eval_features = build_features(texts["validation"], tokenizer, args, EVAL_SEED, "validation")
@@ -795,7 +758,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["JOB_DEFAULTS", "PretrainingArguments", "main", "read_documents", "wordpiece_word_ids"]
+__all__ = ["JOB_DEFAULTS", "PretrainingArguments", "main", "read_documents"]
 
 
 if __name__ == "__main__":
