@@ -181,13 +181,16 @@ def test_checkpoint_loads_as_remote_code_without_mlm_suite(packed_run, tmp_path)
 
 
 def test_mlm_nsp_with_whole_word_masking(tmp_path):
-    """JSON-lines data, a trained WordPiece vocabulary, NSP pairs and whole-word masks."""
+    """JSON-lines data, a trained WordPiece vocabulary, NSP pairs and whole-word masks; a one-sentence document
+    (no true pair) is left out with a warning."""
     train = tmp_path / "train.jsonl"
-    train.write_text("".join(json.dumps({"text": text}) + "\n" for text in make_documents(24, sentences=4)))
+    documents = ["A document of one sentence only.", *make_documents(24, sentences=4)]
+    train.write_text("".join(json.dumps({"text": text}) + "\n" for text in documents))
     output_dir = tmp_path / "nsp"
     extra = ["--train_file", str(train), "--validation_split_percentage", "25", "--objective", "mlm_nsp"]
     extra += ["--masking", "whole_word", "--vocab_size", "120", "--max_steps", "4"]
-    assert main(job_args(output_dir, *extra)) == 0
+    with pytest.warns(UserWarning, match="skipped 1 of .* documents with fewer than 2 sentences"):
+        assert main(job_args(output_dir, *extra)) == 0
 
     results = assert_complete_checkpoint(output_dir, "MlmSuiteForPreTraining")
     assert 0.0 <= results["eval_nsp_accuracy"] <= 1.0
@@ -233,7 +236,7 @@ def tokenizer_without_mask(tmp_path_factory, minilm_dir) -> Path:
     [
         ("empty", ["--train_file", "{empty}"], "holds no text"),
         ("missing", ["--train_file", "{missing}"], "does not exist"),
-        ("nsp_short", ["--train_file", "{one_sentence}", "--objective", "mlm_nsp"], "at least 2 non-empty sentences"),
+        ("nsp_short", ["--train_file", "{one_sentence}", "--objective", "mlm_nsp"], "at least 2 documents of >= 2 sentences"),
         ("nsp_packing", ["--train_file", "{train}", "--objective", "mlm_nsp", "--packing"], "cannot be combined"),
         (
             "positions",
@@ -257,7 +260,7 @@ def test_bad_input_fails_before_writing_anything(tmp_path, corpus, tokenizer_wit
     paths = {
         "empty": write_text(tmp_path / "empty.txt", ["  \n"]),
         "missing": tmp_path / "missing.txt",
-        "one_sentence": write_text(tmp_path / "short.txt", ["One sentence only.", *make_documents(4)]),
+        "one_sentence": write_text(tmp_path / "short.txt", ["One sentence only.", "Another one.", *make_documents(1)]),
         "train": corpus["train"],
         "no_mask": tokenizer_without_mask,
     }

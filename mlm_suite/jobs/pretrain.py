@@ -378,8 +378,11 @@ def build_features(
     if args.objective == "mlm_nsp":
         documents = [split_sentences(text) for text in texts["text"]]
         try:
+            # A one-sentence document gives no true pair; it is left out (with a warning) rather than refusing a
+            # whole corpus for it (one of the 1,500 embedded reviews is one sentence long).
             pairs = build_nsp_examples(
-                documents, tokenizer, args.max_seq_length, nsp_probability=args.nsp_probability, seed=seed
+                documents, tokenizer, args.max_seq_length, nsp_probability=args.nsp_probability, seed=seed,
+                on_short_document="skip",
             )
         except ValueError as error:
             raise ValueError(f"{split} documents: {error}") from None
