@@ -243,19 +243,23 @@ def test_cli_convert_bert(tmp_path, capsys):
         main(["convert-bert", str(src)])  # missing DST
 
 
-def test_training_gradients_equal_hf_bert(tmp_path):
+@pytest.mark.parametrize("hf_class, ours_class", [("BertForMaskedLM", MlmSuiteForMaskedLM), ("BertForPreTraining", MlmSuiteForPreTraining)])
+def test_training_gradients_equal_hf_bert(tmp_path, hf_class, ours_class):
     """Training mode with labels on a padded batch (sparse prediction: the MLM head and the last layer's
-    finishing run only at masked positions): the loss and every parameter's gradient equal HF
-    ``BertForMaskedLM``'s for the same weights. Dropout is off, so both compute one function."""
-    hf = random_bert("BertForMaskedLM")
+    finishing run only at masked positions; MLM + NSP for the pretraining head): the loss and every
+    parameter's gradient equal HF ``BertForMaskedLM``'s / ``BertForPreTraining``'s for the same weights.
+    Dropout is off, so both compute one function."""
+    hf = random_bert(hf_class)
     hf.save_pretrained(tmp_path / "bert")
-    ours = MlmSuiteForMaskedLM.from_pretrained(convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours"))
+    ours = ours_class.from_pretrained(convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours"))
     assert ours.config.sparse_prediction
     batch = make_random_batch(lengths=(9, 4, 7, 2), seed=3)
     selected = (torch.rand(batch["input_ids"].shape, generator=torch.Generator().manual_seed(4)) < 0.3)
     selected &= batch["attention_mask"].bool()
     batch["labels"] = torch.where(selected, batch["input_ids"], -100)
     batch["input_ids"] = batch["input_ids"].masked_fill(selected, 3)
+    if ours_class is MlmSuiteForPreTraining:
+        batch["next_sentence_label"] = torch.tensor([0, 1, 1, 0])
     losses = {}
     for name, model in (("hf", hf), ("ours", ours)):
         model.train().zero_grad()
