@@ -31,7 +31,7 @@ from typing import Any, Literal
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from .packing import check_row_layout, row_word_ids
+from .packing import check_row_layout, content_tokens, row_word_ids
 
 __all__ = ["split_sentences", "build_nsp_examples", "nsp_map_function"]
 
@@ -92,11 +92,7 @@ def _tokenize_documents(
             if sentence.strip():
                 flat.append(sentence)
                 owners.append((document_index, sentence_index))
-    token_ids, word_ids = [], []
-    if flat:
-        encoded = tokenizer(flat, add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False)
-        token_ids = encoded["input_ids"]
-        word_ids = [encoded.word_ids(index) for index in range(len(flat))]
+    token_ids, word_ids = content_tokens(flat, tokenizer)
     tokenized = [_Sentences() for _ in documents]
     for (document_index, sentence_index), ids, words in zip(owners, token_ids, word_ids):
         # A sentence of control characters only tokenises to nothing; it cannot make A or B.

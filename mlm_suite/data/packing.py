@@ -23,7 +23,7 @@ from transformers import PreTrainedTokenizerBase
 
 from .masking import WORD_ID_SENTINEL
 
-__all__ = ["pack_documents", "packing_map_function", "document_boundaries", "row_word_ids"]
+__all__ = ["content_tokens", "pack_documents", "packing_map_function", "document_boundaries", "row_word_ids"]
 
 MIN_PACKING_LENGTH = 3  # [CLS], one content token, [SEP]
 
@@ -44,6 +44,19 @@ def check_row_layout(tokenizer: PreTrainedTokenizerBase, max_length: int, min_le
 
 def _validate(tokenizer: PreTrainedTokenizerBase, max_length: int) -> None:
     check_row_layout(tokenizer, max_length, MIN_PACKING_LENGTH, "packing")
+
+
+def content_tokens(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase) -> tuple[list[list[int]], list[list[int]]]:
+    """Token ids of each text without special tokens, and the fast tokenizer's word id of each token.
+
+    What packed rows and NSP pairs are built from (:func:`pack_documents`, :func:`row_word_ids`).
+    """
+    if not texts:
+        return [], []
+    encoded = tokenizer(
+        list(texts), add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False, verbose=False
+    )
+    return encoded["input_ids"], [encoded.word_ids(index) for index in range(len(texts))]
 
 
 def row_word_ids(segments: Sequence[Sequence[int]]) -> list[int]:
@@ -176,15 +189,8 @@ def packing_map_function(
     _validate(tokenizer, max_length)
 
     def pack(batch: dict[str, list[Any]]) -> dict[str, list[list[int]]]:
-        encoded = tokenizer(
-            batch[text_column],
-            add_special_tokens=False,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-            verbose=False,
-        )
-        word_ids = [encoded.word_ids(index) for index in range(len(encoded["input_ids"]))]
-        return pack_documents(encoded["input_ids"], word_ids, tokenizer, max_length, return_document_ids)
+        token_ids, word_ids = content_tokens(batch[text_column], tokenizer)
+        return pack_documents(token_ids, word_ids, tokenizer, max_length, return_document_ids)
 
     return pack
 

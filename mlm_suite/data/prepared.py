@@ -41,7 +41,7 @@ from transformers import PreTrainedTokenizerBase
 
 from .corpus import documents_dataset, hold_out
 from .masking import tokenize_for_mlm
-from .packing import pack_documents, packing_map_function
+from .packing import content_tokens, pack_documents, packing_map_function
 
 __all__ = [
     "METADATA_FILE",
@@ -101,11 +101,8 @@ def pretraining_rows_function(
 
 def _content_ids(batch: Mapping[str, Sequence[str]], tokenizer: PreTrainedTokenizerBase) -> dict[str, list[list[int]]]:
     """Token ids of each document without special tokens, and the tokenizer's word ids: what packing concatenates."""
-    encoded = tokenizer(
-        list(batch["text"]), add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False, verbose=False
-    )
-    word_ids = [encoded.word_ids(index) for index in range(len(encoded["input_ids"]))]
-    return {"content_ids": encoded["input_ids"], "content_word_ids": word_ids}
+    token_ids, word_ids = content_tokens(batch["text"], tokenizer)
+    return {"content_ids": token_ids, "content_word_ids": word_ids}
 
 
 def _pack(batch: Mapping[str, Sequence[list[int]]], tokenizer: PreTrainedTokenizerBase, max_length: int) -> dict:
