@@ -1,7 +1,7 @@
 # Convenience targets; each runs a command documented in README.md.
 PYTHON ?= python
 
-.PHONY: install test test-fast pretrain finetune-ner finetune-cls finetune-pair wsd anisotropy bench bench-budget bench-pretrain-to-task quickstart docs-figures
+.PHONY: install test test-fast pretrain finetune-ner finetune-cls finetune-pair finetune-retrieval wsd anisotropy bench bench-budget bench-pretrain-to-task bench-retrieval quickstart docs-figures
 
 install:
 	pip install torch==2.13.0
@@ -28,6 +28,9 @@ finetune-cls:
 finetune-pair:
 	mlm-suite finetune-pair --output_dir outputs/coherence
 
+finetune-retrieval:
+	mlm-suite finetune-retrieval --output_dir outputs/retrieval
+
 wsd:
 	mlm-suite wsd --output_dir outputs/wsd
 
@@ -42,6 +45,9 @@ bench-budget:
 
 bench-pretrain-to-task:
 	$(PYTHON) benchmarks/bench_pretrain_to_task.py --markdown outputs/pretrain_to_task/table.md
+
+bench-retrieval:
+	$(PYTHON) benchmarks/bench_retrieval.py --seeds 0 1 2 --max_train_samples 10000 --threads 1 --markdown outputs/bench_retrieval/table.md
 
 docs-figures:
 	scripts/docs_figures.sh

@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "finetune-ner": ("mlm_suite.jobs.finetune_ner", "token classification (NER/POS) fine-tuning"),
     "finetune-cls": ("mlm_suite.jobs.finetune_classification", "sequence classification fine-tuning"),
     "finetune-pair": ("mlm_suite.jobs.finetune_pair", "sentence-pair classification / regression fine-tuning"),
+    "finetune-retrieval": ("mlm_suite.jobs.finetune_retrieval", "bi-encoder retrieval fine-tuning (in-batch negatives)"),
     "seeds": ("mlm_suite.jobs.seeds", "repeat a fine-tuning job over seeds; mean ± sd of its scores"),
     "wsd": ("mlm_suite.jobs.wsd", "nearest-centroid word-sense disambiguation with contextual embeddings"),
     "anisotropy": ("mlm_suite.jobs.anisotropy", "anisotropy of contextual embeddings per layer, raw and z-scored"),

@@ -25,10 +25,14 @@ _CONVERTED_MINILM_FOLDER = "minilm-l6-mlm_suite"
 
 
 def markdown_table(rows: Mapping[str, object], header: tuple[str, str] = ("", "")) -> str:
-    """A two-column markdown table of ``rows`` (floats shown with 4 decimals)."""
+    """A two-column markdown table of ``rows`` (floats shown with 4 decimals, smaller ones such as a
+    learning rate of 5e-05 with 4 significant digits)."""
     lines = [f"| {header[0]} | {header[1]} |", "|---|---|"]
     for key, value in rows.items():
-        shown = f"{value:.4f}" if isinstance(value, float) else str(value)
+        if isinstance(value, float):
+            shown = f"{value:.4f}" if value == 0 or abs(value) >= 1e-3 else f"{value:.4g}"
+        else:
+            shown = str(value)
         lines.append(f"| {key} | {shown} |")
     return "\n".join(lines)
 

@@ -10,22 +10,28 @@
 
 from __future__ import annotations
 
+import atexit
 import csv
 import dataclasses
 import json
 import random
 import re
+import shutil
+import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from transformers import PretrainedConfig, Trainer, TrainerCallback, TrainingArguments
+from transformers import AutoConfig, PretrainedConfig, Trainer, TrainerCallback, TrainingArguments
 
 from mlm_suite import resources
+from mlm_suite.convert import convert_bert_checkpoint
 from mlm_suite.errors import UsageError
 from mlm_suite.freezing import freeze_encoder
+from mlm_suite.model import MlmSuiteConfig
 from mlm_suite.model.modeling_mlm_suite import has_placeholder_labels
 from mlm_suite.model_card import base_model_fields, markdown_table, usage_fields, write_model_card
 from mlm_suite.trainer import JobTrainer, training_arguments_as_json
@@ -49,6 +55,26 @@ def load_model(model_class: Any, path: str, config: Any, model_args: ModelArgume
     if model_args.init == "random":
         return model_class.from_config(config) if hasattr(model_class, "from_config") else model_class(config)
     return model_class.from_pretrained(path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes)
+
+
+def mlm_suite_checkpoint(model_name_or_path: str) -> str:
+    """An mlm_suite folder holding ``model_name_or_path``: the folder itself, or a BERT folder converted.
+
+    A BERT checkpoint (``BertModel``, ``BertForMaskedLM``, ``BertForPreTraining``) is converted with
+    :func:`~mlm_suite.convert.convert_bert_checkpoint` into a temporary folder, removed when the process exits.
+    """
+    config = AutoConfig.from_pretrained(model_name_or_path)
+    if isinstance(config, MlmSuiteConfig):
+        return model_name_or_path
+    if config.model_type != "bert":
+        raise ValueError(
+            f"--model_name_or_path {model_name_or_path} holds a {config.model_type!r} model; this job takes "
+            "mlm_suite or BERT checkpoints"
+        )
+    folder = tempfile.mkdtemp(prefix="mlm_suite-converted-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    print(f"converting the BERT checkpoint {model_name_or_path} to mlm_suite (in {folder}, removed at exit)", file=sys.stderr)
+    return str(convert_bert_checkpoint(model_name_or_path, folder))
 
 
 def initialisation(model_path: str, model_args: ModelArguments) -> dict[str, str]:
@@ -173,14 +199,14 @@ _AT_LEAST = {
     **dict.fromkeys(
         ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps", "batch_size",
          "max_seq_length", "max_train_samples", "max_eval_samples", "max_predict_samples", "max_lemmas", "n_pairs",
-         "early_stopping_patience"),
+         "early_stopping_patience", "mini_batch_size"),
         1,
     ),
     # pairs come in positive/negative twos; anisotropy compares pairs of sentences
     **dict.fromkeys(("coherence_train_pairs", "coherence_eval_pairs", "num_sentences"), 2),
     "train_last_k_layers": -1,
 }
-_POSITIVE = ("intermediate_num_train_epochs", "adam_epsilon")
+_POSITIVE = ("intermediate_num_train_epochs", "adam_epsilon", "temperature")
 _NON_NEGATIVE = ("learning_rate", "weight_decay", "early_stopping_threshold")  # lr 0: a run that changes nothing
 # name -> (low, high, whether high itself is allowed); low is always allowed except for test_fraction
 _UNIT_INTERVAL = {
@@ -190,7 +216,8 @@ _UNIT_INTERVAL = {
     "nsp_probability": (0.0, 1.0, True),
     "test_fraction": (0.0, 1.0, False),
 }
-_INPUT_FILES = ("train_file", "validation_file", "test_file", "intermediate_train_file")
+_INPUT_FILES = ("train_file", "validation_file", "test_file", "intermediate_train_file", "corpus_file", "queries_file",
+                "test_corpus_file", "test_queries_file")
 # A folder or a Hub id; a value written as a path ("/...", "./...", "~/...", "a/b/c") must exist.
 _MODEL_SOURCES = ("model_name_or_path", "tokenizer_name", "tokenizer")
 
@@ -539,6 +566,7 @@ def write_card(
     data: str,
     training: str,
     metrics: str,
+    extra_fields: Mapping[str, object] | None = None,
 ) -> Path | None:
     """Write the model card ``README.md``, then, with ``--push_to_hub``, upload the output folder.
 
@@ -546,6 +574,7 @@ def write_card(
     uploads what the folder holds). ``base_model`` is the fine-tuned checkpoint, a folder or a Hub
     id (None for a random initialisation); the card's ``base_model`` metadata is a Hub id or absent (:func:`base_model_fields`), and its
     usage snippet loads the pushed repository, else ``--hub_model_id``, else the output folder.
+    ``extra_fields`` fill the placeholders of a job's own template (``JobTrainer.card_template``).
     Returns the card's path on the main process, else None.
     """
     fields: dict[str, object] = dict(
@@ -557,6 +586,7 @@ def write_card(
         training=training,
         metrics=metrics,
         **(base_model_fields(base_model) if base_model else RANDOM_START),
+        **(extra_fields or {}),
     )
     output_dir = trainer.args.output_dir
     if isinstance(trainer, JobTrainer):
@@ -615,6 +645,7 @@ __all__ = [
     "label_maps",
     "label_table",
     "load_hub_splits",
+    "mlm_suite_checkpoint",
     "parse_arguments",
     "parse_flags",
     "read_conll",

@@ -51,12 +51,9 @@ Every input is validated before that folder is created.
 
 from __future__ import annotations
 
-import atexit
 import json
 import math
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +71,6 @@ from transformers import (
 )
 
 from .. import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining, resources
-from ..convert import convert_bert_checkpoint
 from ..data.corpus import HELD_OUT_SEED, hold_out, iter_documents
 from ..data.masking import (
     DataCollatorForMaskedLM,
@@ -92,7 +88,7 @@ from ..tokenization import train_wordpiece_tokenizer
 from ..trainer import JobTrainer
 from ..training import TimeBudgetCallback, early_stopping_callback
 from .corpus_sources import open_corpus_source
-from .finetuning import argument_parser, parse_flags, validate_flags
+from .finetuning import argument_parser, mlm_suite_checkpoint, parse_flags, validate_flags
 
 # Seeds that do not follow --seed, so that the held-out split, its NSP pairs and its masks are the
 # same in every run and eval numbers can be compared across runs.
@@ -414,26 +410,6 @@ def most_frequent_token(features: Dataset, tokenizer: PreTrainedTokenizerBase) -
 # ------------------------------------------------------------------------------------------------
 # Model
 # ------------------------------------------------------------------------------------------------
-def mlm_suite_checkpoint(model_name_or_path: str) -> str:
-    """An mlm_suite folder holding ``model_name_or_path``: the folder itself, or a BERT folder converted.
-
-    A BERT checkpoint (``BertModel``, ``BertForMaskedLM``, ``BertForPreTraining``) is converted with
-    :func:`~mlm_suite.convert.convert_bert_checkpoint` into a temporary folder, removed when the process exits.
-    """
-    config = AutoConfig.from_pretrained(model_name_or_path)
-    if isinstance(config, MlmSuiteConfig):
-        return model_name_or_path
-    if config.model_type != "bert":
-        raise ValueError(
-            f"--model_name_or_path {model_name_or_path} holds a {config.model_type!r} model; pretraining continues "
-            "mlm_suite or BERT checkpoints"
-        )
-    folder = tempfile.mkdtemp(prefix="mlm_suite-converted-")
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    print(f"converting the BERT checkpoint {model_name_or_path} to mlm_suite (in {folder}, removed at exit)", file=sys.stderr)
-    return str(convert_bert_checkpoint(model_name_or_path, folder))
-
-
 def build_config(
     args: PretrainingArguments, tokenizer: PreTrainedTokenizerBase, checkpoint: str | None = None
 ) -> MlmSuiteConfig:

@@ -31,7 +31,7 @@ from mlm_suite.jobs.distributed import command_prog, running_as
 from mlm_suite.plots import figures_section, plot_seed_scores
 
 # job (an mlm-suite subcommand) → the score its results are summarised by
-JOB_METRICS = {"finetune-ner": "f1", "finetune-cls": "accuracy", "finetune-pair": "accuracy"}
+JOB_METRICS = {"finetune-ner": "f1", "finetune-cls": "accuracy", "finetune-pair": "accuracy", "finetune-retrieval": "mrr@10"}
 
 
 def summarize(per_seed: dict[int, dict[str, float]], keys: Sequence[str]) -> dict[str, dict[str, float]]:

@@ -9,11 +9,14 @@ from .modeling_mlm_suite import (
     MlmSuiteForPreTraining,
     MlmSuiteForPreTrainingOutput,
     MlmSuiteForQuestionAnswering,
+    MlmSuiteForSentenceEmbedding,
     MlmSuiteForSequenceClassification,
     MlmSuiteForTokenClassification,
     MlmSuiteModel,
     MlmSuitePreTrainedModel,
+    SentenceEmbeddingOutput,
     SequenceLayout,
+    in_batch_negatives_loss,
 )
 
 __all__ = [
@@ -26,9 +29,12 @@ __all__ = [
     "MlmSuiteForPreTraining",
     "MlmSuiteForPreTrainingOutput",
     "MlmSuiteForQuestionAnswering",
+    "MlmSuiteForSentenceEmbedding",
     "MlmSuiteForSequenceClassification",
     "MlmSuiteForTokenClassification",
     "MlmSuiteModel",
     "MlmSuitePreTrainedModel",
+    "SentenceEmbeddingOutput",
     "SequenceLayout",
+    "in_batch_negatives_loss",
 ]

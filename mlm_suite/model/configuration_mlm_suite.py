@@ -23,6 +23,7 @@ _CHOICES = {
     "position_embedding_type": ("absolute", "rotary"),
     "ffn_type": ("gelu", "geglu"),
     "classifier_pooling": ("cls", "mean"),
+    "sentence_pooling": ("mean", "cls", "max"),
 }
 
 
@@ -44,6 +45,10 @@ class MlmSuiteConfig(PreTrainedConfig):
       constrained by the tagging scheme (``"BIO"``, ``"BIOES"``, ``"IOB1"``, ``"IO"``).
     - ``class_weights``, ``label_smoothing``: applied by the classification losses (positions
       labelled -100 are always ignored).
+    - ``sentence_pooling`` (``"mean"``, ``"cls"`` or ``"max"`` over the real tokens) and
+      ``normalize_embeddings`` (L2): the sentence embeddings of ``MlmSuiteForSentenceEmbedding``.
+    - ``contrastive_temperature`` (its initial value when ``learn_temperature``) and
+      ``contrastive_symmetric``: its in-batch-negatives loss (cosine similarity / temperature).
     """
 
     model_type = "mlm_suite"
@@ -75,6 +80,11 @@ class MlmSuiteConfig(PreTrainedConfig):
         tagging_scheme: str | None = None,
         class_weights: list[float] | None = None,
         label_smoothing: float = 0.0,
+        sentence_pooling: str = "mean",
+        normalize_embeddings: bool = False,
+        contrastive_temperature: float = 0.05,
+        learn_temperature: bool = False,
+        contrastive_symmetric: bool = False,
         tie_word_embeddings: bool = True,
         **kwargs,
     ):
@@ -83,11 +93,14 @@ class MlmSuiteConfig(PreTrainedConfig):
             ("position_embedding_type", position_embedding_type),
             ("ffn_type", ffn_type),
             ("classifier_pooling", classifier_pooling),
+            ("sentence_pooling", sentence_pooling),
         ):
             if value not in _CHOICES[name]:
                 raise ValueError(f"{name}={value!r} is not one of {_CHOICES[name]}")
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={label_smoothing} must be in [0, 1)")
+        if not contrastive_temperature > 0:
+            raise ValueError(f"contrastive_temperature={contrastive_temperature} must be positive")
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.num_hidden_layers = num_hidden_layers
@@ -112,6 +125,11 @@ class MlmSuiteConfig(PreTrainedConfig):
         self.tagging_scheme = tagging_scheme
         self.class_weights = class_weights
         self.label_smoothing = label_smoothing
+        self.sentence_pooling = sentence_pooling
+        self.normalize_embeddings = normalize_embeddings
+        self.contrastive_temperature = contrastive_temperature
+        self.learn_temperature = learn_temperature
+        self.contrastive_symmetric = contrastive_symmetric
         super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
 
     def check_sizes(self) -> None:

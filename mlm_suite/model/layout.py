@@ -272,16 +272,31 @@ class SequenceLayout:
         bias = torch.zeros(self.attention_allowed.shape, dtype=dtype, device=self.attention_allowed.device)
         return bias.masked_fill_(~self.attention_allowed, torch.finfo(dtype).min)
 
-    # ---- per-segment reductions (flattened batches) -----------------------------------------
+    # ---- per-segment reductions (padding-free layouts: cu_seqlens is set) ----------------------
+    def token_segments(self) -> torch.Tensor:
+        """``(total,)``: the segment of every flat token."""
+        if self.segment_of_token is not None:
+            return self.segment_of_token
+        if self.segment_index is not None:
+            return torch.div(self.segment_index, self.max_segment_len, rounding_mode="floor")
+        # Neither padding nor packing: the segments are the rows.
+        return torch.arange(self.batch_size * self.seq_len, device=self.positions.device) // self.seq_len
+
     def segment_first(self, flat: torch.Tensor) -> torch.Tensor:
         """``(total, ...)`` → ``(num_segments, ...)``: the first token of each segment (``[CLS]``)."""
         return flat[self.cu_seqlens[:-1].long()]
 
     def segment_mean(self, flat: torch.Tensor) -> torch.Tensor:
         """``(total, hidden)`` → ``(num_segments, hidden)``: the mean over each segment's tokens."""
-        sums = flat.new_zeros(self.num_segments, flat.shape[1]).index_add(0, self.segment_of_token, flat)
+        sums = flat.new_zeros(self.num_segments, flat.shape[1]).index_add(0, self.token_segments(), flat)
         lengths = (self.cu_seqlens[1:] - self.cu_seqlens[:-1]).clamp(min=1)
         return sums / lengths[:, None].to(flat.dtype)
+
+    def segment_max(self, flat: torch.Tensor) -> torch.Tensor:
+        """``(total, hidden)`` → ``(num_segments, hidden)``: the element-wise maximum over each segment's tokens."""
+        index = self.token_segments()[:, None].expand_as(flat)
+        empty = flat.new_full((self.num_segments, flat.shape[1]), torch.finfo(flat.dtype).min)
+        return empty.scatter_reduce(0, index, flat, reduce="amax", include_self=False)
 
     # ---- attention weights in the user's layout ------------------------------------------------
     def _attention_cells(self) -> tuple[torch.Tensor, ...]:

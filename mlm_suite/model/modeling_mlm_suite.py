@@ -17,6 +17,7 @@ torch, transformers and its siblings.
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
+from transformers.dynamic_module_utils import custom_object_save
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -205,6 +207,8 @@ class MlmSuitePreTrainedModel(PreTrainedModel):
         if isinstance(module, ConditionalRandomField):
             # Also refills the non-persistent constraint buffers, which from_pretrained leaves empty.
             module.reset_parameters()
+        if isinstance(module, MlmSuiteForSentenceEmbedding) and module.logit_scale is not None:
+            module.logit_scale.fill_(math.log(1 / module.config.contrastive_temperature))
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Save weights, config and the model code so the folder loads with ``trust_remote_code=True``.
@@ -227,10 +231,18 @@ class MlmSuitePreTrainedModel(PreTrainedModel):
                 UserWarning,
                 stacklevel=2,
             )
-        if self._auto_class is None:
-            type(self).register_for_auto_class(_auto_class_of(type(self)))
         if getattr(type(self.config), "_auto_class", None) is None:
             type(self.config).register_for_auto_class()
+        if isinstance(self, MlmSuiteForSentenceEmbedding):
+            # No Auto class is made for sentence embeddings, and "AutoModel" must stay the bare encoder
+            # (sentence-transformers loads it and pools its token states): copy the code without
+            # registering the class, which would rewrite that entry of auto_map.
+            self._auto_class = None
+            result = super().save_pretrained(save_directory, *args, **kwargs)
+            custom_object_save(self, save_directory)
+            return result
+        if self._auto_class is None:
+            type(self).register_for_auto_class(_auto_class_of(type(self)))
         return super().save_pretrained(save_directory, *args, **kwargs)
 
 
@@ -312,6 +324,9 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
 
     Pad positions of ``last_hidden_state`` and of ``hidden_states`` are zeros: pads never enter the layers.
     """
+
+    # A sentence-embedding checkpoint's learned temperature is training state, not part of the encoder.
+    _keys_to_ignore_on_load_unexpected = [r"^logit_scale$"]
 
     def __init__(self, config: MlmSuiteConfig, add_pooling_layer: bool = True):
         super().__init__(config)
@@ -937,6 +952,162 @@ class MlmSuiteForQuestionAnswering(MlmSuitePreTrainedModel):
         return output
 
 
+# --------------------------------------------------------------------------------------------
+# Sentence embeddings and contrastive training (bi-encoder retrieval)
+# --------------------------------------------------------------------------------------------
+@dataclass
+class SentenceEmbeddingOutput(ModelOutput):
+    """Output of ``MlmSuiteForSentenceEmbedding``.
+
+    ``embeddings`` ``(num_sequences, hidden)``: one per row of a padded batch, or per sequence of a
+    flattened batch. With ``labels``: ``loss`` and ``scores`` ``(num_queries, num_documents)``, the
+    scaled cosine similarities the loss was computed from.
+    """
+
+    loss: torch.Tensor | None = None
+    embeddings: torch.Tensor | None = None
+    scores: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+def pool_sequences(hidden: torch.Tensor, layout: SequenceLayout, attention_mask: torch.Tensor | None, mode: str) -> torch.Tensor:
+    """``(total, hidden)`` final token states → ``(num_sequences, hidden)`` by ``mode`` (``mean``, ``cls``, ``max``).
+
+    Pads never enter: the reductions run over each segment's real tokens. Only the traced dense
+    layout (``torch.compile`` / ``torch.export`` without offsets) pools the padded grid, one row per
+    sequence, with the mask; it gives the same values.
+    """
+    if layout.cu_seqlens is not None:
+        reduce = {"mean": layout.segment_mean, "cls": layout.segment_first, "max": layout.segment_max}[mode]
+        return reduce(hidden)
+    padded = layout.pad(hidden)  # (batch, seq, hidden)
+    real = torch.ones_like(padded[..., 0], dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    if mode == "cls":
+        return padded[:, 0]
+    if mode == "max":
+        return padded.masked_fill(~real[..., None], torch.finfo(padded.dtype).min).amax(dim=1)
+    weights = real.to(padded.dtype)[..., None]
+    return (padded * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
+
+
+def in_batch_negatives_loss(
+    queries: torch.Tensor,
+    documents: torch.Tensor,
+    labels: torch.Tensor,
+    scale: torch.Tensor | float,
+    symmetric: bool = False,
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """InfoNCE (multiple-negatives ranking) loss: each query against every document of the batch.
+
+    Args:
+        queries: ``(num_queries, hidden)``.
+        documents: ``(num_documents, hidden)``: the positives and any hard negatives; every
+            document that is not a query's positive is a negative for it.
+        labels: ``(num_queries,)`` index of each query's positive among ``documents``.
+        scale: inverse temperature; scores are ``scale * cosine similarity``.
+        symmetric: also the document → query direction (each positive against every query) and
+            average the two, as sentence-transformers' ``MultipleNegativesSymmetricRankingLoss``.
+        num_items_in_batch: the Trainer's count of queries over the accumulated batch: the summed
+            loss is divided by it (gradient accumulation then averages over every query);
+            default: the mean over these queries.
+
+    Returns:
+        ``(loss, scores)`` with ``scores`` ``(num_queries, num_documents)`` in float32.
+    """
+    scores = F.normalize(queries.float(), dim=-1) @ F.normalize(documents.float(), dim=-1).T * scale
+    loss = F.cross_entropy(scores, labels, reduction="sum")
+    if symmetric:
+        positives_vs_queries = scores[:, labels].T  # (num_queries, num_queries): row i is query i's positive
+        targets = torch.arange(labels.shape[0], device=labels.device)
+        loss = (loss + F.cross_entropy(positives_vs_queries, targets, reduction="sum")) / 2
+    if num_items_in_batch is None:
+        return loss / labels.shape[0], scores
+    if isinstance(num_items_in_batch, torch.Tensor):
+        num_items_in_batch = num_items_in_batch.to(loss.device)
+    return loss / num_items_in_batch, scores
+
+
+class MlmSuiteForSentenceEmbedding(MlmSuitePreTrainedModel):
+    """Sentence embeddings (``config.sentence_pooling`` over the real tokens, L2-normalised with
+    ``config.normalize_embeddings``) and a bi-encoder's contrastive loss.
+
+    Without ``labels`` it embeds every sequence of the batch. With ``labels`` ``(num_queries,)``
+    the batch's first ``num_queries`` sequences are queries and the rest documents; ``labels[i]``
+    is the index of query ``i``'s positive among the documents, and the loss is
+    :func:`in_batch_negatives_loss` at temperature ``config.contrastive_temperature`` (a learned
+    ``logit_scale`` with ``config.learn_temperature``).
+
+    Saved folders load with ``AutoModel`` as the bare encoder (``MlmSuiteModel``), whose token
+    states sentence-transformers pools.
+    """
+
+    def __init__(self, config: MlmSuiteConfig):
+        super().__init__(config)
+        # The pooler is kept, unused, so that the folder is a whole encoder for AutoModel (and keeps a
+        # converted BERT's pooler); the embeddings pool the final token states.
+        self.encoder = MlmSuiteModel(config, add_pooling_layer=True)
+        # log(1 / temperature), as CLIP learns it; set by _init_weights
+        self.logit_scale = nn.Parameter(torch.empty(())) if config.learn_temperature else None
+        self.post_init()
+
+    def similarity_scale(self) -> torch.Tensor | float:
+        """The inverse temperature: learned (capped at 100, as CLIP) or ``1 / config.contrastive_temperature``."""
+        if self.logit_scale is None:
+            return 1 / self.config.contrastive_temperature
+        return self.logit_scale.exp().clamp(max=100)
+
+    def contrastive_loss(
+        self, embeddings: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The loss of a batch's ``(num_sequences, hidden)`` embeddings: queries first, then documents."""
+        num_queries = labels.shape[0]
+        return in_batch_negatives_loss(
+            embeddings[:num_queries], embeddings[num_queries:], labels, self.similarity_scale(),
+            self.config.contrastive_symmetric, num_items_in_batch,
+        )
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> SentenceEmbeddingOutput | tuple:
+        output_attentions = bool(output_attentions if output_attentions is not None else self.config.output_attentions)
+        output_hidden_states = bool(
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        hidden, layout, hidden_states, attentions = self.encoder.encode(
+            input_ids, attention_mask, token_type_ids, position_ids, document_ids, inputs_embeds,
+            output_attentions, output_hidden_states,
+            cu_seq_lens_q=kwargs.get("cu_seq_lens_q"), max_length_q=kwargs.get("max_length_q"),
+        )
+        embeddings = pool_sequences(hidden, layout, attention_mask, self.config.sentence_pooling)  # (num_sequences, hidden)
+        if self.config.normalize_embeddings:
+            embeddings = F.normalize(embeddings, dim=-1)
+        loss = scores = None
+        if labels is not None:
+            if labels.dim() != 1 or not 0 < labels.shape[0] < embeddings.shape[0]:
+                raise ValueError(
+                    f"labels must hold one positive-document index per query, {embeddings.shape[0]} sequences in all, "
+                    f"got shape {tuple(labels.shape)}"
+                )
+            loss, scores = self.contrastive_loss(embeddings, labels, num_items_in_batch)
+        return SentenceEmbeddingOutput(
+            loss=loss, embeddings=embeddings, scores=scores, hidden_states=hidden_states, attentions=attentions
+        )
+
+
 __all__ = [
     "AUTO_CLASSES",
     "MlmSuiteForMaskedLM",
@@ -945,11 +1116,14 @@ __all__ = [
     "MlmSuiteForPreTraining",
     "MlmSuiteForPreTrainingOutput",
     "MlmSuiteForQuestionAnswering",
+    "MlmSuiteForSentenceEmbedding",
     "MlmSuiteForSequenceClassification",
     "MlmSuiteForTokenClassification",
     "MlmSuiteModel",
     "MlmSuitePreTrainedModel",
+    "SentenceEmbeddingOutput",
     "SequenceLayout",
     "has_placeholder_labels",
+    "in_batch_negatives_loss",
     "token_cross_entropy",
 ]

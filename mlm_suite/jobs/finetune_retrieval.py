@@ -1,0 +1,425 @@
+"""Fine-tune a bi-encoder for retrieval (semantic search) with in-batch negatives and the HF Trainer.
+
+A query and its relevant document are embedded by the same encoder (``MlmSuiteForSentenceEmbedding``:
+mean, ``[CLS]`` or max pooling, L2-normalised by default); the loss ranks each query's document
+above every other document of the batch (InfoNCE / multiple-negatives ranking, cosine similarity
+at ``--temperature``), plus the hard negatives a training file may give. Flags follow the HF
+example scripts (``--model_name_or_path --train_file --max_seq_length`` and every
+``TrainingArguments`` flag):
+
+* ``--train_file``: CSV/TSV or JSON lines with ``--query_column`` and ``--document_column``
+  (and optionally ``--negative_column``: a hard negative, or in JSON a list of them);
+* ``--corpus_file`` (``--id_column``, ``--text_column``) with ``--queries_file`` (``--query_column``,
+  ``--document_id_column``: the relevant document's id, or in JSON a list of ids): the validation
+  set, scored during training and at the end; ``--test_corpus_file`` with ``--test_queries_file``:
+  the test set.
+
+Without data flags it trains WordNet gloss retrieval: the query is a usage example of a synset
+("he cashed a check at the bank"), the document its gloss ("a financial institution that accepts
+deposits ..."). Synsets are split 80/10/10 (no synset in two splits); each split's corpus is the
+glosses of its synsets::
+
+    mlm-suite finetune-retrieval --output_dir outputs/retrieval
+    python examples/finetune_retrieval.py --train_file pairs.jsonl --corpus_file corpus.jsonl --queries_file dev.jsonl
+
+Negatives come from the batch, so a larger batch gives harder training; ``--mini_batch_size``
+reaches large batches in little memory (gradient caching, see :mod:`mlm_suite.retrieval`).
+``--gradient_accumulation_steps`` averages the loss correctly over the accumulated queries but
+does not add negatives.
+
+Reported: recall@1/5/10, MRR@10 and nDCG@10 on the validation (``eval_*``) and test (``test_*``)
+sets, zero-shot (``zero_shot_*``: the starting model) and fine-tuned. The output folder loads with
+``SentenceTransformer(path, trust_remote_code=True)`` and with ``AutoModel.from_pretrained(path,
+trust_remote_code=True)`` (the encoder; pool its token states).
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from mlm_suite.errors import UsageError
+from mlm_suite.jobs.finetuning import (
+    FinetuneTrainingArguments,
+    ModelArguments,
+    apply_freezing,
+    card_base_model,
+    check_max_seq_length,
+    early_stopping,
+    first_n,
+    initialisation,
+    load_model,
+    mlm_suite_checkpoint,
+    parse_arguments,
+    read_json_lines,
+    resolve_model_path,
+    run_trainer,
+    save_everything,
+    split_80_10_10,
+    training_summary,
+    validate_flags,
+    write_card,
+)
+from mlm_suite.model_card import markdown_table
+
+METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")
+
+
+@dataclass
+class RetrievalSplit:
+    """Queries, the corpus they search and, per query, the indices of its relevant documents in ``corpus``."""
+
+    queries: list[str]
+    corpus: list[str]
+    relevant: list[set[int]]
+
+    def limited(self, max_queries: int | None) -> "RetrievalSplit":
+        return RetrievalSplit(first_n(self.queries, max_queries), self.corpus, first_n(self.relevant, max_queries))
+
+
+Pair = dict[str, Any]  # "query", "document", "negatives" (a list of texts)
+
+
+# --------------------------------------------------------------------------------------------
+# Flags
+# --------------------------------------------------------------------------------------------
+@dataclass
+class RetrievalModelArguments(ModelArguments):
+    sentence_pooling: Literal["mean", "cls", "max"] = field(
+        default="mean", metadata={"help": "How token states become a sentence embedding (over the real tokens)."}
+    )
+    normalize_embeddings: bool = field(default=True, metadata={"help": "L2-normalise the embeddings."})
+    temperature: float = field(
+        default=0.05, metadata={"help": "Softmax temperature of the loss over cosine similarities (scale 1/T = 20)."}
+    )
+    learn_temperature: bool = field(default=False, metadata={"help": "Learn the temperature, starting at --temperature."})
+    symmetric_loss: bool = field(
+        default=False, metadata={"help": "Also rank the queries for each document and average the two losses."}
+    )
+    mini_batch_size: int | None = field(
+        default=None,
+        metadata={"help": "Gradient caching: embed at most this many texts at a time with a graph (the gradient is "
+                          "the whole batch's). Default: the whole batch at once."},
+    )
+
+
+@dataclass
+class RetrievalDataArguments:
+    train_file: str | None = field(default=None, metadata={"help": "CSV/TSV or JSON lines of query/document pairs."})
+    corpus_file: str | None = field(default=None, metadata={"help": "Validation corpus: CSV/TSV or JSON lines of id/text."})
+    queries_file: str | None = field(default=None, metadata={"help": "Validation queries with their relevant document ids."})
+    test_corpus_file: str | None = field(default=None, metadata={"help": "Test corpus (id/text)."})
+    test_queries_file: str | None = field(default=None, metadata={"help": "Test queries with relevant document ids."})
+    query_column: str = field(default="query", metadata={"help": "Column of the query (training and query files)."})
+    document_column: str = field(default="document", metadata={"help": "Column of the relevant document's text."})
+    negative_column: str = field(
+        default="negative", metadata={"help": "Optional column of hard negatives: a text, or in JSON a list of texts."}
+    )
+    id_column: str = field(default="id", metadata={"help": "Column of a corpus document's id."})
+    text_column: str = field(default="text", metadata={"help": "Column of a corpus document's text."})
+    document_id_column: str = field(
+        default="document_id", metadata={"help": "Column of a query's relevant document id (JSON: or a list of ids)."}
+    )
+    max_seq_length: int = field(default=128, metadata={"help": "Longer queries and documents are truncated."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N training pairs."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N validation queries."})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "Keep only the first N test queries."})
+
+
+@dataclass
+class RetrievalTrainingArguments(FinetuneTrainingArguments):
+    output_dir: str | None = field(default="outputs/retrieval", metadata={"help": "Where the model and results go."})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "Training epochs."})
+    learning_rate: float = field(default=5e-5, metadata={"help": "Peak learning rate of AdamW."})
+    per_device_train_batch_size: int = field(
+        default=64, metadata={"help": "Queries per batch and device (each brings its document: 2x texts)."}
+    )
+    per_device_eval_batch_size: int = field(default=128, metadata={"help": "Texts per batch when embedding."})
+
+
+# --------------------------------------------------------------------------------------------
+# Reading data
+# --------------------------------------------------------------------------------------------
+def read_rows(path: str) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, row)`` of a JSON-lines (``.json``/``.jsonl``) or CSV/TSV file."""
+    suffix = Path(path).suffix
+    if suffix in (".json", ".jsonl"):
+        rows = read_json_lines(path)
+        for line, row in rows:
+            if not isinstance(row, dict):
+                raise UsageError(f"{path} line {line}: expected a JSON object, got {type(row).__name__}")
+        return rows
+    if suffix in (".csv", ".tsv"):
+        with open(path, encoding="utf-8", newline="") as handle:
+            reader = csv.DictReader(handle, delimiter="\t" if suffix == ".tsv" else ",")
+            return [(reader.line_num, row) for row in reader]
+    raise UsageError(f"{path}: unsupported file type {suffix!r}; use .json/.jsonl (JSON lines), .csv or .tsv")
+
+
+def _text(value: Any) -> str | None:
+    """A non-empty text, or None for a missing or empty cell."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _texts(value: Any) -> list[str]:
+    """One text or a list of texts (JSON) → the non-empty ones."""
+    values = value if isinstance(value, list) else [value]
+    return [text for text in map(_text, values) if text is not None]
+
+
+def required_texts(row: dict[str, Any], columns: Sequence[str], path: str, line: int, why: str = "") -> list[str]:
+    """The non-empty texts of ``columns`` in ``row``; a missing or empty one is an error naming the file and line."""
+    texts = [_text(row.get(name)) for name in columns]
+    for name, text in zip(columns, texts):
+        if text is None:
+            raise UsageError(f"{path} line {line}: no {name!r}{why}; the row has {sorted(row)}")
+    return texts
+
+
+def read_training_pairs(path: str, args: RetrievalDataArguments) -> list[Pair]:
+    """Query/document pairs (with any hard negatives); a row without either is an error naming its line."""
+    pairs = []
+    for line, row in read_rows(path):
+        query, document = required_texts(row, (args.query_column, args.document_column), path, line,
+                                         " (a query needs a document)")
+        pairs.append({"query": query, "document": document, "negatives": _texts(row.get(args.negative_column))})
+    if not pairs:
+        raise UsageError(f"{path}: no query/document pairs")
+    return pairs
+
+
+def read_retrieval_split(corpus_path: str, queries_path: str, args: RetrievalDataArguments) -> RetrievalSplit:
+    """A corpus (unique ids, non-empty texts) and queries whose relevant ids it holds."""
+    index: dict[str, int] = {}
+    first_line: dict[str, int] = {}
+    corpus = []
+    for line, row in read_rows(corpus_path):
+        document_id, text = required_texts(row, (args.id_column, args.text_column), corpus_path, line)
+        if document_id in index:
+            raise UsageError(f"{corpus_path} line {line}: duplicate document id {document_id!r} (first on line {first_line[document_id]})")
+        index[document_id], first_line[document_id] = len(corpus), line
+        corpus.append(text)
+    if not corpus:
+        raise UsageError(f"{corpus_path}: the corpus is empty")
+    queries, relevant = [], []
+    for line, row in read_rows(queries_path):
+        query, ids = _text(row.get(args.query_column)), _texts(row.get(args.document_id_column))
+        if query is None or not ids:
+            missing = args.query_column if query is None else args.document_id_column
+            raise UsageError(f"{queries_path} line {line}: no {missing!r} (a query needs a relevant document id)")
+        unknown = [document_id for document_id in ids if document_id not in index]
+        if unknown:
+            raise UsageError(f"{queries_path} line {line}: document id {unknown[0]!r} is not in {corpus_path}")
+        queries.append(query)
+        relevant.append({index[document_id] for document_id in ids})
+    if not queries:
+        raise UsageError(f"{queries_path}: no queries")
+    return RetrievalSplit(queries, corpus, relevant)
+
+
+def wordnet_gloss_splits(seed: int) -> tuple[list[Pair], dict[str, RetrievalSplit], str]:
+    """The embedded task: WordNet 3.0 usage examples (queries) → their synset's gloss (documents).
+
+    Synsets with at least one example are split 80/10/10 with ``random.Random(seed)``; synsets whose
+    gloss is word for word another synset's are left out (the right answer would be ambiguous).
+    """
+    from collections import Counter
+
+    from mlm_suite.wordnet import WordNet
+
+    synsets = sorted((s for s in WordNet(pos=("n", "v", "a", "r")).synsets.values() if s.examples),
+                     key=lambda s: (s.pos, s.offset))
+    shared = Counter(s.definition for s in synsets)
+    synsets = [s for s in synsets if shared[s.definition] == 1 and s.definition]
+    train, validation, test = split_80_10_10(synsets, seed)
+    pairs = [{"query": example, "document": s.definition, "negatives": []} for s in train for example in s.examples]
+    random.Random(seed).shuffle(pairs)
+
+    def evaluation(part: Sequence[Any]) -> RetrievalSplit:
+        queries = [(example, index) for index, s in enumerate(part) for example in s.examples]
+        return RetrievalSplit([q for q, _ in queries], [s.definition for s in part], [{index} for _, index in queries])
+
+    splits = {"validation": evaluation(validation), "test": evaluation(test)}
+    description = (
+        "WordNet 3.0 gloss retrieval (nouns, verbs, adjectives, adverbs): the query is a usage example of a synset, "
+        "the relevant document that synset's gloss. Synsets with examples and a gloss of their own are split 80/10/10 "
+        "with a fixed seed (no synset in two splits); each split's corpus is the glosses of its synsets"
+    )
+    return pairs, splits, description
+
+
+def load_data(args: RetrievalDataArguments, seed: int) -> tuple[list[Pair], dict[str, RetrievalSplit], str]:
+    """Training pairs, the validation/test splits and a description, from files or the embedded task."""
+    pairs_of_files = {"validation": (args.corpus_file, args.queries_file), "test": (args.test_corpus_file, args.test_queries_file)}
+    for split, (corpus, queries) in pairs_of_files.items():
+        if bool(corpus) != bool(queries):
+            prefix = "" if split == "validation" else "test_"
+            raise UsageError(f"--{prefix}corpus_file and --{prefix}queries_file go together: give both or neither")
+    if not args.train_file:
+        if any(path for files in pairs_of_files.values() for path in files):
+            raise UsageError("--corpus_file/--queries_file need a --train_file (without data flags the WordNet task is used)")
+        return wordnet_gloss_splits(seed)
+    pairs = read_training_pairs(args.train_file, args)
+    splits = {split: read_retrieval_split(corpus, queries, args)
+              for split, (corpus, queries) in pairs_of_files.items() if corpus}
+    described = [f"train: `{args.train_file}`"] + [f"{split}: `{files[1]}` over `{files[0]}`"
+                                                   for split, files in pairs_of_files.items() if files[0]]
+    return pairs, splits, ", ".join(described)
+
+
+# --------------------------------------------------------------------------------------------
+# The job
+# --------------------------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    from transformers import AutoConfig, AutoTokenizer, set_seed
+
+    from mlm_suite import MlmSuiteForSentenceEmbedding
+    from mlm_suite.retrieval import (
+        RetrievalCollator,
+        RetrievalMetrics,
+        RetrievalTrainer,
+        retrieval_eval_dataset,
+        tokenize_texts,
+        write_sentence_transformers_files,
+    )
+
+    model_args, data_args, training_args = parse_arguments(
+        (RetrievalModelArguments, RetrievalDataArguments, RetrievalTrainingArguments), argv
+    )
+    validate_flags(model_args, data_args, training_args)  # before anything is read or written
+    if model_args.classifier_pooling is not None:
+        raise UsageError("--classifier_pooling is for classification heads; retrieval pools with --sentence_pooling")
+    pairs, splits, description = load_data(data_args, training_args.seed)
+    pairs = first_n(pairs, data_args.max_train_samples)
+    limits = {"validation": data_args.max_eval_samples, "test": data_args.max_predict_samples}
+    splits = {name: split.limited(limits[name]) for name, split in splits.items()}
+
+    model_path = mlm_suite_checkpoint(resolve_model_path(model_args.model_name_or_path, training_args))
+    config = AutoConfig.from_pretrained(model_path)
+    config.update(dict(
+        sentence_pooling=model_args.sentence_pooling, normalize_embeddings=model_args.normalize_embeddings,
+        contrastive_temperature=model_args.temperature, learn_temperature=model_args.learn_temperature,
+        contrastive_symmetric=model_args.symmetric_loss,
+    ))
+    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path)
+    check_max_seq_length(data_args.max_seq_length, config, model_path, tokenizer)
+
+    def tokenized_pairs() -> list[dict[str, Any]]:
+        length = data_args.max_seq_length
+        queries = tokenize_texts(tokenizer, [pair["query"] for pair in pairs], length)
+        documents = tokenize_texts(tokenizer, [pair["document"] for pair in pairs], length)
+        return [{"query": q, "document": d, "negatives": tokenize_texts(tokenizer, pair["negatives"], length)
+                 if pair["negatives"] else []} for q, d, pair in zip(queries, documents, pairs)]
+
+    datasets: dict[str, Any] = {"train": tokenized_pairs()}
+    for name, split in splits.items():
+        datasets[name] = retrieval_eval_dataset(tokenizer, split.queries, split.corpus, data_args.max_seq_length)
+    metrics_of = {name: RetrievalMetrics(split.relevant) for name, split in splits.items()}
+    if training_args.metric_for_best_model is None and training_args.load_best_model_at_end:
+        training_args.metric_for_best_model = "mrr@10"
+    training_args.label_names = ["labels"]
+    training_args.remove_unused_columns = False  # the examples' query/document/negatives are the collator's input
+
+    set_seed(training_args.seed)
+    model = load_model(MlmSuiteForSentenceEmbedding, model_path, config, model_args)
+    trainable = apply_freezing(model, model_args.train_last_k_layers)
+    trainer = RetrievalTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=datasets["train"],
+        eval_dataset=datasets.get("validation"),
+        processing_class=tokenizer,
+        data_collator=RetrievalCollator(),
+        compute_metrics=metrics_of.get("validation"),
+        callbacks=early_stopping(training_args, "mrr@10"),
+        mini_batch_size=model_args.mini_batch_size,
+    )
+
+    def score(split: str, prefix: str) -> dict[str, float]:
+        trainer.compute_metrics = metrics_of[split]
+        return trainer.evaluate(datasets[split], metric_key_prefix=prefix)
+
+    metrics: dict[str, dict[str, float]] = {}
+    if training_args.do_train:  # the starting model, for comparison
+        metrics |= {prefix: score(split, prefix) for split, prefix in
+                    (("validation", "zero_shot_eval"), ("test", "zero_shot_test")) if split in datasets}
+    trainer.compute_metrics = metrics_of.get("validation")  # early stopping and the best model go by validation
+    metrics |= run_trainer(trainer, {name: datasets[name] for name in ("train", "validation") if name in datasets},
+                           training_args)
+    if training_args.do_predict and "test" in datasets:
+        metrics["test"] = score("test", "test")
+    save_everything(trainer, metrics)
+    if trainer.is_world_process_zero():
+        write_sentence_transformers_files(training_args.output_dir, model.config, data_args.max_seq_length)
+
+    flat = {key: value for values in metrics.values() for key, value in values.items()}
+    table = [f"| split | model | {' | '.join(METRICS)} |", "|---" * (len(METRICS) + 2) + "|"]
+    for split, prefix in (("validation", "eval"), ("test", "test")):
+        for stage, key_prefix in (("zero-shot", f"zero_shot_{prefix}"), ("fine-tuned", prefix)):
+            if f"{key_prefix}_mrr@10" in flat:
+                table.append(f"| {split} | {stage} | " + " | ".join(f"{flat[f'{key_prefix}_{name}']:.4f}" for name in METRICS) + " |")
+    sizes = {name: f"{len(split.queries):,} queries, {len(split.corpus):,} documents" for name, split in splits.items()}
+    write_card(
+        trainer,
+        pipeline_tag="sentence-similarity",
+        task_description="A sentence-embedding (bi-encoder retrieval) model",
+        base_model=card_base_model(model_path, model_args),
+        auto_class="AutoModel",
+        labels="",
+        extra_fields=_embedding_fields(model.config),
+        data=description + "\n\n" + markdown_table({"train": f"{len(pairs):,} query/document pairs", **sizes},
+                                                    ("split", "size")),
+        training=training_summary(
+            training_args, **initialisation(model_path, model_args),
+            **{"loss": _loss_text(model.config), "max_seq_length": data_args.max_seq_length,
+               "mini_batch_size (gradient caching)": model_args.mini_batch_size or "none", "trained layers": trainable},
+        ),
+        metrics="Recall@k, MRR@10 and nDCG@10 (cosine similarity, the whole corpus of the split ranked for each "
+                "query), before (zero-shot) and after fine-tuning.\n\n" + "\n".join(table),
+    )
+    if trainer.is_world_process_zero():
+        for split, prefix in (("validation", "eval"), ("test", "test")):
+            shown = [f"{stage} mrr@10 = {flat[f'{key}_mrr@10']:.4f}" for stage, key in
+                     (("zero-shot", f"zero_shot_{prefix}"), ("fine-tuned", prefix)) if f"{key}_mrr@10" in flat]
+            if shown:
+                print(f"{split}: " + ", ".join(shown))
+        print(f"saved the model (sentence-transformers and transformers), tokenizer, model card and all_results.json "
+              f"to {training_args.output_dir}")
+    return 0
+
+
+def _embedding_fields(config: Any) -> dict[str, str]:
+    """The card's account of the embeddings and the pooling lines of its transformers-only snippet."""
+    pooling = {
+        "mean": 'mask = batch["attention_mask"][..., None].to(states.dtype)\n'
+                "embeddings = (states * mask).sum(1) / mask.sum(1)",
+        "cls": "embeddings = states[:, 0]",
+        "max": 'embeddings = states.masked_fill(batch["attention_mask"][..., None] == 0, -1e9).amax(1)',
+    }[config.sentence_pooling]
+    if config.normalize_embeddings:
+        pooling += "\nembeddings = torch.nn.functional.normalize(embeddings, dim=-1)"
+    what = {"mean": "the mean of the token states", "cls": "the `[CLS]` token state",
+            "max": "the element-wise maximum of the token states"}[config.sentence_pooling]
+    text = (f"{config.hidden_size} dimensions: {what} over the real tokens"
+            + (", L2-normalised" if config.normalize_embeddings else "") + "; compare them by cosine similarity.")
+    return {"embeddings": text, "pooling_code": pooling}
+
+
+def _loss_text(config: Any) -> str:
+    temperature = (f"learned, from {config.contrastive_temperature:g}" if config.learn_temperature
+                   else f"{config.contrastive_temperature:g}")
+    direction = "query → document and document → query, averaged" if config.contrastive_symmetric else "query → document"
+    return f"in-batch negatives (InfoNCE) over cosine similarities, temperature {temperature}, {direction}"
+
+
+if __name__ == "__main__":
+    from mlm_suite.jobs.distributed import run_job
+
+    raise SystemExit(run_job(main))
