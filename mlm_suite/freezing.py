@@ -39,7 +39,8 @@ def freeze_encoder(model: nn.Module, train_last_k_layers: int | None = 0) -> dic
               of pre-norm mlm_suite encoders, which belongs to the top of the stack); the
               embeddings and the lower layers stay frozen. ``k = num_layers`` freezes only the
               embeddings.
-            * ``None`` or ``-1``: nothing is frozen (ordinary full fine-tuning).
+            * ``None`` or ``-1``: nothing is frozen (ordinary full fine-tuning), except the
+              parameters a model lists as unused (``model.unused_parameters()``).
 
     Every parameter's flag is set explicitly, so calling it again with another ``k`` undoes the
     previous call.
@@ -67,6 +68,8 @@ def freeze_encoder(model: nn.Module, train_last_k_layers: int | None = 0) -> dic
             trainable_modules.append(encoder.final_norm)
         trainable = {id(p) for module in trainable_modules for p in module.parameters()}
         frozen = {id(p) for p in encoder.parameters() if id(p) not in trainable}
+    # A model may carry weights it never uses (the sentence-embedding model's pooler): they stay frozen.
+    frozen |= {id(p) for p in getattr(model, "unused_parameters", list)()}
     counts = {"trainable": 0, "frozen": 0}
     for parameter in model.parameters():
         parameter.requires_grad_(id(parameter) not in frozen)

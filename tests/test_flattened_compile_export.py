@@ -24,6 +24,7 @@ from mlm_suite import (
     MlmSuiteForPairClassification,
     MlmSuiteForPreTraining,
     MlmSuiteForQuestionAnswering,
+    MlmSuiteForSentenceEmbedding,
     MlmSuiteForSequenceClassification,
     MlmSuiteForTokenClassification,
     MlmSuiteModel,
@@ -48,6 +49,7 @@ HEADS = (
     MlmSuiteForPairClassification,
     MlmSuiteForTokenClassification,
     MlmSuiteForQuestionAnswering,
+    MlmSuiteForSentenceEmbedding,
 )
 
 
@@ -237,6 +239,20 @@ def test_mlm_training_step_compiles_without_a_graph_break(head, architecture):
         explanation = torch._dynamo.explain(model)(**inputs)
         assert explanation.graph_break_count == 0, explanation.break_reasons
         assert explanation.graph_count == 1
+
+
+@pytest.mark.parametrize("mode", ["mean", "cls", "max"])
+def test_contrastive_training_step_compiles_without_a_graph_break(mode):
+    from mlm_suite.retrieval import RetrievalCollator
+
+    torch.manual_seed(0)
+    model = MlmSuiteForSentenceEmbedding(config(sentence_pooling=mode, normalize_embeddings=True)).train()
+    batch = RetrievalCollator()([{"query": [5, 6, 7], "document": [8, 9, 10, 11], "negatives": [[12, 13]]},
+                                 {"query": [14, 15], "document": [16]}])
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(model)(**batch)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1
 
 
 def test_compiled_training_compiles_a_bounded_number_of_times_and_matches_eager():

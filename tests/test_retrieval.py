@@ -158,6 +158,7 @@ def test_model_loss_uses_queries_first_then_documents_and_the_learned_scale():
     out.loss.backward()
     assert model.logit_scale.grad is not None and model.logit_scale.grad.abs() > 0
     assert all(p.grad is not None for name, p in model.named_parameters() if not name.startswith("encoder.pooler"))
+    assert not any(p.requires_grad for p in model.unused_parameters())  # kept for AutoModel, never used
     with pytest.raises(ValueError, match="one positive-document index per query"):
         model(**{**batch, "labels": torch.arange(5)})
 
@@ -202,6 +203,22 @@ def test_gradient_cache_gives_the_full_batch_gradient(tmp_path):
     assert cached.keys() == full.keys() and "logit_scale" in cached
     for name in full:
         torch.testing.assert_close(cached[name], full[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("mini_batch_size", [None, 4])
+def test_gradient_accumulation_averages_over_the_queries_of_the_accumulated_batch(mini_batch_size, tmp_path):
+    """The Trainer counts the queries of every micro-batch (num_items_in_batch); each step's loss is its sum over that count."""
+    torch.manual_seed(0)
+    model = MlmSuiteForSentenceEmbedding(make_tiny_config())
+    trainer = trainer_for(model, tmp_path, mini_batch_size)
+    trainer.current_gradient_accumulation_steps = 2
+    batches = [contrastive_batch(0, 6), contrastive_batch(1, 4)]
+    count = trainer._get_num_items_in_batch(batches, torch.device("cpu"))
+    assert int(count) == 10
+    steps = [trainer.training_step(model, dict(batch), count).item() for batch in batches]
+    with torch.no_grad():
+        sums = [model(**batch).loss.item() * len(batch["labels"]) for batch in batches]  # mean × queries
+    assert sum(steps) == pytest.approx(sum(sums) / 10, rel=1e-5)
 
 
 def test_gradient_cache_replays_each_mini_batchs_dropout(tmp_path, monkeypatch):
@@ -377,10 +394,16 @@ def test_saved_folder_loads_without_mlm_suite_with_the_same_embeddings(retrieval
 
 
 def test_distributed_evaluation_embeds_each_text_once_in_order(tiny_model, retrieval_files, tmp_path):
-    """2 processes, 59 texts to embed (an odd number): the same metrics as one process."""
+    """2 processes, 59 texts to embed (an odd number): the same metrics as one process.
+
+    Training takes DDP's path through gradient caching (no_sync until the last mini-batch) with activation
+    checkpointing, under which DDP does not look for unused parameters (the frozen pooler); learning
+    rate 0 keeps the weights, so both runs score the same model.
+    """
     common = ["--model_name_or_path", str(tiny_model), "--train_file", str(retrieval_files["train"]),
               "--corpus_file", str(retrieval_files["corpus"]), "--queries_file", str(retrieval_files["queries"]),
-              "--max_eval_samples", "29", "--max_steps", "1", "--learning_rate", "0", *FAST]
+              "--max_eval_samples", "29", "--max_steps", "2", "--learning_rate", "0", "--per_device_train_batch_size", "6",
+              "--mini_batch_size", "5", "--activation_checkpointing", "true", *FAST]
     finetune_retrieval.main([*common, "--output_dir", str(tmp_path / "single")])
     completed = launch_two_processes(REPO / "examples" / "finetune_retrieval.py",
                                      [*common, "--output_dir", str(tmp_path / "ddp")], 240)

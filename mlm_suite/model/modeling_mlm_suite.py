@@ -1045,12 +1045,18 @@ class MlmSuiteForSentenceEmbedding(MlmSuitePreTrainedModel):
 
     def __init__(self, config: MlmSuiteConfig):
         super().__init__(config)
-        # The pooler is kept, unused, so that the folder is a whole encoder for AutoModel (and keeps a
-        # converted BERT's pooler); the embeddings pool the final token states.
+        # The pooler is kept, unused and frozen, so that the folder is a whole encoder for AutoModel (and
+        # keeps a converted BERT's pooler); the embeddings pool the final token states. Frozen, DDP needs
+        # no search for unused parameters (which gradient checkpointing turns off).
         self.encoder = MlmSuiteModel(config, add_pooling_layer=True)
+        self.encoder.pooler.requires_grad_(False)
         # log(1 / temperature), as CLIP learns it; set by _init_weights
         self.logit_scale = nn.Parameter(torch.empty(())) if config.learn_temperature else None
         self.post_init()
+
+    def unused_parameters(self) -> list[nn.Parameter]:
+        """The pooler's: part of the saved encoder, never used by the embeddings (kept frozen)."""
+        return list(self.encoder.pooler.parameters())
 
     def similarity_scale(self) -> torch.Tensor | float:
         """The inverse temperature: learned (capped at 100, as CLIP) or ``1 / config.contrastive_temperature``."""
