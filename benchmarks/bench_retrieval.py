@@ -14,6 +14,10 @@ example → its gloss, synsets split 80/10/10 by the seed). Per seed, in one pro
    1 / 0.05, cosine similarity) from the original MiniLM, with the same pairs, batch size, epochs, learning
    rate, warm-up, schedule, weight decay and seed.
 
+Finished seeds (``seed_<n>/rows.json``) are reused. With ``--rerank`` (the issue's stretch goal) a cross-encoder
+(``finetune-pair`` from MiniLM on query/gloss pairs, hard negatives mined by the first seed's fine-tuned
+bi-encoder) then reorders that bi-encoder's top ``--rerank_top_k`` test documents.
+
 Both fine-tuned models are scored on the test split with :func:`mlm_suite.retrieval.retrieval_metrics`; the
 sentence-transformers model is also scored by its own ``InformationRetrievalEvaluator`` as a check on the
 metric code. Training time is the Trainer's ``train_runtime`` of each (sentence-transformers tokenises inside
@@ -76,10 +80,12 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, dict[str, float]]
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.losses import MultipleNegativesRankingLoss
 
+    out = Path(args.output_dir) / f"seed_{seed}"
+    if (out / "rows.json").is_file():  # a finished seed (an interrupted benchmark continues where it stopped)
+        return json.loads((out / "rows.json").read_text())
     pairs, splits, _ = finetune_retrieval.wordnet_gloss_splits(seed)
     pairs = pairs[: args.max_train_samples] if args.max_train_samples else pairs
     test = splits["test"]
-    out = Path(args.output_dir) / f"seed_{seed}"
     rows: dict[str, dict[str, float]] = {}
 
     # sentence-transformers: zero-shot, then its own fine-tuning
@@ -122,6 +128,75 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, dict[str, float]]
     return rows
 
 
+def rerank_stage(seed: int, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """The stretch goal: a cross-encoder (``finetune-pair`` from MiniLM) reranking the fine-tuned bi-encoder's top k.
+
+    Its training pairs come from ``--rerank_train_queries`` training queries: the query with its gloss
+    (``relevant``), with the wrong gloss the bi-encoder ranks highest and with a random wrong gloss (both
+    ``irrelevant``: with hard negatives alone the cross-encoder learns to push down whatever the bi-encoder
+    likes, the right gloss included); validation pairs likewise from 500 validation queries. Returns the test metrics before and after reranking.
+    """
+    import random
+
+    from transformers import AutoTokenizer
+
+    from mlm_suite import MlmSuiteForPairClassification, MlmSuiteForSentenceEmbedding
+    from mlm_suite.jobs import finetune_pair
+    from mlm_suite.retrieval import embed_texts, rerank
+
+    pairs, splits, _ = finetune_retrieval.wordnet_gloss_splits(seed)
+    out = Path(args.output_dir) / f"seed_{seed}"
+    bi_encoder_dir = out / "mlm_suite"
+    bi_encoder = MlmSuiteForSentenceEmbedding.from_pretrained(bi_encoder_dir)
+    tokenizer = AutoTokenizer.from_pretrained(bi_encoder_dir)
+
+    rng = random.Random(seed)
+
+    def hard_pairs(queries: list[str], golds: list[str], corpus: list[str]) -> list[dict]:
+        """Per query: its gloss, the wrong gloss the bi-encoder ranks highest and a random wrong gloss."""
+        ranked = rank_documents(embed_texts(bi_encoder, tokenizer, queries, progress=False),
+                                embed_texts(bi_encoder, tokenizer, corpus, progress=False), 2)
+        rows = []
+        for query, gold, top in zip(queries, golds, ranked.tolist()):
+            hardest = next(corpus[d] for d in top if corpus[d] != gold)
+            drawn = next(text for text in iter(lambda: rng.choice(corpus), None) if text != gold)
+            rows += [{"sentence1": query, "sentence2": gold, "label": "relevant"},
+                     {"sentence1": query, "sentence2": hardest, "label": "irrelevant"},
+                     {"sentence1": query, "sentence2": drawn, "label": "irrelevant"}]
+        return rows
+
+    chosen = rng.sample(pairs, min(args.rerank_train_queries, len(pairs)))
+    train_corpus = sorted({pair["document"] for pair in pairs})
+    validation = splits["validation"]
+    files = {
+        "train": hard_pairs([p["query"] for p in chosen], [p["document"] for p in chosen], train_corpus),
+        "validation": hard_pairs(validation.queries[:500],
+                                 [validation.corpus[next(iter(r))] for r in validation.relevant[:500]], validation.corpus),
+    }
+    for name, rows in files.items():
+        (out / f"rerank_{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    cross_dir = out / "cross_encoder"
+    started = time.perf_counter()
+    finetune_pair.main(["--train_file", str(out / "rerank_train.jsonl"), "--validation_file", str(out / "rerank_validation.jsonl"),
+                        "--output_dir", str(cross_dir), "--seed", str(seed), "--num_train_epochs", "1",
+                        "--learning_rate", str(args.learning_rate), "--max_seq_length", str(args.max_seq_length),
+                        "--report_to", "none", "--use_cpu", "True", "--disable_tqdm", "True"])
+    train_seconds = time.perf_counter() - started
+    test = splits["test"]
+    ranked = rank_documents(embed_texts(bi_encoder, tokenizer, test.queries, progress=False),
+                            embed_texts(bi_encoder, tokenizer, test.corpus, progress=False), args.rerank_top_k)
+    cross_encoder = MlmSuiteForPairClassification.from_pretrained(cross_dir)
+    reranked = rerank(cross_encoder, AutoTokenizer.from_pretrained(cross_dir), test.queries, test.corpus, ranked,
+                      top_k=args.rerank_top_k, progress=False)
+    validation_accuracy = json.loads((cross_dir / "all_results.json").read_text())["eval_accuracy"]
+    return {
+        "bi-encoder (mlm_suite)": retrieval_metrics(ranked, test.relevant),
+        f"+ cross-encoder reranking top {args.rerank_top_k}": retrieval_metrics(reranked, test.relevant) | {
+            "train_seconds": train_seconds, "pair_validation_accuracy": validation_accuracy,
+            "train_pairs": len(files["train"])},
+    }
+
+
 def mean_sd(values: list[float]) -> str:
     if len(values) == 1:
         return f"{values[0]:.4f}"
@@ -162,12 +237,25 @@ def main() -> None:
     parser.add_argument("--max_seq_length", type=int, default=128)
     parser.add_argument("--max_train_samples", type=int, help="default: every training pair")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--rerank", action="store_true",
+                        help="also train a cross-encoder and rerank the first seed's bi-encoder results (the stretch goal)")
+    parser.add_argument("--rerank_train_queries", type=int, default=5000)
+    parser.add_argument("--rerank_top_k", type=int, default=20)
     parser.add_argument("--markdown", help="also write the table to this file")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     per_seed = {seed: run_seed(seed, args) for seed in args.seeds}
     text = table(per_seed)
+    if args.rerank:
+        seed = args.seeds[0]
+        rows = rerank_stage(seed, args)
+        (Path(args.output_dir) / f"seed_{seed}" / "rerank_rows.json").write_text(json.dumps(rows, indent=2))
+        text += f"\n\nReranking, seed {seed}, test split:\n\n| system | " + " | ".join(METRICS) + " |\n" + "|---" * (len(METRICS) + 1) + "|\n"
+        text += "\n".join(f"| {name} | " + " | ".join(f"{row[m]:.4f}" for m in METRICS) + " |" for name, row in rows.items())
+        extra = rows[f"+ cross-encoder reranking top {args.rerank_top_k}"]
+        text += (f"\n\ncross-encoder: {extra['train_pairs']:,} training pairs, validation pair accuracy "
+                 f"{extra['pair_validation_accuracy']:.4f}, fine-tuning {extra['train_seconds']:.0f} s")
     print(text)
     if args.markdown:
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)

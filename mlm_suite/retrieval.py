@@ -36,14 +36,17 @@ RANKING_DEPTH = 10  # MRR and nDCG are computed over the top 10
 # --------------------------------------------------------------------------------------------
 # Batches
 # --------------------------------------------------------------------------------------------
-def flatten_sequences(sequences: Sequence[Sequence[int]]) -> dict[str, Any]:
-    """Token-id lists → one flattened ``(1, total)`` batch with its offsets (``mlm_suite.data.flattening``'s format)."""
+def flatten_sequences(
+    sequences: Sequence[Sequence[int]], token_type_ids: Sequence[Sequence[int]] | None = None
+) -> dict[str, Any]:
+    """Token-id lists (and their segment ids) → one flattened ``(1, total)`` batch with its offsets
+    (``mlm_suite.data.flattening``'s format)."""
     if not sequences or any(len(sequence) == 0 for sequence in sequences):
         raise ValueError("every sequence of a batch needs at least one token")
     lengths = torch.tensor([len(sequence) for sequence in sequences])
     offsets = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)  # (num_sequences + 1,)
     longest = int(lengths.max())
-    return {
+    batch = {
         "input_ids": torch.tensor([token for sequence in sequences for token in sequence])[None],
         "position_ids": torch.cat([torch.arange(length) for length in lengths.tolist()])[None],
         "cu_seq_lens_q": offsets,
@@ -51,6 +54,9 @@ def flatten_sequences(sequences: Sequence[Sequence[int]]) -> dict[str, Any]:
         "max_length_q": longest,
         "max_length_k": longest,
     }
+    if token_type_ids is not None:
+        batch["token_type_ids"] = torch.tensor([segment for row in token_type_ids for segment in row])[None]
+    return batch
 
 
 class RetrievalCollator:
@@ -296,6 +302,51 @@ def evaluate_retrieval(
     return retrieval_metrics(rank_documents(query_embeddings, documents, max(*ks, RANKING_DEPTH)), relevant, ks)
 
 
+@torch.no_grad()
+def rerank(
+    cross_encoder: Any,
+    tokenizer: Any,
+    queries: Sequence[str],
+    corpus: Sequence[str],
+    ranked: torch.Tensor,
+    top_k: int = 10,
+    relevant_label: str = "relevant",
+    batch_size: int = 64,
+    max_length: int = 256,
+    progress: bool = True,
+) -> torch.Tensor:
+    """Reorder each query's first ``top_k`` documents by a cross-encoder's relevance score; the rest keep their places.
+
+    ``cross_encoder`` is a sentence-pair model (``MlmSuiteForPairClassification``) reading
+    ``[CLS] query [SEP] document [SEP]``: its score is the logit of ``relevant_label`` minus the log-sum-exp of
+    the others (the log-odds of that class), or its single output for a regression head. Pairs run in
+    flattened (padding-free) batches.
+    """
+    from tqdm.auto import tqdm
+
+    cross_encoder.eval()
+    device = next(cross_encoder.parameters()).device
+    top_k = min(top_k, ranked.shape[1])
+    candidates = ranked[:, :top_k]  # (num_queries, top_k)
+    pairs = [(q, int(d)) for q, row in enumerate(candidates.tolist()) for d in row]
+    scores = []
+    for start in tqdm(range(0, len(pairs), batch_size), desc="reranking", unit="batch", disable=not progress):
+        chunk = pairs[start : start + batch_size]
+        encoded = tokenizer([queries[q] for q, _ in chunk], [corpus[d] for _, d in chunk], truncation=True,
+                            max_length=max_length)
+        batch = flatten_sequences(encoded["input_ids"], encoded.get("token_type_ids"))
+        batch = {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
+        logits = cross_encoder(**batch).logits.float()  # (pairs, num_labels)
+        if logits.shape[1] == 1:
+            scores.append(logits[:, 0].cpu())
+        else:
+            relevant = int(cross_encoder.config.label2id[relevant_label])
+            others = torch.cat([logits[:, :relevant], logits[:, relevant + 1 :]], dim=1)
+            scores.append((logits[:, relevant] - torch.logsumexp(others, dim=1)).cpu())
+    order = torch.cat(scores).view(-1, top_k).argsort(dim=1, descending=True, stable=True)
+    return torch.cat([candidates.gather(1, order), ranked[:, top_k:]], dim=1)
+
+
 # --------------------------------------------------------------------------------------------
 # sentence-transformers
 # --------------------------------------------------------------------------------------------
@@ -346,6 +397,7 @@ __all__ = [
     "evaluate_retrieval",
     "flatten_sequences",
     "rank_documents",
+    "rerank",
     "retrieval_eval_dataset",
     "retrieval_metrics",
     "split_flat_batch",

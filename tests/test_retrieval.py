@@ -30,6 +30,7 @@ from mlm_suite.retrieval import (
     embed_texts,
     evaluate_retrieval,
     flatten_sequences,
+    rerank,
     retrieval_metrics,
     split_flat_batch,
 )
@@ -273,6 +274,29 @@ def test_retrieval_metrics_equal_hand_computed_values():
     assert metrics["n_queries"] == 4
     with pytest.raises(ValueError, match="at least one relevant document"):
         retrieval_metrics(ranked[:1], [set()])
+
+
+def test_rerank_orders_the_top_k_by_the_cross_encoders_log_odds_and_keeps_the_rest():
+    from mlm_suite import MlmSuiteForPairClassification, resources
+
+    tokenizer = AutoTokenizer.from_pretrained(resources.minilm_dir())
+    config = make_tiny_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=128, num_labels=3,
+                              id2label={0: "irrelevant", 1: "relevant", 2: "unsure"},
+                              label2id={"irrelevant": 0, "relevant": 1, "unsure": 2})
+    torch.manual_seed(0)
+    model = MlmSuiteForPairClassification(config).eval()
+    queries = ["what is a violin", "where is the harbor", "tiger"]
+    corpus = ["a string instrument", "a place for ships", "a large cat", "a kind of fruit", "a small boat", "music"]
+    ranked = torch.tensor([[5, 0, 3, 1, 2, 4], [1, 4, 2, 0, 5, 3], [3, 2, 1, 5, 4, 0]])
+    reranked = rerank(model, tokenizer, queries, corpus, ranked, top_k=4, batch_size=5, progress=False)
+    for q, (row, new_row) in enumerate(zip(ranked.tolist(), reranked.tolist())):
+        scores = []
+        for d in row[:4]:
+            with torch.no_grad():
+                logits = model(**tokenizer(queries[q], corpus[d], return_tensors="pt")).logits[0]
+            scores.append(float(logits[1] - torch.logsumexp(logits[[0, 2]], dim=0)))
+        assert new_row[:4] == [row[i] for i in sorted(range(4), key=lambda i: -scores[i])]
+        assert new_row[4:] == row[4:]
 
 
 def test_retrieval_metrics_as_compute_metrics_check_the_order():
