@@ -12,6 +12,7 @@
   of one mini-batch.
 * :class:`RetrievalMetrics` (a ``compute_metrics`` for an evaluation set of queries followed by the
   corpus) and :func:`evaluate_retrieval` (standalone) report recall@k, MRR@10 and nDCG@10.
+* :func:`rerank` reorders each query's top k with a sentence-pair model (a cross-encoder).
 * :func:`write_sentence_transformers_files` makes a saved folder load with
   ``SentenceTransformer(path, trust_remote_code=True)``.
 """
