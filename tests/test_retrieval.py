@@ -474,6 +474,14 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(rows, dropped, flags, f
     assert not (tmp_path / "out").exists()
 
 
+def test_training_without_an_evaluation_split_says_so_in_the_card(tiny_model, retrieval_files, tmp_path):
+    finetune_retrieval.main(["--model_name_or_path", str(tiny_model), "--train_file", str(retrieval_files["train"]),
+                             "--output_dir", str(tmp_path / "out"), "--max_steps", "2", *FAST])
+    results = json.loads((tmp_path / "out" / "all_results.json").read_text())
+    assert "train_loss" in results and not any(key.startswith(("eval_", "zero_shot")) for key in results)
+    assert "Not evaluated: the run had no evaluation split" in (tmp_path / "out" / "README.md").read_text()
+
+
 def test_wordnet_gloss_task_is_split_by_synset():
     pairs, splits, _ = finetune_retrieval.wordnet_gloss_splits(0)
     train_glosses = {pair["document"] for pair in pairs}

@@ -384,8 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             **{"loss": _loss_text(model.config), "max_seq_length": data_args.max_seq_length,
                "mini_batch_size (gradient caching)": model_args.mini_batch_size or "none", "trained layers": trainable},
         ),
-        metrics="Recall@k, MRR@10 and nDCG@10 (cosine similarity, the whole corpus of the split ranked for each "
-                "query), before (zero-shot) and after fine-tuning.\n\n" + "\n".join(table),
+        metrics=("Recall@k, MRR@10 and nDCG@10 (cosine similarity, the whole corpus of the split ranked for each "
+                 "query), before (zero-shot) and after fine-tuning.\n\n" + "\n".join(table)) if len(table) > 2 else
+                "Not evaluated: the run had no evaluation split (--corpus_file with --queries_file).",
     )
     if trainer.is_world_process_zero():
         for split, prefix in (("validation", "eval"), ("test", "test")):
