@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from mlm_suite.data.flattening import flatten_sequences, sequence_offsets
 from mlm_suite.trainer import JobTrainer
 
 RANKING_DEPTH = 10  # MRR and nDCG are computed over the top 10
@@ -37,29 +38,6 @@ RANKING_DEPTH = 10  # MRR and nDCG are computed over the top 10
 # --------------------------------------------------------------------------------------------
 # Batches
 # --------------------------------------------------------------------------------------------
-def flatten_sequences(
-    sequences: Sequence[Sequence[int]], token_type_ids: Sequence[Sequence[int]] | None = None
-) -> dict[str, Any]:
-    """Token-id lists (and their segment ids) → one flattened ``(1, total)`` batch with its offsets
-    (``mlm_suite.data.flattening``'s format)."""
-    if not sequences or any(len(sequence) == 0 for sequence in sequences):
-        raise ValueError("every sequence of a batch needs at least one token")
-    lengths = torch.tensor([len(sequence) for sequence in sequences])
-    offsets = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)  # (num_sequences + 1,)
-    longest = int(lengths.max())
-    batch = {
-        "input_ids": torch.tensor([token for sequence in sequences for token in sequence])[None],
-        "position_ids": torch.cat([torch.arange(length) for length in lengths.tolist()])[None],
-        "cu_seq_lens_q": offsets,
-        "cu_seq_lens_k": offsets,
-        "max_length_q": longest,
-        "max_length_k": longest,
-    }
-    if token_type_ids is not None:
-        batch["token_type_ids"] = torch.tensor([segment for row in token_type_ids for segment in row])[None]
-    return batch
-
-
 class RetrievalCollator:
     """Examples → one flattened batch, for training and for embedding.
 
@@ -86,16 +64,13 @@ class RetrievalCollator:
 def split_flat_batch(batch: Mapping[str, Any], max_sequences: int) -> list[dict[str, Any]]:
     """A flattened batch → consecutive flattened batches of at most ``max_sequences`` sequences each."""
     offsets = batch["cu_seq_lens_q"].long()
-    num_sequences = offsets.numel() - 1
+    lengths = offsets[1:] - offsets[:-1]  # (num_sequences,)
     chunks = []
-    for start in range(0, num_sequences, max_sequences):
-        end = min(start + max_sequences, num_sequences)
+    for start in range(0, lengths.numel(), max_sequences):
+        end = min(start + max_sequences, lengths.numel())
         first, last = int(offsets[start]), int(offsets[end])
-        chunk_offsets = (offsets[start : end + 1] - offsets[start]).to(torch.int32)
-        longest = int((chunk_offsets[1:] - chunk_offsets[:-1]).max())
         chunk = {key: batch[key][:, first:last] for key in ("input_ids", "position_ids", "token_type_ids") if key in batch}
-        chunk.update(cu_seq_lens_q=chunk_offsets, cu_seq_lens_k=chunk_offsets, max_length_q=longest, max_length_k=longest)
-        chunks.append(chunk)
+        chunks.append(chunk | sequence_offsets(lengths[start:end]))
     return chunks
 
 
@@ -268,6 +243,11 @@ def retrieval_eval_dataset(tokenizer: Any, queries: Sequence[str], corpus: Seque
     return [{"input_ids": ids, "index": index} for index, ids in enumerate(texts)]
 
 
+def _on_device(batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
+    """A flattened batch with its tensors on ``device`` (``max_length_q`` stays a Python int)."""
+    return {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
+
+
 @torch.no_grad()
 def embed_texts(
     model: Any, tokenizer: Any, texts: Sequence[str], batch_size: int = 64, max_length: int = 128, progress: bool = True
@@ -280,8 +260,7 @@ def embed_texts(
     ids = tokenize_texts(tokenizer, texts, max_length)
     pieces = []
     for start in tqdm(range(0, len(ids), batch_size), desc="embedding", unit="batch", disable=not progress):
-        batch = flatten_sequences(ids[start : start + batch_size])
-        batch = {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
+        batch = _on_device(flatten_sequences(ids[start : start + batch_size]), device)
         pieces.append(model(**batch).embeddings.float().cpu())
     return torch.cat(pieces) if pieces else torch.zeros(0, model.config.hidden_size)
 
@@ -335,8 +314,7 @@ def rerank(
         chunk = pairs[start : start + batch_size]
         encoded = tokenizer([queries[q] for q, _ in chunk], [corpus[d] for _, d in chunk], truncation=True,
                             max_length=max_length)
-        batch = flatten_sequences(encoded["input_ids"], encoded.get("token_type_ids"))
-        batch = {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
+        batch = _on_device(flatten_sequences(encoded["input_ids"], encoded.get("token_type_ids")), device)
         logits = cross_encoder(**batch).logits.float()  # (pairs, num_labels)
         if logits.shape[1] == 1:
             scores.append(logits[:, 0].cpu())
@@ -396,7 +374,6 @@ __all__ = [
     "RetrievalTrainer",
     "embed_texts",
     "evaluate_retrieval",
-    "flatten_sequences",
     "rank_documents",
     "rerank",
     "retrieval_eval_dataset",

@@ -20,6 +20,7 @@ from transformers import AutoTokenizer, TrainingArguments
 
 from mlm_suite import MlmSuiteForSentenceEmbedding, MlmSuiteModel
 from mlm_suite.cli import main as cli_main
+from mlm_suite.data.flattening import flatten_sequences
 from mlm_suite.jobs import finetune_retrieval
 from mlm_suite.model.layout import SequenceLayout
 from mlm_suite.model.modeling_mlm_suite import in_batch_negatives_loss, pool_sequences
@@ -29,7 +30,6 @@ from mlm_suite.retrieval import (
     RetrievalTrainer,
     embed_texts,
     evaluate_retrieval,
-    flatten_sequences,
     rerank,
     retrieval_metrics,
     split_flat_batch,

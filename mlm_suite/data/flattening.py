@@ -22,7 +22,8 @@ values for the real tokens from either form.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +32,33 @@ from mlm_suite.model.layout import segment_starts
 
 IGNORE_INDEX = -100
 _PER_TOKEN = ("input_ids", "token_type_ids", "labels")
+
+
+def sequence_offsets(lengths: torch.Tensor, max_length_multiple: int | None = None) -> dict[str, Any]:
+    """``cu_seq_lens_q/k`` and ``max_length_q/k`` of sequences of ``lengths`` (``max_length`` rounded up to a
+    multiple of ``max_length_multiple`` when given)."""
+    cu_seq_lens = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)  # (num_sequences + 1,)
+    max_length = int(lengths.max()) if lengths.numel() else 0
+    if max_length_multiple:
+        max_length = -(-max_length // max_length_multiple) * max_length_multiple
+    return dict(cu_seq_lens_q=cu_seq_lens, cu_seq_lens_k=cu_seq_lens, max_length_q=max_length, max_length_k=max_length)
+
+
+def flatten_sequences(
+    sequences: Sequence[Sequence[int]], token_type_ids: Sequence[Sequence[int]] | None = None
+) -> dict[str, Any]:
+    """Token-id lists (and their segment ids) → one flattened batch, positions counting from 0 in each sequence."""
+    if not sequences or any(len(sequence) == 0 for sequence in sequences):
+        raise ValueError("every sequence of a batch needs at least one token")
+    lengths = torch.tensor([len(sequence) for sequence in sequences])
+    batch = {
+        "input_ids": torch.tensor([token for sequence in sequences for token in sequence])[None],
+        "position_ids": torch.cat([torch.arange(length) for length in lengths.tolist()])[None],
+        **sequence_offsets(lengths),
+    }
+    if token_type_ids is not None:
+        batch["token_type_ids"] = torch.tensor([segment for row in token_type_ids for segment in row])[None]
+    return batch
 
 
 def flatten_batch(batch: Mapping[str, torch.Tensor], max_length_multiple: int | None = None) -> dict:
@@ -57,10 +85,8 @@ def flatten_batch(batch: Mapping[str, torch.Tensor], max_length_multiple: int | 
     token_index = real.reshape(-1).nonzero().squeeze(1)  # (total,) flat index of each real token
     segment_of_token = starts.reshape(-1)[token_index].cumsum(0) - 1  # (total,)
     lengths = torch.bincount(segment_of_token)  # (num_sequences,)
-    cu_seq_lens = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
-    max_length = int(lengths.max()) if lengths.numel() else 0
-    if max_length_multiple:
-        max_length = -(-max_length // max_length_multiple) * max_length_multiple
+    offsets = sequence_offsets(lengths, max_length_multiple)
+    cu_seq_lens = offsets["cu_seq_lens_q"]
 
     if position_ids is not None:
         positions = position_ids.reshape(-1)[token_index]
@@ -69,13 +95,7 @@ def flatten_batch(batch: Mapping[str, torch.Tensor], max_length_multiple: int | 
     else:  # the column, as BERT gives (with left padding it counts the pads)
         positions = torch.arange(columns).repeat(rows)[token_index]
     flat = {key: batch[key].reshape(-1)[token_index][None] for key in _PER_TOKEN if key in batch}
-    flat.update(
-        position_ids=positions[None],
-        cu_seq_lens_q=cu_seq_lens,
-        cu_seq_lens_k=cu_seq_lens,
-        max_length_q=max_length,
-        max_length_k=max_length,
-    )
+    flat.update(position_ids=positions[None], **offsets)
     if "labels" in flat:
         flat["masked_lm_positions"] = (flat["labels"][0] != IGNORE_INDEX).nonzero().squeeze(1)
     if "next_sentence_label" in batch:
@@ -88,4 +108,4 @@ def flatten_batch(batch: Mapping[str, torch.Tensor], max_length_multiple: int | 
     return flat
 
 
-__all__ = ["flatten_batch"]
+__all__ = ["flatten_batch", "flatten_sequences", "sequence_offsets"]

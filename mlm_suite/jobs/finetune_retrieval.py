@@ -35,11 +35,9 @@ trust_remote_code=True)`` (the encoder; pool its token states).
 
 from __future__ import annotations
 
-import csv
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from mlm_suite.errors import UsageError
@@ -55,7 +53,7 @@ from mlm_suite.jobs.finetuning import (
     load_model,
     mlm_suite_checkpoint,
     parse_arguments,
-    read_json_lines,
+    read_numbered_records,
     resolve_model_path,
     run_trainer,
     save_everything,
@@ -146,22 +144,6 @@ class RetrievalTrainingArguments(FinetuneTrainingArguments):
 # --------------------------------------------------------------------------------------------
 # Reading data
 # --------------------------------------------------------------------------------------------
-def read_rows(path: str) -> list[tuple[int, dict[str, Any]]]:
-    """``(line number, row)`` of a JSON-lines (``.json``/``.jsonl``) or CSV/TSV file."""
-    suffix = Path(path).suffix
-    if suffix in (".json", ".jsonl"):
-        rows = read_json_lines(path)
-        for line, row in rows:
-            if not isinstance(row, dict):
-                raise UsageError(f"{path} line {line}: expected a JSON object, got {type(row).__name__}")
-        return rows
-    if suffix in (".csv", ".tsv"):
-        with open(path, encoding="utf-8", newline="") as handle:
-            reader = csv.DictReader(handle, delimiter="\t" if suffix == ".tsv" else ",")
-            return [(reader.line_num, row) for row in reader]
-    raise UsageError(f"{path}: unsupported file type {suffix!r}; use .json/.jsonl (JSON lines), .csv or .tsv")
-
-
 def _text(value: Any) -> str | None:
     """A non-empty text, or None for a missing or empty cell."""
     if value is None:
@@ -188,7 +170,7 @@ def required_texts(row: dict[str, Any], columns: Sequence[str], path: str, line:
 def read_training_pairs(path: str, args: RetrievalDataArguments) -> list[Pair]:
     """Query/document pairs (with any hard negatives); a row without either is an error naming its line."""
     pairs = []
-    for line, row in read_rows(path):
+    for line, row in read_numbered_records(path):
         query, document = required_texts(row, (args.query_column, args.document_column), path, line,
                                          " (a query needs a document)")
         pairs.append({"query": query, "document": document, "negatives": _texts(row.get(args.negative_column))})
@@ -199,19 +181,18 @@ def read_training_pairs(path: str, args: RetrievalDataArguments) -> list[Pair]:
 
 def read_retrieval_split(corpus_path: str, queries_path: str, args: RetrievalDataArguments) -> RetrievalSplit:
     """A corpus (unique ids, non-empty texts) and queries whose relevant ids it holds."""
-    index: dict[str, int] = {}
-    first_line: dict[str, int] = {}
+    index: dict[str, tuple[int, int]] = {}  # document id -> (position in the corpus, line)
     corpus = []
-    for line, row in read_rows(corpus_path):
+    for line, row in read_numbered_records(corpus_path):
         document_id, text = required_texts(row, (args.id_column, args.text_column), corpus_path, line)
         if document_id in index:
-            raise UsageError(f"{corpus_path} line {line}: duplicate document id {document_id!r} (first on line {first_line[document_id]})")
-        index[document_id], first_line[document_id] = len(corpus), line
+            raise UsageError(f"{corpus_path} line {line}: duplicate document id {document_id!r} (first on line {index[document_id][1]})")
+        index[document_id] = (len(corpus), line)
         corpus.append(text)
     if not corpus:
         raise UsageError(f"{corpus_path}: the corpus is empty")
     queries, relevant = [], []
-    for line, row in read_rows(queries_path):
+    for line, row in read_numbered_records(queries_path):
         query, ids = _text(row.get(args.query_column)), _texts(row.get(args.document_id_column))
         if query is None or not ids:
             missing = args.query_column if query is None else args.document_id_column
@@ -220,7 +201,7 @@ def read_retrieval_split(corpus_path: str, queries_path: str, args: RetrievalDat
         if unknown:
             raise UsageError(f"{queries_path} line {line}: document id {unknown[0]!r} is not in {corpus_path}")
         queries.append(query)
-        relevant.append({index[document_id] for document_id in ids})
+        relevant.append({index[document_id][0] for document_id in ids})
     if not queries:
         raise UsageError(f"{queries_path}: no queries")
     return RetrievalSplit(queries, corpus, relevant)
@@ -363,11 +344,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_sentence_transformers_files(training_args.output_dir, model.config, data_args.max_seq_length)
 
     flat = {key: value for values in metrics.values() for key, value in values.items()}
+    # (split, model, metric key prefix) of every scored evaluation, for the card and the summary lines
+    scored_runs = [(split, stage, key) for split, prefix in (("validation", "eval"), ("test", "test"))
+                   for stage, key in (("zero-shot", f"zero_shot_{prefix}"), ("fine-tuned", prefix)) if f"{key}_mrr@10" in flat]
     table = [f"| split | model | {' | '.join(METRICS)} |", "|---" * (len(METRICS) + 2) + "|"]
-    for split, prefix in (("validation", "eval"), ("test", "test")):
-        for stage, key_prefix in (("zero-shot", f"zero_shot_{prefix}"), ("fine-tuned", prefix)):
-            if f"{key_prefix}_mrr@10" in flat:
-                table.append(f"| {split} | {stage} | " + " | ".join(f"{flat[f'{key_prefix}_{name}']:.4f}" for name in METRICS) + " |")
+    table += [f"| {split} | {stage} | " + " | ".join(f"{flat[f'{key}_{name}']:.4f}" for name in METRICS) + " |"
+              for split, stage, key in scored_runs]
     sizes = {name: f"{len(split.queries):,} queries, {len(split.corpus):,} documents" for name, split in splits.items()}
     write_card(
         trainer,
@@ -385,15 +367,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                "mini_batch_size (gradient caching)": model_args.mini_batch_size or "none", "trained layers": trainable},
         ),
         metrics=("Recall@k, MRR@10 and nDCG@10 (cosine similarity, the whole corpus of the split ranked for each "
-                 "query), before (zero-shot) and after fine-tuning.\n\n" + "\n".join(table)) if len(table) > 2 else
+                 "query), before (zero-shot) and after fine-tuning.\n\n" + "\n".join(table)) if scored_runs else
                 "Not evaluated: the run had no evaluation split (--corpus_file with --queries_file).",
     )
     if trainer.is_world_process_zero():
-        for split, prefix in (("validation", "eval"), ("test", "test")):
-            shown = [f"{stage} mrr@10 = {flat[f'{key}_mrr@10']:.4f}" for stage, key in
-                     (("zero-shot", f"zero_shot_{prefix}"), ("fine-tuned", prefix)) if f"{key}_mrr@10" in flat]
-            if shown:
-                print(f"{split}: " + ", ".join(shown))
+        for split in dict.fromkeys(split for split, _, _ in scored_runs):
+            print(f"{split}: " + ", ".join(f"{stage} mrr@10 = {flat[f'{key}_mrr@10']:.4f}"
+                                          for run_split, stage, key in scored_runs if run_split == split))
         print(f"saved the model (sentence-transformers and transformers), tokenizer, model card and all_results.json "
               f"to {training_args.output_dir}")
     return 0

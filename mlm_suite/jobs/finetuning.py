@@ -363,15 +363,25 @@ def read_json_lines(path: str | Path) -> list[tuple[int, Any]]:
     return records
 
 
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a JSON-lines (``.json``/``.jsonl``) or CSV/TSV file as dictionaries."""
+def read_numbered_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """Rows of a JSON-lines (``.json``/``.jsonl``) or CSV/TSV file as dictionaries, with the line each starts on."""
     path = Path(path)
     if path.suffix in (".json", ".jsonl"):
-        return [record for _, record in read_json_lines(path)]
+        records = read_json_lines(path)
+        for line, record in records:
+            if not isinstance(record, dict):
+                raise UsageError(f"{path} line {line}: expected a JSON object, got {type(record).__name__}")
+        return records
     if path.suffix in (".csv", ".tsv"):
         with open(path, encoding="utf-8", newline="") as handle:
-            return list(csv.DictReader(handle, delimiter="\t" if path.suffix == ".tsv" else ","))
-    raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use .json/.jsonl (JSON lines), .csv or .tsv")
+            reader = csv.DictReader(handle, delimiter="\t" if path.suffix == ".tsv" else ",")
+            return [(reader.line_num, record) for record in reader]
+    raise UsageError(f"{path}: unsupported file type {path.suffix!r}; use .json/.jsonl (JSON lines), .csv or .tsv")
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a JSON-lines (``.json``/``.jsonl``) or CSV/TSV file as dictionaries."""
+    return [record for _, record in read_numbered_records(path)]
 
 
 def column(records: Sequence[Mapping[str, Any]], name: str, source: str) -> list[Any]:
@@ -650,6 +660,7 @@ __all__ = [
     "parse_flags",
     "read_conll",
     "read_json_lines",
+    "read_numbered_records",
     "read_records",
     "regression_metrics",
     "replace_output_dir",

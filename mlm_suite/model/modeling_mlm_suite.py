@@ -285,6 +285,14 @@ def _check_inputs(
                 raise ValueError(f"token type id {extreme} is out of range for type_vocab_size={config.type_vocab_size}")
 
 
+def _output_flags(config: MlmSuiteConfig, output_attentions: bool | None, output_hidden_states: bool | None) -> tuple[bool, bool]:
+    """The call's ``output_attentions`` / ``output_hidden_states``, else the config's."""
+    return (
+        bool(output_attentions if output_attentions is not None else config.output_attentions),
+        bool(output_hidden_states if output_hidden_states is not None else config.output_hidden_states),
+    )
+
+
 def _check_labels(labels: torch.Tensor | None, expected_shape: torch.Size, what: str) -> None:
     if labels is not None and labels.shape != expected_shape:
         raise ValueError(f"{what} have shape {tuple(labels.shape)} but the input needs {tuple(expected_shape)}")
@@ -472,10 +480,7 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
         ``max_length_k`` are the same for self-attention and are ignored). ``pooler_output`` then
         has one row per sequence.
         """
-        output_attentions = bool(output_attentions if output_attentions is not None else self.config.output_attentions)
-        output_hidden_states = bool(
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
+        output_attentions, output_hidden_states = _output_flags(self.config, output_attentions, output_hidden_states)
         hidden, layout, hidden_states, attentions = self.encode(
             input_ids,
             attention_mask,
@@ -1089,10 +1094,7 @@ class MlmSuiteForSentenceEmbedding(MlmSuitePreTrainedModel):
         num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs,
     ) -> SentenceEmbeddingOutput | tuple:
-        output_attentions = bool(output_attentions if output_attentions is not None else self.config.output_attentions)
-        output_hidden_states = bool(
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
+        output_attentions, output_hidden_states = _output_flags(self.config, output_attentions, output_hidden_states)
         hidden, layout, hidden_states, attentions = self.encoder.encode(
             input_ids, attention_mask, token_type_ids, position_ids, document_ids, inputs_embeds,
             output_attentions, output_hidden_states,
