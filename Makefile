@@ -1,7 +1,7 @@
 # Convenience targets; each runs a command documented in README.md.
 PYTHON ?= python
 
-.PHONY: install test test-fast pretrain finetune-ner finetune-cls finetune-pair finetune-retrieval wsd anisotropy bench bench-budget bench-pretrain-to-task bench-retrieval quickstart docs-figures
+.PHONY: install test test-fast pretrain finetune-ner finetune-cls finetune-pair finetune-retrieval wsd anisotropy bench bench-budget bench-pretrain-to-task diagnose-transfer bench-retrieval quickstart docs-figures
 
 install:
 	pip install torch==2.13.0
@@ -45,6 +45,9 @@ bench-budget:
 
 bench-pretrain-to-task:
 	$(PYTHON) benchmarks/bench_pretrain_to_task.py --markdown outputs/pretrain_to_task/table.md
+
+diagnose-transfer:
+	$(PYTHON) benchmarks/diagnose_transfer.py --model outputs/pretrain --markdown outputs/diagnose_transfer/table.md
 
 bench-retrieval:
 	$(PYTHON) benchmarks/bench_retrieval.py --seeds 0 1 2 --max_train_samples 10000 --threads 1 --rerank --markdown outputs/bench_retrieval/table.md

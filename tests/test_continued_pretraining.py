@@ -143,6 +143,8 @@ def test_bert_folder_is_continued_end_to_end(headless_bert, corpus, tmp_path, ca
     assert all(name in logged for name in NEW_MLM_HEAD)
     assert len(AutoTokenizer.from_pretrained(output_dir)) == len(AutoTokenizer.from_pretrained(headless_bert))
     assert isinstance(MlmSuiteForMaskedLM.from_pretrained(output_dir), MlmSuiteForMaskedLM)
+    # The checkpoint's own configuration carries over: a converted BERT keeps its [CLS] pooling.
+    assert MlmSuiteConfig.from_pretrained(output_dir).classifier_pooling == "cls"
 
 
 @pytest.mark.parametrize(

@@ -152,6 +152,7 @@ def packed_run(tmp_path_factory, corpus) -> Path:
 def test_mlm_with_packing_writes_a_complete_checkpoint(packed_run):
     results = assert_complete_checkpoint(packed_run, "MlmSuiteForMaskedLM")
     assert "eval_nsp_accuracy" not in results
+    assert read_json(packed_run / "config.json")["classifier_pooling"] == "mean"  # MLM alone never trains [CLS]
     assert read_json(packed_run / "trainer_state.json")["global_step"] == 4
 
 
@@ -197,6 +198,7 @@ def test_mlm_nsp_with_whole_word_masking(tmp_path):
     assert "next-sentence accuracy" in (output_dir / "README.md").read_text(encoding="utf-8")
     assert len(AutoTokenizer.from_pretrained(output_dir)) == 120
     assert isinstance(MlmSuiteForPreTraining.from_pretrained(output_dir), MlmSuiteForPreTraining)
+    assert read_json(output_dir / "config.json")["classifier_pooling"] == "cls"  # NSP trains [CLS] and the pooler
 
 
 @pytest.mark.parametrize(

@@ -423,6 +423,9 @@ def build_config(
             pad_token_id=tokenizer.pad_token_id,
             norm_position=args.norm_position,
             position_embedding_type=args.position_embedding_type,
+            # MLM alone never trains [CLS] (no loss reads it; NSP's does): a classifier fine-tuned from this model
+            # reads the mean of the states MLM trained (README: why the main job's encoder does not help sentiment).
+            classifier_pooling="mean" if args.objective == "mlm" else "cls",
         )
     if args.config_overrides:
         config.update_from_string(args.config_overrides)
