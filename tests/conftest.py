@@ -8,7 +8,10 @@ called several times per test with overrides.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -26,6 +29,19 @@ TINY_SIZES = dict(
     max_position_embeddings=64,
     type_vocab_size=2,
 )
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """The script ``benchmarks/<name>.py`` as a module, registered in ``sys.modules`` (dataclasses look their module
+    up there); the caller removes it when done."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def make_tiny_config(**overrides) -> MlmSuiteConfig:

@@ -3,26 +3,20 @@ a failing check aborts, the tables have the expected rows, the memory tracker co
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-BENCH_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_speed.py"
+from conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_speed", BENCH_PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    yield load_benchmark("bench_speed")
+    sys.modules.pop("bench_speed", None)
 
 
 def tiny_workloads(bench):
@@ -99,9 +93,8 @@ def test_budget_benchmark_scores_both_models_on_the_same_masks(tmp_path):
     the same held-out positions, and the table has every row."""
     from test_pretrain import TINY_MODEL, make_documents, write_text
 
-    spec = importlib.util.spec_from_file_location("bench_budget", BENCH_PATH.with_name("bench_budget.py"))
-    bench_budget = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench_budget)
+    bench_budget = load_benchmark("bench_budget")
+    sys.modules.pop("bench_budget", None)
     train = write_text(tmp_path / "train.txt", make_documents(30, seed=1))
     validation = write_text(tmp_path / "validation.txt", make_documents(6, seed=2))
     job = ["--train_file", str(train), "--validation_file", str(validation), "--config_overrides", TINY_MODEL]

@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import make_tiny_config
+from conftest import load_benchmark, make_tiny_config
 from mlm_suite.model import MlmSuiteForMaskedLM
-
-DIAGNOSE_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "diagnose_transfer.py"
-
 
 @pytest.fixture(scope="module")
 def diagnose():
-    spec = importlib.util.spec_from_file_location("diagnose_transfer", DIAGNOSE_PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    yield load_benchmark("diagnose_transfer")
+    sys.modules.pop("diagnose_transfer", None)
 
 
 @pytest.fixture(scope="module")
