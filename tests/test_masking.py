@@ -467,6 +467,38 @@ def test_padding_and_passthrough_features(corpus, wordpiece):
         assert (batch["token_type_ids"][row, length:] == wordpiece.pad_token_type_id).all()
 
 
+def test_left_padding_and_array_features(corpus, wordpiece):
+    by_length = {len(feature["input_ids"]): feature for feature in corpus[:200]}
+    features = [
+        dict(by_length[length], position_ids=list(range(length)), example_index=index)
+        for index, length in enumerate(sorted(by_length)[-3:])
+    ]
+    lengths = [len(feature["input_ids"]) for feature in features]
+    left_tokenizer = copy.deepcopy(wordpiece)
+    left_tokenizer.padding_side = "left"
+    collator = DataCollatorForMaskedLM(left_tokenizer, masking="whole_word", seed=0, pad_to_multiple_of=48)
+    batch = collator(features)
+    width = batch["input_ids"].shape[1]
+    for row, length in enumerate(lengths):
+        pads = width - length
+        assert batch["attention_mask"][row].tolist() == [0] * pads + [1] * length
+        assert (batch["input_ids"][row, :pads] == wordpiece.pad_token_id).all()
+        assert (batch["labels"][row, :pads] == -100).all()
+        assert (batch["token_type_ids"][row, :pads] == wordpiece.pad_token_type_id).all()
+        assert batch["position_ids"][row].tolist() == [0] * pads + list(range(length))
+    # Right padding gives each example the same mask, and so do numpy arrays and tensors as feature values.
+    right = DataCollatorForMaskedLM(wordpiece, masking="whole_word", seed=0)(features)
+    assert torch.equal(right["labels"][right["attention_mask"].bool()], batch["labels"][batch["attention_mask"].bool()])
+    for convert in (np.asarray, torch.tensor):
+        as_arrays = [{key: convert(value) for key, value in feature.items()} for feature in features]
+        other = collator(as_arrays)
+        assert other.keys() == batch.keys()
+        assert all(torch.equal(other[key], batch[key]) for key in batch)
+    short_mask = [dict(feature, attention_mask=feature["attention_mask"][:-1]) for feature in features]
+    with pytest.raises(ValueError, match="attention_mask must have one entry per input id"):
+        collator(short_mask)
+
+
 def test_pre_padded_features_never_mask_their_padding(corpus, wordpiece):
     short = min(corpus[:200], key=lambda feature: len(feature["input_ids"]))
     length = len(short["input_ids"])

@@ -31,6 +31,7 @@ import os
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, Literal
 
 import numpy as np
@@ -274,30 +275,33 @@ class DataCollatorForMaskedLM:
                 f"masking={self.masking!r} needs a 'word_ids' feature per example "
                 "(tokenise with tokenize_for_mlm and keep the column: remove_unused_columns=False)"
             )
-        ids = [torch.as_tensor(feature["input_ids"], dtype=torch.long) for feature in features]
-        lengths = [len(row) for row in ids]
-        length = max(lengths)
+        # numpy until the end: on arrays this small its per-call overhead is a fraction of torch's.
+        lengths = np.array([len(feature["input_ids"]) for feature in features], dtype=np.int64)  # (B,)
+        length = int(lengths.max())
         if self.pad_to_multiple_of is not None and not self.flatten:
             length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        real = self._real_positions(lengths, length)  # (B, L)
 
-        input_ids = self._pad(ids, self.tokenizer.pad_token_id, length)  # (B, L)
-        real = self._pad([torch.ones(n, dtype=torch.bool) for n in lengths], False, length)  # (B, L)
+        # Per-token columns stay flat, (T,) with T = lengths.sum(), until they are padded.
+        ids = _column(features, "input_ids", lengths)
+        input_ids = _pad(ids, real, self.tokenizer.pad_token_id)  # (B, L)
+        maskable = ~np.isin(ids, self._special_ids.numpy())
         if "attention_mask" in features[0]:
-            attention_mask = self._pad(self._column(features, "attention_mask"), 0, length)
+            attention = _column(features, "attention_mask", lengths)
+            maskable &= attention != 0
+            attention_mask = _pad(attention, real, 0)
         else:
-            attention_mask = real.long()
-        maskable = real & attention_mask.bool() & ~torch.isin(input_ids, self._special_ids)  # (B, L)
+            attention_mask = real.astype(np.int64)
         if "special_tokens_mask" in features[0]:
-            maskable &= ~self._pad(self._column(features, "special_tokens_mask"), 1, length).bool()
+            maskable &= _column(features, "special_tokens_mask", lengths) == 0
         word_ids = None
         if word_mode:
-            word_rows = self._column(features, "word_ids")
-            if any(len(row) != n for row, n in zip(word_rows, lengths)):
-                raise ValueError("word_ids must have one entry per input id")
-            word_ids = self._pad(word_rows, WORD_ID_SENTINEL, length)  # (B, L)
-            maskable &= word_ids >= 0
+            words = _column(features, "word_ids", lengths)
+            maskable &= words >= 0
+            word_ids = _pad(words, real, WORD_ID_SENTINEL)  # (B, L)
+        maskable = _pad(maskable, real, False)  # (B, L), never at padding
 
-        uniforms, accept, generators = self._draw_uniforms(features, ids, length)
+        uniforms, accept, generators = self._draw_uniforms(features, ids, lengths, real)
         if self.masking == "span":
             selected = self._select_spans(maskable, word_ids, accept, generators)
         else:
@@ -309,42 +313,37 @@ class DataCollatorForMaskedLM:
         pad_values = {"token_type_ids": self.tokenizer.pad_token_type_id, "position_ids": 0}
         for key in _PADDED_PASSTHROUGH:
             if key in features[0]:
-                batch[key] = self._pad(self._column(features, key), pad_values[key], length)
+                batch[key] = _pad(_column(features, key, lengths), real, pad_values[key])
+        batch = {key: torch.from_numpy(value) for key, value in batch.items()}
         for key in _SCALAR_PASSTHROUGH:
             if key in features[0]:
                 batch[key] = torch.tensor([int(feature[key]) for feature in features], dtype=torch.long)
         return flatten_batch(batch, self.pad_to_multiple_of) if self.flatten else batch
 
-    @staticmethod
-    def _column(features: Sequence[Mapping[str, Any]], key: str) -> list[torch.Tensor]:
-        try:
-            return [torch.as_tensor(feature[key], dtype=torch.long) for feature in features]
-        except KeyError:
-            raise ValueError(f"'{key}' is present in some features but not in all") from None
-
-    def _pad(self, rows: Sequence[torch.Tensor], value: float | bool, length: int) -> torch.Tensor:
-        """Stack ``rows`` (each ``(n_i, *trailing)``) into ``(B, length, *trailing)``, on the padding side."""
-        out = torch.full((len(rows), length, *rows[0].shape[1:]), value, dtype=rows[0].dtype)
-        left = self.tokenizer.padding_side == "left"
-        for index, row in enumerate(rows):
-            if left:
-                out[index, length - len(row) :] = row
-            else:
-                out[index, : len(row)] = row
-        return out
+    def _real_positions(self, lengths: np.ndarray, length: int) -> np.ndarray:
+        """``(B, L)`` bool: where each row's tokens go, on the tokenizer's padding side."""
+        columns = np.arange(length)
+        if self.tokenizer.padding_side == "left":
+            return columns >= length - lengths[:, None]
+        return columns < lengths[:, None]
 
     # ------------------------------------------------------------------ randomness
 
-    def _example_key(self, feature: Mapping[str, Any], ids: torch.Tensor) -> bytes:
+    def _example_key(self, feature: Mapping[str, Any], ids: np.ndarray) -> bytes:
         for name in _EXAMPLE_KEY_FIELDS:
             if name in feature:
                 return b"index" + struct.pack("<q", int(feature[name]))
-        return b"content" + ids.numpy().tobytes()
+        return b"content" + ids.tobytes()
 
     def _draw_uniforms(
-        self, features: Sequence[Mapping[str, Any]], ids: Sequence[torch.Tensor], length: int
-    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Generator | None]]:
-        """All uniform draws of one batch.
+        self, features: Sequence[Mapping[str, Any]], ids: np.ndarray, lengths: np.ndarray, real: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, list[torch.Generator | None]]:
+        """All uniform draws of one batch (float32, as torch draws them).
+
+        Args:
+            ids: ``(T,)`` the input ids of all features end to end (``T = lengths.sum()``).
+            lengths: ``(B,)`` tokens per feature.
+            real: ``(B, L)`` where the tokens are in the padded batch.
 
         Returns:
             uniforms: ``(3, B, L)``: [0] unit order keys, [1] corruption choice (mask / random /
@@ -352,24 +351,25 @@ class DataCollatorForMaskedLM:
             accept: ``(B,)``: whether the unit that crosses the budget is taken.
             generators: per example, the generator that further draws (spans) come from.
         """
+        batch, length = real.shape
         if self.seed is None:
-            batch = len(features)
-            return torch.rand(3, batch, length), torch.rand(batch), [None] * batch
+            return torch.rand(3, batch, length).numpy(), torch.rand(batch).numpy(), [None] * batch
         rank = self._resolved_rank()
-        per_token: list[torch.Tensor] = []
-        accept: list[torch.Tensor] = []
+        uniforms = np.ones((3, batch, length), dtype=np.float32)
+        accept = np.empty(batch, dtype=np.float32)
         generators: list[torch.Generator | None] = []
-        for feature, row in zip(features, ids):
+        token_ends = np.cumsum(lengths).tolist()
+        first_columns = real.argmax(1).tolist()  # where each row's tokens begin, on either padding side
+        for row, (feature, n, end, first) in enumerate(zip(features, lengths.tolist(), token_ends, first_columns)):
             epoch = int(feature[_EPOCH_FIELD]) if _EPOCH_FIELD in feature else self.epoch
-            key = _example_seed(self.seed, epoch, rank, self._example_key(feature, row))
+            key = _example_seed(self.seed, epoch, rank, self._example_key(feature, ids[end - n : end]))
             generator = torch.Generator().manual_seed(key)
             # Drawn at the example's own length, so padding to a longer batch changes nothing.
-            draws = torch.rand(3 * len(row) + 1, generator=generator)
-            per_token.append(draws[:-1].view(3, len(row)).T)  # (n_i, 3)
-            accept.append(draws[-1])
+            draws = torch.rand(3 * n + 1, generator=generator).numpy()
+            uniforms[:, row, first : first + n] = draws[:-1].reshape(3, n)
+            accept[row] = draws[-1]
             generators.append(generator)
-        uniforms = self._pad(per_token, 1.0, length).permute(2, 0, 1)  # (3, B, L)
-        return uniforms, torch.stack(accept), generators
+        return uniforms, accept, generators
 
     def _resolved_rank(self) -> int:
         return _process_rank() if self.process_rank is None else self.process_rank
@@ -378,17 +378,14 @@ class DataCollatorForMaskedLM:
 
     def _select_spans(
         self,
-        maskable: torch.Tensor,
-        word_ids: torch.Tensor,
-        accept: torch.Tensor,
+        maskable: np.ndarray,
+        word_ids: np.ndarray,
+        accept: np.ndarray,
         generators: Sequence[torch.Generator | None],
-    ) -> torch.Tensor:
+    ) -> np.ndarray:
         """``(B, L)`` bool selection made of whole-word spans, within each sequence's token budget."""
-        # Per-row work on small arrays: numpy's per-call overhead is far below torch's.
-        maskable_rows = maskable.numpy()
-        word_start_rows = _word_starts(maskable, word_ids).numpy()
-        selected = np.zeros_like(maskable_rows)
-        for row, (row_maskable, row_starts) in enumerate(zip(maskable_rows, word_start_rows)):
+        selected = np.zeros_like(maskable)
+        for row, (row_maskable, row_starts) in enumerate(zip(maskable, _word_starts(maskable, word_ids))):
             positions = np.flatnonzero(row_maskable)  # (T,) maskable token positions
             if len(positions) == 0:
                 continue
@@ -403,7 +400,7 @@ class DataCollatorForMaskedLM:
             draws = torch.rand(2 * (math.floor(budget) + 2), generator=generators[row]).double().numpy()
             chosen = self._sample_spans(word_lengths, word_segment, budget, float(accept[row]), draws)
             selected[row, positions[chosen[word_of_token]]] = True
-        return torch.from_numpy(selected)
+        return selected
 
     def _sample_spans(
         self,
@@ -448,39 +445,61 @@ class DataCollatorForMaskedLM:
     # ------------------------------------------------------------------ corruption
 
     def _corrupt(
-        self, input_ids: torch.Tensor, selected: torch.Tensor, choice: torch.Tensor, token_draw: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Apply mask / random / keep per selected token; all tensors ``(B, L)``.
+        self, input_ids: np.ndarray, selected: np.ndarray, choice: np.ndarray, token_draw: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Apply mask / random / keep per selected token; all arrays ``(B, L)``.
 
         Returns:
             ``(corrupted input ids, labels)``, labels -100 where not selected.
         """
-        labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
+        labels = np.where(selected, input_ids, -100)
         use_mask = selected & (choice < self.mask_replace_prob)
         use_random = selected & ~use_mask & (choice < self.mask_replace_prob + self.random_replace_prob)
-        corrupted = input_ids.clone()
+        corrupted = input_ids.copy()
         corrupted[use_mask] = self.tokenizer.mask_token_id
         # Inverse-CDF sampling; special ids have zero weight, hence empty CDF intervals.
         # A float32 uniform is at most 1 - 2**-24, so the target stays below the total.
-        targets = token_draw[use_random].double() * self._replacement_cdf[-1]
-        corrupted[use_random] = torch.searchsorted(self._replacement_cdf, targets, right=True)
+        cdf = self._replacement_cdf.numpy()
+        targets = token_draw[use_random].astype(np.float64) * cdf[-1]
+        corrupted[use_random] = np.searchsorted(cdf, targets, side="right")
         return corrupted, labels
 
 
-def _word_starts(maskable: torch.Tensor, word_ids: torch.Tensor) -> torch.Tensor:
+def _column(features: Sequence[Mapping[str, Any]], key: str, lengths: np.ndarray) -> np.ndarray:
+    """``(T,)`` int64: the ``key`` rows of all ``features`` end to end (``T = lengths.sum()``)."""
+    try:
+        rows = [feature[key] for feature in features]
+    except KeyError:
+        raise ValueError(f"'{key}' is present in some features but not in all") from None
+    if [len(row) for row in rows] != lengths.tolist():
+        raise ValueError(f"{key} must have one entry per input id")
+    if all(type(row) is list for row in rows):
+        # Rows as datasets gives them: one pass over the Python ints, no array or tensor per row.
+        return np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+    return np.concatenate([np.asarray(row, dtype=np.int64) for row in rows])  # arrays, tensors, tuples
+
+
+def _pad(values: np.ndarray, real: np.ndarray, fill: int | bool) -> np.ndarray:
+    """``(B, L)``: ``values`` ``(T,)`` at the ``real`` positions (row by row, in order), ``fill`` elsewhere."""
+    out = np.full(real.shape, fill, dtype=values.dtype)
+    out[real] = values
+    return out
+
+
+def _word_starts(maskable: np.ndarray, word_ids: np.ndarray) -> np.ndarray:
     """``(B, L)`` bool: maskable tokens that begin a word.
 
     A word is a run of adjacent maskable tokens sharing a word id; equal ids on either side of a
     special token (e.g. the two texts of a pair both count words from 0) stay different words.
     """
-    continues = torch.zeros_like(maskable)
+    continues = np.zeros_like(maskable)
     continues[:, 1:] = maskable[:, :-1] & (word_ids[:, 1:] == word_ids[:, :-1])
     return maskable & ~continues
 
 
 def _budgeted_selection(
-    maskable: torch.Tensor, unit_start: torch.Tensor, keys: torch.Tensor, accept: torch.Tensor, probability: float
-) -> torch.Tensor:
+    maskable: np.ndarray, unit_start: np.ndarray, keys: np.ndarray, accept: np.ndarray, probability: float
+) -> np.ndarray:
     """Select whole units in random order up to a budget of ``probability * n_maskable`` tokens per row.
 
     Vectorised over the batch: the units of all rows are sorted together by ``row + key``.
@@ -497,33 +516,33 @@ def _budgeted_selection(
         ``(B, L)`` bool selection.
     """
     units_per_row = unit_start.sum(1)  # (B,)
-    unit_offset = units_per_row.cumsum(0) - units_per_row  # (B,) global index of each row's first unit
+    unit_offset = units_per_row.cumsum() - units_per_row  # (B,) global index of each row's first unit
     local_unit = unit_start.cumsum(1) - 1  # (B, L)
     token_unit = (local_unit + unit_offset[:, None])[maskable]  # (T,) global unit of each maskable token
     unit_count = int(units_per_row.sum())
-    unit_length = torch.bincount(token_unit, minlength=unit_count)  # (U,)
-    unit_row = torch.repeat_interleave(torch.arange(len(units_per_row)), units_per_row)  # (U,)
+    unit_length = np.bincount(token_unit, minlength=unit_count)  # (U,)
+    unit_row = np.repeat(np.arange(len(units_per_row)), units_per_row)  # (U,)
     # Stable, so that (rare) equal keys are ordered by position within the row alone and the
     # result for a row cannot depend on the other rows of the batch.
-    order = torch.argsort(unit_row.double() + keys[unit_start].double(), stable=True)  # (U,)
+    order = np.argsort(unit_row + keys[unit_start].astype(np.float64), kind="stable")  # (U,)
 
     sorted_length = unit_length[order]  # (U,)
     sorted_row = unit_row[order]  # (U,)
     maskable_per_row = maskable.sum(1)  # (B,)
-    tokens_before_row = maskable_per_row.cumsum(0) - maskable_per_row  # (B,)
-    taken_after = sorted_length.cumsum(0) - tokens_before_row[sorted_row]  # (U,) tokens once this unit is in
-    taken_before = (taken_after - sorted_length).double()
-    budget = (probability * maskable_per_row.double())[sorted_row]  # (U,)
-    fits = taken_after.double() <= budget
+    tokens_before_row = maskable_per_row.cumsum() - maskable_per_row  # (B,)
+    taken_after = sorted_length.cumsum() - tokens_before_row[sorted_row]  # (U,) tokens once this unit is in
+    taken_before = (taken_after - sorted_length).astype(np.float64)
+    budget = (probability * maskable_per_row.astype(np.float64))[sorted_row]  # (U,)
+    fits = taken_after <= budget
     crosses = ~fits & (taken_before < budget)
     # Taking the crossing unit with probability (budget - taken_before) / length makes the
     # expected number of selected tokens exactly the budget.
-    take_crossing = accept[sorted_row].double() * sorted_length.double() < budget - taken_before
+    take_crossing = accept[sorted_row].astype(np.float64) * sorted_length < budget - taken_before
     chosen_sorted = fits | (crosses & take_crossing)  # (U,)
 
-    chosen = torch.empty_like(chosen_sorted)
+    chosen = np.empty_like(chosen_sorted)
     chosen[order] = chosen_sorted
-    selected = torch.zeros_like(maskable)
+    selected = np.zeros_like(maskable)
     selected[maskable] = chosen[token_unit]
     return selected
 
