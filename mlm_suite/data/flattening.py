@@ -91,9 +91,9 @@ def flatten_batch(batch: Mapping[str, torch.Tensor], max_length_multiple: int | 
     if position_ids is not None:
         positions = position_ids.reshape(-1)[token_index]
     elif document_ids is not None:  # offset within the document, as the padded layout gives
-        positions = torch.arange(token_index.numel()) - cu_seq_lens.long()[segment_of_token]
+        positions = torch.arange(token_index.numel(), device=input_ids.device) - cu_seq_lens.long()[segment_of_token]
     else:  # the column, as BERT gives (with left padding it counts the pads)
-        positions = torch.arange(columns).repeat(rows)[token_index]
+        positions = torch.arange(columns, device=input_ids.device).repeat(rows)[token_index]
     flat = {key: batch[key].reshape(-1)[token_index][None] for key in _PER_TOKEN if key in batch}
     flat.update(position_ids=positions[None], **offsets)
     if "labels" in flat:
