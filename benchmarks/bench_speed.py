@@ -646,6 +646,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", nargs="+", metavar="NAME", help="run only these (prefix match), e.g. mlm-mini infer")
     parser.add_argument("--reps", type=int, help="timed repetitions per workload (default: per workload, ≥ 5)")
     parser.add_argument("--warmup", type=int, help="warm-up repetitions per workload")
+    parser.add_argument("--batch_size", type=int, help="rows per batch of every workload run (default: the workload's)")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-modernbert", action="store_true", help="time only HF BERT and mlm_suite")
@@ -674,6 +675,8 @@ def main(argv: list[str] | None = None) -> int:
             w.reps = args.reps
         if args.warmup is not None:
             w.warmup = args.warmup
+        if args.batch_size:
+            w.batch = args.batch_size
     report = run(
         workloads,
         args.seed,

@@ -65,6 +65,7 @@ from transformers.utils import (
 
 from .data.streaming import ProcessStream
 from .model_card import usage_fields, write_model_card
+from .training import StepRateCallback
 
 TRAINING_ARGS_JSON = "training_args.json"
 OPTIMIZER_TENSORS = "optimizer.safetensors"
@@ -447,11 +448,26 @@ class JobTrainer(PickleFreeTrainer):
 
     def __init__(self, *args: Any, keep_predictions: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.step_rate = StepRateCallback()
+        self.add_callback(self.step_rate)
         self.model_card_fields: dict[str, object] = {}
         #: With ``keep_predictions``: the predictions and labels of the latest evaluation per metric key prefix
         #: (``"eval"``, ``"test"``, ...), as ``compute_metrics`` saw them (gathered from every process), so a job
         #: can plot what it scored without predicting again.
         self.kept_predictions: dict[str, EvalPrediction] | None = {} if keep_predictions else None
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        if "train_runtime" in logs:  # the end-of-training metrics, also returned by train()
+            rows_per_step = self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
+            if self.args.max_steps > 0:
+                # The Trainer counts max_steps × rows per step as the samples, also when a time budget ended the
+                # run long before (and then reports billions per second); its step rate is counted right.
+                logs["train_samples_per_second"] = round(logs["train_steps_per_second"] * rows_per_step, 3)
+            steady = self.step_rate.steps_per_second()
+            if steady is not None:
+                logs["train_steady_steps_per_second"] = round(steady, 3)
+                logs["train_steady_samples_per_second"] = round(steady * rows_per_step, 3)
+        super().log(logs, *args, **kwargs)
 
     def evaluation_loop(
         self,

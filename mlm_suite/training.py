@@ -1,4 +1,4 @@
-"""Training controls shared by the jobs and benchmarks: a wall-clock budget and early stopping.
+"""Training controls shared by the jobs and benchmarks: a wall-clock budget, early stopping, the steady step rate.
 
 ``TimeBudgetCallback`` turns any ``Trainer`` run into a fixed-time run whose learning-rate schedule
 ends exactly at the budget. It works by **re-planning the step count**: after every optimizer step it
@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from transformers import EarlyStoppingCallback, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-__all__ = ["TimeBudgetCallback", "early_stopping_callback"]
+__all__ = ["StepRateCallback", "TimeBudgetCallback", "early_stopping_callback"]
 
 
 class TimeBudgetCallback(TrainerCallback):
@@ -127,6 +127,47 @@ class TimeBudgetCallback(TrainerCallback):
                 "step": state.global_step,
             }
         )
+
+
+class StepRateCallback(TrainerCallback):
+    """The steady-state optimizer steps per second of a run: what the training loop sustains once warm.
+
+    The Trainer's ``train_steps_per_second`` divides by the whole run, start-up, compilation, evaluation and
+    saving included. This one times each step from the end of the previous one (so data loading, the step and
+    logging count) on the host clock, which synchronises with nothing: on a GPU the host runs ahead and is held
+    back by the device, so over many steps the mean is the device-bound rate. The first ``warmup_steps``
+    intervals (allocations, compilation, worker start-up) and every interval holding an evaluation or a save
+    are left out.
+    """
+
+    def __init__(self, warmup_steps: int = 5, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.warmup_steps = warmup_steps
+        self.clock = clock
+        self.steps = 0
+        self.seconds = 0.0
+        self._last: float | None = None
+        self._intervals_seen = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.steps, self.seconds, self._intervals_seen, self._last = 0, 0.0, 0, None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = self.clock()
+        if self._last is not None:
+            self._intervals_seen += 1
+            if self._intervals_seen > self.warmup_steps:
+                self.steps += 1
+                self.seconds += now - self._last
+        self._last = now
+
+    def _skip_interval(self, args, state, control, **kwargs):
+        self._last = None  # evaluation or saving ran after the last step: the next interval would hold it
+
+    on_evaluate = on_save = _skip_interval
+
+    def steps_per_second(self) -> float | None:
+        """The steady rate, or ``None`` when the run was too short to measure one."""
+        return self.steps / self.seconds if self.steps and self.seconds > 0 else None
 
 
 def _broadcast_from_rank_zero(value: int, args: TrainingArguments) -> int:

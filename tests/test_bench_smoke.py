@@ -113,3 +113,20 @@ def test_budget_benchmark_scores_both_models_on_the_same_masks(tmp_path):
     table = markdown.read_text()
     for name in ("optimizer steps", "held-out MLM loss", "accuracy at `[MASK]`", "probe 1:"):
         assert name in table, name
+
+
+def test_job_throughput_compares_a_job_with_a_bare_loop_over_its_own_batches(tmp_path):
+    """benchmarks/bench_job_throughput.py: the pretraining job's own steady rate against a bare loop of its model."""
+    throughput = load_benchmark("bench_job_throughput")
+    sentences = ["the cat sat on the mat .", "a dog ran in the park .", "birds sing at dawn ."]
+    (tmp_path / "train.txt").write_text("\n\n".join(" ".join(sentences[i % 3:] + sentences[: i % 3]) for i in range(40)))
+    flags = ["--use_cpu", "true", "--train_file", str(tmp_path / "train.txt"), "--vocab_size", "64", "--max_seq_length", "16",
+             "--per_device_train_batch_size", "4", "--fill_mask_probes", "0",
+             "--config_overrides", "num_hidden_layers=1,hidden_size=32,num_attention_heads=2,intermediate_size=64"]  # fmt: skip
+    result = throughput.job_against_bare_loop("pretrain", throughput.pretrain, flags, steps=8, warmup=1)
+    assert result["job"] == "pretrain" and result["device"] == "cpu" and result["rows_per_step"] == 4
+    assert result["job_steps"] > 0 and result["bare_steps"] > 0
+    assert result["ratio"] == pytest.approx(result["job_steps"] / result["bare_steps"])
+    table = throughput.markdown([("pretrain masking (padded)", "4 x ≤16", 123.0)], [result])
+    assert "| pretrain | cpu | 4 | 0 |" in table and "| pretrain masking (padded) | 4 x ≤16 | 123 |" in table
+    sys.modules.pop("bench_job_throughput", None)

@@ -369,6 +369,9 @@ def test_time_budget_replaces_the_step_count(tmp_path, corpus):
     assert plan["time_budget_training_seconds"] >= 3.0 * (1 - 1 / plan["step"]) - 0.5
     results = read_json(output_dir / "all_results.json")
     assert results["train_samples_per_second"] == pytest.approx(plan["step"] * 4 / results["train_runtime"], rel=1e-3)
+    # The Trainer's own end-of-training line says the same (it used to count all of the unbounded --max_steps).
+    logged = next(entry for entry in state["log_history"] if "train_runtime" in entry)
+    assert logged["train_samples_per_second"] == results["train_samples_per_second"]
 
 
 def repetitive_documents(count: int, seed: int) -> list[str]:

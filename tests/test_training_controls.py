@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from mlm_suite.training import TimeBudgetCallback, early_stopping_callback
+from mlm_suite.training import StepRateCallback, TimeBudgetCallback, early_stopping_callback
 
 
 class ToyRegression(torch.nn.Module):
@@ -95,6 +95,22 @@ def test_budget_adapts_to_a_change_of_speed_and_excludes_evaluation(tmp_path):
     assert advance.learning_rates[60] == 0.0
     assert all(rate >= 0 for rate in advance.learning_rates.values())
     assert sum("eval_loss" in entry for entry in trainer.state.log_history) >= 5
+
+
+def test_step_rate_leaves_out_warm_up_evaluation_and_saving(tmp_path):
+    """Steps take 5 s for the first three (warm-up), then 0.5 s; evaluations (every 4 steps) take 30 s."""
+    clock = FakeClock()
+    advance = AdvanceClock(clock, lambda step: 5.0 if step <= 3 else 0.5, eval_seconds=30.0)
+    rate = StepRateCallback(warmup_steps=3, clock=clock)
+    args = TrainingArguments(
+        output_dir=str(tmp_path), max_steps=20, per_device_train_batch_size=4, eval_strategy="steps", eval_steps=4,
+        save_strategy="steps", save_steps=5, report_to="none", disable_tqdm=True, use_cpu=True,
+    )  # fmt: skip
+    data = toy_data()
+    Trainer(model=ToyRegression(), args=args, train_dataset=data, eval_dataset=data[:8], callbacks=[advance, rate]).train()
+    assert rate.steps_per_second() == pytest.approx(2.0)
+    assert 0 < rate.steps < 20 - 3  # warm-up and the intervals after each evaluation and save are not counted
+    assert StepRateCallback().steps_per_second() is None  # nothing measured
 
 
 def test_budget_needs_a_linear_schedule(tmp_path):

@@ -14,6 +14,7 @@ import atexit
 import csv
 import dataclasses
 import json
+import os
 import random
 import re
 import shutil
@@ -178,11 +179,40 @@ def argument_parser(dataclass_types: Sequence[type], **kwargs: Any) -> Any:
 
 
 def parse_flags(parser: Any, argv: Sequence[str] | None) -> tuple:
-    """``parser.parse_args_into_dataclasses(argv)``; an unknown flag is an argparse error (exit status 2)."""
+    """``parser.parse_args_into_dataclasses(argv)``; an unknown flag is an argparse error (exit status 2).
+
+    ``TrainingArguments`` get the data-loading defaults of their device (:func:`feed_the_device`).
+    """
     *parsed, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if remaining:
         parser.error(f"unrecognized arguments: {' '.join(remaining)}")
+    for arguments in parsed:
+        if isinstance(arguments, TrainingArguments):
+            feed_the_device(arguments, sys.argv[1:] if argv is None else argv)
     return tuple(parsed)
+
+
+def flag_given(name: str, argv: Sequence[str]) -> bool:
+    """Whether ``--name`` (or ``--name=value``) is among the command-line flags ``argv``."""
+    return any(item.split("=")[0] == f"--{name}" for item in argv)
+
+
+def gpu_loader_workers() -> int:
+    """Data-loader workers per process on a GPU: up to 4, half of this node's cores shared by its processes."""
+    processes_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(1, min(4, (os.cpu_count() or 2) // (2 * processes_here)))
+
+
+def feed_the_device(training_args: TrainingArguments, argv: Sequence[str]) -> None:
+    """On a GPU, collate batches in worker processes while the device computes (a flag given explicitly wins).
+
+    On CPU the main process collates (``dataloader_num_workers`` 0, the Trainer's default): workers would take
+    cores from the step, which on CPU is the bottleneck. Seeded masks are a function of each example's index and
+    the epoch, so they do not depend on the number of workers; the loader keeps pinned memory (the Trainer's
+    default) for asynchronous host-to-device copies.
+    """
+    if training_args.device.type == "cuda" and not flag_given("dataloader_num_workers", argv):
+        training_args.dataloader_num_workers = gpu_loader_workers()
 
 
 def parse_arguments(dataclass_types: Sequence[type], argv: Sequence[str] | None) -> tuple:
@@ -657,6 +687,8 @@ __all__ = [
     "load_hub_splits",
     "mlm_suite_checkpoint",
     "parse_arguments",
+    "feed_the_device",
+    "flag_given",
     "parse_flags",
     "read_conll",
     "read_json_lines",

@@ -88,7 +88,7 @@ from ..tokenization import train_wordpiece_tokenizer
 from ..trainer import JobTrainer
 from ..training import TimeBudgetCallback, early_stopping_callback
 from .corpus_sources import open_corpus_source
-from .finetuning import argument_parser, mlm_suite_checkpoint, parse_flags, validate_flags
+from .finetuning import argument_parser, flag_given, mlm_suite_checkpoint, parse_flags, validate_flags
 
 # Seeds that do not follow --seed, so that the held-out split, its NSP pairs and its masks are the
 # same in every run and eval numbers can be compared across runs.
@@ -158,11 +158,12 @@ class PretrainingArguments:
         default=False, metadata={"help": "pack documents into full rows; position ids restart per document"}
     )
     max_seq_length: int = field(default=64, metadata={"help": "longest row, special tokens included"})
-    flatten_batches: bool = field(
-        default=False,
+    flatten_batches: bool | None = field(
+        default=None,
         metadata={
             "help": "train on flattened batches (every sequence end to end with its offsets, as "
-            "DataCollatorWithFlattening makes them): no padding at all, and with --torch_compile no graph break"
+            "DataCollatorWithFlattening makes them): no padding, no host synchronisation, and with --torch_compile "
+            "no graph break. Default: on when training on a GPU, off on CPU (where it buys nothing)"
         },
     )
     tokenizer: str | None = field(
@@ -257,9 +258,13 @@ def parse_arguments(argv: list[str] | None) -> tuple[PretrainingArguments, Train
     parser.set_defaults(**JOB_DEFAULTS)
     args, training_args = parse_flags(parser, argv)
     given = sys.argv[1:] if argv is None else argv
-    if args.max_train_minutes is not None and not any(item.split("=")[0] == "--max_steps" for item in given):
+    if args.max_train_minutes is not None and not flag_given("max_steps", given):
         # The budget decides when to stop; the job's default step count must not cut it short.
         training_args.max_steps = UNBOUNDED_STEPS
+    if args.streaming and not flag_given("dataloader_num_workers", given):
+        training_args.dataloader_num_workers = 0  # a stream's workers each need a shard of their own
+    if args.flatten_batches is None:
+        args.flatten_batches = training_args.device.type == "cuda"
     if args.warmup_ratio is not None:
         if not 0.0 <= args.warmup_ratio < 1.0:
             raise ValueError(f"--warmup_ratio must lie in [0, 1), got {args.warmup_ratio}")
@@ -701,10 +706,6 @@ def main(argv: list[str] | None = None) -> int:
         "train_samples": rows_read if args.streaming else len(train_features),
         "train_steps": trainer.state.global_step,
     }
-    if args.max_train_minutes is not None:
-        # The Trainer counts samples as if all of --max_steps (the budget's upper bound) had run.
-        seconds = train_metrics["train_runtime"]
-        train_metrics["train_samples_per_second"] = round(trainer.state.global_step * rows_per_step / seconds, 3)
     eval_metrics = final_evaluation(trainer)
     eval_metrics["perplexity"] = math.exp(min(eval_metrics["eval_mlm_loss"], 700.0))  # exp overflows past ~709
     eval_metrics["eval_samples"] = len(eval_features)

@@ -1,0 +1,230 @@
+"""Does the data path keep up with the model? Collator rows/s, and each job's step rate against a bare loop.
+
+    python benchmarks/bench_job_throughput.py                         # CPU: the jobs as their defaults run them
+    python benchmarks/bench_job_throughput.py --device cuda           # GPU: the GPU shapes below, bf16
+    python benchmarks/bench_job_throughput.py --quick                 # smoke run (tests), a minute on 2 cores
+
+**Collators.** Rows per second of each job's collator in one process (one torch thread), at the batch shapes
+the jobs use: the pretraining masking collator (30 % seeded token masks, padded and flattened) on rows of the
+embedded reviews, and the fine-tuning padding collators on the embedded sentiment sentences and WNUT tweets.
+A GPU consumes BERT-base MLM rows of 128 tokens at about 5,000 rows/s (677 k tokens/s on an H200), so a
+collator that makes fewer per process starves it unless workers collate in parallel.
+
+**Jobs against a bare loop.** Each job runs in this process, as its command line would run it, for ``--steps``
+optimizer steps, with no evaluation or checkpoint; its steady step rate is the one the job itself reports
+(``train_steady_steps_per_second``, :class:`mlm_suite.training.StepRateCallback`: warm-up steps excluded).
+Then a bare loop trains the job's own model on batches that the job's own data loader made *before* the timing
+(already on the device), with the same optimizer (``Trainer.get_optimizer_cls_and_kwargs``), the same
+autocast, gradient clipping and learning-rate schedule: the speed of the model step alone. The ratio
+job / bare loop is what the Trainer, the data loading and the callbacks cost; the target is at least 0.85.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from unittest import mock
+
+import torch
+from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer
+
+from mlm_suite import resources
+from mlm_suite.data.masking import DataCollatorForMaskedLM, tokenize_for_mlm
+from mlm_suite.jobs import finetune_classification, finetune_ner, pretrain
+from mlm_suite.tokenization import train_wordpiece_tokenizer
+from mlm_suite.trainer import JobTrainer
+
+TARGET_RATIO = 0.85
+
+# (job, module, flags) per device; every run adds --output_dir, --max_steps and no evaluation or saving.
+# CPU: the jobs' defaults. GPU: the shapes a GPU user runs (the mini preset at 128 x 128 for pretraining).
+JOBS = {
+    "cpu": [
+        ("pretrain", pretrain, ["--fill_mask_probes", "0"]),
+        ("finetune-cls", finetune_classification, ["--max_predict_samples", "64"]),
+        ("finetune-ner", finetune_ner, ["--max_predict_samples", "64", "--compare_hf", "false"]),
+    ],
+    "cuda": [
+        ("pretrain", pretrain, ["--fill_mask_probes", "0", "--config_preset", "mini", "--per_device_train_batch_size", "128",
+                                "--max_seq_length", "128", "--bf16", "true"]),
+        ("finetune-cls", finetune_classification, ["--max_predict_samples", "64", "--per_device_train_batch_size", "128",
+                                                   "--bf16", "true"]),
+        ("finetune-ner", finetune_ner, ["--max_predict_samples", "64", "--compare_hf", "false", "--per_device_train_batch_size", "128",
+                                        "--bf16", "true"]),
+    ],
+}  # fmt: skip
+QUIET = ["--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
+         "--logging_steps", "50", "--max_eval_samples", "64"]  # the final evaluation is not timed: keep it short
+
+
+# ------------------------------------------------------------------------------------------------
+# Collators
+# ------------------------------------------------------------------------------------------------
+def rows_per_second(collate: Callable[[list], object], rows: list[dict], batch_size: int, repeats: int) -> float:
+    """Median rows/s of ``collate`` over ``repeats`` batches of ``batch_size`` rows (one warm-up call first)."""
+    batches = [[rows[(start + i) % len(rows)] for i in range(batch_size)] for start in range(0, batch_size * repeats, batch_size)]
+    collate(batches[0])
+    seconds = []
+    for batch in batches:
+        started = time.perf_counter()
+        collate(batch)
+        seconds.append(time.perf_counter() - started)
+    return batch_size / statistics.median(seconds)
+
+
+def collator_rows(quick: bool) -> list[tuple[str, str, float]]:
+    """``(collator, batch shape, rows/s)`` for each job's collator at its batch shapes."""
+    repeats = 3 if quick else 20
+    reviews = [text for _, text in resources.pang_lee_reviews()][: 40 if quick else 300]
+    wordpiece = train_wordpiece_tokenizer(reviews, vocab_size=2048)
+    results = []
+    for length, batch_size in ((64, 16), (128, 128)):
+        rows = tokenize_for_mlm({"text": reviews}, wordpiece, length)
+        rows = [{**{key: rows[key][i] for key in rows}, "example_index": i} for i in range(len(rows["input_ids"]))]
+        for flatten in (False, True):
+            collator = DataCollatorForMaskedLM(
+                wordpiece, mlm_probability=0.3, seed=0, process_rank=0, flatten=flatten,
+                pad_to_multiple_of=8 if flatten else None,
+            )  # fmt: skip
+            name = f"pretrain masking ({'flattened' if flatten else 'padded'})"
+            results.append((name, f"{batch_size} x ≤{length}", rows_per_second(collator, rows, batch_size, repeats)))
+
+    from transformers import AutoTokenizer
+
+    minilm = AutoTokenizer.from_pretrained(resources.minilm_dir())
+    sentences = [text for _, text in resources.pang_lee_sentences()][:2000]
+    tweets = [words for words, _ in resources.read_wnut16()][:1000]
+    sentence_rows = [dict(minilm(text, truncation=True, max_length=128), label=0) for text in sentences]
+    encoded = minilm(tweets, is_split_into_words=True, truncation=True, max_length=128)
+    tweet_rows = [{"input_ids": ids, "attention_mask": [1] * len(ids), "labels": [0] * len(ids)} for ids in encoded["input_ids"]]
+    for batch_size in (32, 128):
+        results.append(("finetune-cls padding", f"{batch_size} sentences", rows_per_second(DataCollatorWithPadding(minilm), sentence_rows, batch_size, repeats)))
+        results.append(("finetune-ner padding", f"{batch_size} tweets", rows_per_second(DataCollatorForTokenClassification(minilm), tweet_rows, batch_size, repeats)))
+    return results
+
+
+# ------------------------------------------------------------------------------------------------
+# A job against a bare loop over its own pre-collated batches
+# ------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def capture_trainer():
+    """Yields a list that receives the ``JobTrainer`` each job builds (to reuse its model and data loader)."""
+    captured: list[JobTrainer] = []
+    original = JobTrainer.train
+
+    def train(self, *args, **kwargs):
+        captured.append(self)
+        return original(self, *args, **kwargs)
+
+    with mock.patch.object(JobTrainer, "train", train):
+        yield captured
+
+
+def bare_loop_steps_per_second(trainer: Trainer, steps: int, warmup: int) -> float:
+    """Optimizer steps/s of a plain loop with the job's model, optimizer, autocast, clipping and schedule."""
+    args, model = trainer.args, trainer.model
+    loader = iter(trainer.get_train_dataloader())
+    batches = []
+    for _ in range(warmup + steps):  # collated and moved to the device before any timing
+        try:
+            batches.append(next(loader))
+        except StopIteration:
+            loader = iter(trainer.get_train_dataloader())
+            batches.append(next(loader))
+    optimizer_cls, optimizer_kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
+    optimizer = optimizer_cls([p for p in model.parameters() if p.requires_grad], **optimizer_kwargs)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / (warmup + steps)))
+    autocast = torch.autocast(args.device.type, dtype=torch.bfloat16, enabled=args.bf16)
+    model.train()
+
+    def synchronise():
+        if args.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    for index, batch in enumerate(batches):
+        if index == warmup:
+            synchronise()
+            started = time.perf_counter()
+        with autocast:
+            loss = model(**batch).loss
+        loss.backward()
+        if args.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+    synchronise()
+    return steps / (time.perf_counter() - started)
+
+
+def job_against_bare_loop(name: str, module, flags: list[str], steps: int, warmup: int) -> dict:
+    with tempfile.TemporaryDirectory() as output, capture_trainer() as trainers:
+        module.main(["--output_dir", output, "--max_steps", str(steps + warmup), *QUIET, *flags])
+        trainer = trainers[-1]
+        job = trainer.step_rate.steps_per_second()
+        bare = bare_loop_steps_per_second(trainer, steps, warmup)
+    rows = trainer.args.train_batch_size * trainer.args.gradient_accumulation_steps
+    return dict(job=name, device=trainer.args.device.type, rows_per_step=rows, workers=trainer.args.dataloader_num_workers,
+                job_steps=job, bare_steps=bare, ratio=job / bare)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------
+# Report
+# ------------------------------------------------------------------------------------------------
+def markdown(collators: list[tuple[str, str, float]], jobs: list[dict]) -> str:
+    lines = ["| collator (one process, one thread) | batch | rows/s |", "|---|---|---:|"]
+    lines += [f"| {name} | {shape} | {rate:,.0f} |" for name, shape, rate in collators]
+    lines += ["", "| job | device | rows/step | loader workers | job steps/s (steady) | bare loop steps/s | job / bare | ≥ 0.85 |",
+              "|---|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    lines += [
+        f"| {r['job']} | {r['device']} | {r['rows_per_step']} | {r['workers']} | {r['job_steps']:.2f} | "
+        f"{r['bare_steps']:.2f} | {r['ratio']:.2f} | {'yes' if r['ratio'] >= TARGET_RATIO else 'no'} |"
+        for r in jobs
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--jobs", nargs="+", choices=[name for name, _, _ in JOBS["cpu"]], help="only these jobs")
+    parser.add_argument("--steps", type=int, help="timed steps per job (default: CPU 200, GPU 300)")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed steps first (allocations, workers, compile)")
+    parser.add_argument("--finetune_model", help="--model_name_or_path of the fine-tuning jobs (default: theirs)")
+    parser.add_argument("--no_collators", action="store_true", help="skip the collator table")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: few steps and batches")
+    parser.add_argument("--markdown", help="also write the tables here")
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is visible")
+    steps = args.steps or (8 if args.quick else 300 if args.device == "cuda" else 200)
+    warmup = 2 if args.quick else args.warmup
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the collators: one loader process's worth of CPU
+    collators = [] if args.no_collators else collator_rows(args.quick)
+    torch.set_num_threads(threads)
+    jobs = []
+    for name, module, flags in JOBS[args.device]:
+        if args.jobs and name not in args.jobs:
+            continue
+        device_flags = ["--use_cpu", "true"] if args.device == "cpu" else []
+        if args.finetune_model and module is not pretrain:
+            device_flags += ["--model_name_or_path", args.finetune_model]
+        jobs.append(job_against_bare_loop(name, module, [*device_flags, *flags], steps, warmup))
+    table = markdown(collators, jobs)
+    print(table)
+    if args.markdown:
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text(table, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
