@@ -14,11 +14,12 @@ folder=${1:-.gpu}
 python_version=${GPU_PYTHON_VERSION:-3.12}
 mkdir -p "$folder/wheels" "$folder/cache/dists"
 
-# What the GPU image lacks (datasets' own dependencies, pyarrow, pandas and the like, are there), plus pytest.
+# What the GPU image lacks (datasets' own dependencies, pyarrow, pandas and the like, are there), at versions
+# checked there (torch 2.11, transformers 5.17, pyarrow 25), plus pytest.
+rm -f "$folder"/wheels/*.whl
 pip download -q --no-deps --only-binary :all: --python-version "$python_version" -d "$folder/wheels" \
-    "datasets>=4,<5" "dill>=0.3.8,<0.4.1" "multiprocess>=0.70.16,<0.70.19" "evaluate>=0.4" "torchdata>=0.8" \
-    pytest pluggy iniconfig pygments
-pip wheel -q --no-deps -w "$folder/wheels" "seqeval>=1.2.2"  # published as a source distribution only
+    datasets==4.4.1 dill==0.4.0 multiprocess==0.70.18 evaluate==0.4.6 torchdata==0.11.0 pytest pluggy iniconfig pygments
+pip wheel -q --no-deps -w "$folder/wheels" seqeval==1.2.2  # published as a source distribution only
 
 # The embedded corpora: fetch them into this machine's cache (a no-op when already there), then copy them.
 python -c "from mlm_suite import resources; resources.pang_lee_reviews(); resources.read_wnut16()"

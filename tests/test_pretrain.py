@@ -327,6 +327,22 @@ def test_resume_from_checkpoint_matches_an_uninterrupted_run(tmp_path, corpus):
     assert [losses[1][step] for step in (3, 4)] == pytest.approx([losses[0][step] for step in (3, 4)], rel=1e-5)
 
 
+def test_loader_workers_and_flattened_batches_train_exactly_like_the_default(tmp_path, corpus):
+    """Collating in 2 worker processes, or flattening the batches, changes nothing in what is trained: masks are
+    a function of (seed, epoch, example index), not of the process that draws them. On CPU both are off by default."""
+    common = ["--train_file", str(corpus["train"]), "--validation_file", str(corpus["validation"]), "--max_steps", "4"]
+    common += ["--max_eval_samples", "4", "--eval_strategy", "no", "--train_tokenizer", "false", "--fill_mask_probes", "0"]
+    common += BERT_ARCHITECTURE  # see BERT_ARCHITECTURE: post-norm keeps summation-order noise out of AdamW's first step
+    runs = {}
+    for name, extra in {"default": [], "workers": ["--dataloader_num_workers", "2"], "flat": ["--flatten_batches"]}.items():
+        runs[name] = tmp_path / name
+        assert main(job_args(runs[name], *common, *extra)) == 0
+    arguments = read_json(runs["default"] / "training_args.json")
+    assert arguments["dataloader_num_workers"] == 0 and arguments["logging_nan_inf_filter"] is True  # CPU defaults
+    assert max_difference(weights(runs["default"]), weights(runs["workers"])) == 0.0
+    assert max_difference(weights(runs["default"]), weights(runs["flat"])) < 1e-5
+
+
 @pytest.mark.slow
 def test_evaluation_masking_rate_does_not_follow_the_training_rate(tmp_path, corpus):
     """Eval masks depend on --eval_mlm_probability only: training at 15 % or 40 % scores the same positions."""

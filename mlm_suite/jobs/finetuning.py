@@ -204,15 +204,22 @@ def gpu_loader_workers() -> int:
 
 
 def feed_the_device(training_args: TrainingArguments, argv: Sequence[str]) -> None:
-    """On a GPU, collate batches in worker processes while the device computes (a flag given explicitly wins).
+    """On a GPU, let the host run ahead of the device (flags given explicitly win).
 
-    On CPU the main process collates (``dataloader_num_workers`` 0, the Trainer's default): workers would take
-    cores from the step, which on CPU is the bottleneck. Seeded masks are a function of each example's index and
-    the epoch, so they do not depend on the number of workers; the loader keeps pinned memory (the Trainer's
-    default) for asynchronous host-to-device copies.
+    * Batches are collated in worker processes while the device computes. On CPU the main process collates
+      (``dataloader_num_workers`` 0, the Trainer's default): workers would take cores from the step, which on CPU
+      is the bottleneck. Seeded masks are a function of each example's index and the epoch, so they do not depend
+      on the number of workers; the loader keeps pinned memory (the Trainer's default) for asynchronous copies.
+    * ``logging_nan_inf_filter`` is off: the Trainer's filter reads every step's loss on the host
+      (``torch.isnan(loss) or ...``), a synchronisation that makes the host wait for each step before it
+      prepares the next. A NaN loss then shows in the logged loss instead of being replaced by the running mean.
     """
-    if training_args.device.type == "cuda" and not flag_given("dataloader_num_workers", argv):
+    if training_args.device.type != "cuda":
+        return
+    if not flag_given("dataloader_num_workers", argv):
         training_args.dataloader_num_workers = gpu_loader_workers()
+    if not flag_given("logging_nan_inf_filter", argv):
+        training_args.logging_nan_inf_filter = False
 
 
 def parse_arguments(dataclass_types: Sequence[type], argv: Sequence[str] | None) -> tuple:

@@ -161,6 +161,9 @@ class PretrainingArguments:
     flatten_batches: bool | None = field(
         default=None,
         metadata={
+            # A bare --flatten_batches means true; the parser's optional bools would demand a value.
+            "nargs": "?",
+            "const": True,
             "help": "train on flattened batches (every sequence end to end with its offsets, as "
             "DataCollatorWithFlattening makes them): no padding, no host synchronisation, and with --torch_compile "
             "no graph break. Default: on when training on a GPU, off on CPU (where it buys nothing)"
