@@ -78,8 +78,9 @@ def rows_per_second(collate: Callable[[list], object], rows: list[dict], batch_s
     return batch_size / statistics.median(seconds)
 
 
-def collator_rows(quick: bool) -> list[tuple[str, str, float]]:
-    """``(collator, batch shape, rows/s)`` for each job's collator at its batch shapes."""
+def collator_rows(quick: bool, finetune_model: str | None) -> list[tuple[str, str, float]]:
+    """``(collator, batch shape, rows/s)`` for each job's collator at its batch shapes (fine-tuning collators with
+    ``finetune_model``'s tokenizer, else MiniLM's, the fine-tuning jobs' default)."""
     repeats = 3 if quick else 20
     reviews = [text for _, text in resources.pang_lee_reviews()][: 40 if quick else 300]
     wordpiece = train_wordpiece_tokenizer(reviews, vocab_size=2048)
@@ -97,7 +98,7 @@ def collator_rows(quick: bool) -> list[tuple[str, str, float]]:
 
     from transformers import AutoTokenizer
 
-    minilm = AutoTokenizer.from_pretrained(resources.minilm_dir())
+    minilm = AutoTokenizer.from_pretrained(finetune_model or resources.minilm_dir())
     sentences = [text for _, text in resources.pang_lee_sentences()][:2000]
     tweets = [words for words, _ in resources.read_wnut16()][:1000]
     sentence_rows = [dict(minilm(text, truncation=True, max_length=128), label=0) for text in sentences]
@@ -208,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the collators: one loader process's worth of CPU
-    collators = [] if args.no_collators else collator_rows(args.quick)
+    collators = [] if args.no_collators else collator_rows(args.quick, args.finetune_model)
     torch.set_num_threads(threads)
     jobs = []
     for name, module, flags in JOBS[args.device]:

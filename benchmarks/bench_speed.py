@@ -643,7 +643,7 @@ def run(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny, short workloads (smoke test, < 60 s)")
-    parser.add_argument("--workloads", nargs="+", metavar="NAME", help="run only these (prefix match), e.g. mlm-mini infer")
+    parser.add_argument("--workloads", nargs="+", metavar="NAME", help="run only these (full names, else prefixes), e.g. mlm-mini infer")
     parser.add_argument("--reps", type=int, help="timed repetitions per workload (default: per workload, ≥ 5)")
     parser.add_argument("--warmup", type=int, help="warm-up repetitions per workload")
     parser.add_argument("--batch_size", type=int, help="rows per batch of every workload run (default: the workload's)")
@@ -667,7 +667,8 @@ def main(argv: list[str] | None = None) -> int:
     workloads = quick_workloads() if args.quick else list(defaults)
     if args.workloads:
         candidates = workloads if args.quick else workloads + EXTRA_WORKLOADS + [w for w in CUDA_WORKLOADS if w not in workloads]
-        workloads = [w for w in candidates if any(w.name.startswith(prefix) for prefix in args.workloads)]
+        exact = [w for w in candidates if w.name in args.workloads]  # a full name selects that workload alone
+        workloads = exact or [w for w in candidates if any(w.name.startswith(prefix) for prefix in args.workloads)]
         if not workloads:
             parser.error(f"no workload matches {args.workloads}")
     for w in workloads:

@@ -4,7 +4,9 @@
 #   scripts/gpu_check.sh [REPORT.md]          # default outputs/gpu_check/report.md; at most 9 minutes on an H100/H200
 #
 # GPU_CHECK_SECONDS (default 540) bounds the whole check: a stage gets at most what is left. GPU_CHECK_WORK
-# (default the report's folder) receives each stage's log and the trained models.
+# (default the report's folder) receives each stage's log and the trained models. GPU_CHECK_STAGES names the
+# stages to run (default all: tests pretrain finetune feed bench_512 bench_128); GPU_CHECK_PRETRAIN_MINUTES
+# the pretraining budget (default 1.5).
 #
 # Needs python with a CUDA build of torch, transformers and accelerate, and no network: the other dependencies
 # come as wheels from $MLM_SUITE_WHEELS and the data from $MLM_SUITE_CACHE (default .gpu/wheels and .gpu/cache,
@@ -26,6 +28,8 @@ cd "$(dirname "$0")/.."
 report=${1:-outputs/gpu_check/report.md}
 work=${GPU_CHECK_WORK:-$(dirname "$report")}  # logs and the trained models
 deadline=$((SECONDS + ${GPU_CHECK_SECONDS:-540}))  # stages are cut short to end by then
+stages=${GPU_CHECK_STAGES:-tests pretrain finetune feed bench_512 bench_128}  # a rerun can pick some
+pretrain_minutes=${GPU_CHECK_PRETRAIN_MINUTES:-1.5}
 mkdir -p "$work" "$(dirname "$report")"
 wheels=${MLM_SUITE_WHEELS:-.gpu/wheels}
 export MLM_SUITE_CACHE=${MLM_SUITE_CACHE:-$PWD/.gpu/cache}
@@ -53,6 +57,7 @@ run() {
     local name=$1 limit=$2
     shift 2
     local started=$SECONDS
+    case " $stages " in *" $name "*) ;; *) return 1 ;; esac
     if [ $((deadline - SECONDS)) -lt "$limit" ]; then
         limit=$((deadline - SECONDS))
     fi
@@ -93,9 +98,9 @@ if run tests 120 $python -m pytest -q -p no:cacheprovider tests/test_flattened_c
 fi
 
 # ---- 2. pretraining with the job's GPU defaults ---------------------------------------------------------------
-section "pretrain: 90 s, mini preset, 128 rows x 128 tokens, bf16, the job's GPU defaults"
+section "pretrain: $pretrain_minutes min, mini preset, 128 rows x 128 tokens, bf16, the job's GPU defaults"
 if run pretrain 150 $python -m mlm_suite.jobs.pretrain --output_dir "$work/pretrain" --config_preset mini \
-    --per_device_train_batch_size 128 --max_seq_length 128 --bf16 true --max_train_minutes 1.5 \
+    --per_device_train_batch_size 128 --max_seq_length 128 --bf16 true --max_train_minutes "$pretrain_minutes" \
     --max_eval_samples 1024 --fill_mask_probes 4 --disable_tqdm true; then
     $python - "$work/pretrain" >>"$report" <<'EOF'
 import json, sys
@@ -110,7 +115,7 @@ EOF
 fi
 
 # ---- 3. fine-tuning ------------------------------------------------------------------------------------------
-section "finetune-cls: sentiment, from the 90 s model, bf16"
+section "finetune-cls: sentiment, from that model, bf16"
 if run finetune 100 $python -m mlm_suite.jobs.finetune_classification --model_name_or_path "$work/pretrain" \
     --output_dir "$work/finetune_cls" --bf16 true --disable_tqdm true; then
     $python - "$work/finetune_cls" >>"$report" <<'EOF'

@@ -56,7 +56,7 @@ def assert_same_off_the_default_device(run: Callable[[], object]) -> None:
     assert len(got) == len(expected) and expected
     for index, (value, reference) in enumerate(zip(got, expected)):
         assert value.device.type == "cpu", f"output tensor {index} was made on {value.device}, not its inputs' device"
-        torch.testing.assert_close(value, reference, msg=f"output tensor {index}")
+        torch.testing.assert_close(value, reference, msg=lambda message: f"output tensor {index}: {message}")
 
 
 def packed_batch() -> dict[str, torch.Tensor]:
@@ -208,9 +208,10 @@ def test_cuda_every_head_trains_like_on_cpu_padded_and_flattened(head, overrides
             output = model(**on(device, inputs_here))
             loss = output.get("loss")
             (tensors_of(output)[0].float().sum() if loss is None else loss).backward()
-            results[device] = [t.detach().cpu() for t in tensors_of(output)] + [
-                parameter.grad.cpu() for parameter in model.parameters() if parameter.grad is not None
+            # Copies: model.to() moves the parameters' .grad tensors in place, and .cpu() of a CPU tensor is itself.
+            results[device] = [t.detach().to("cpu", copy=True) for t in tensors_of(output)] + [
+                parameter.grad.to("cpu", copy=True) for parameter in model.parameters() if parameter.grad is not None
             ]
             assert all(t.device.type == device for t in tensors_of(output))
         for index, (gpu, cpu) in enumerate(zip(results["cuda"], results["cpu"])):
-            torch.testing.assert_close(gpu, cpu, atol=1e-4, rtol=1e-3, msg=f"tensor {index}")
+            torch.testing.assert_close(gpu, cpu, atol=1e-4, rtol=1e-3, msg=lambda message: f"tensor {index}: {message}")

@@ -210,14 +210,19 @@ def feed_the_device(training_args: TrainingArguments, argv: Sequence[str]) -> No
       (``dataloader_num_workers`` 0, the Trainer's default): workers would take cores from the step, which on CPU
       is the bottleneck. Seeded masks are a function of each example's index and the epoch, so they do not depend
       on the number of workers; the loader keeps pinned memory (the Trainer's default) for asynchronous copies.
+    * Batches are copied to the device without blocking (``accelerator_config.non_blocking``, from the pinned
+      memory the loader gives): a blocking copy waits for every step queued before it, so the host could not
+      prepare step k + 1 while the device computes step k.
     * ``logging_nan_inf_filter`` is off: the Trainer's filter reads every step's loss on the host
-      (``torch.isnan(loss) or ...``), a synchronisation that makes the host wait for each step before it
-      prepares the next. A NaN loss then shows in the logged loss instead of being replaced by the running mean.
+      (``torch.isnan(loss) or ...``), a synchronisation with the same effect. A NaN loss then shows in the
+      logged loss instead of being replaced by the running mean.
     """
     if training_args.device.type != "cuda":
         return
     if not flag_given("dataloader_num_workers", argv):
         training_args.dataloader_num_workers = gpu_loader_workers()
+    if not flag_given("accelerator_config", argv):
+        training_args.accelerator_config.non_blocking = True
     if not flag_given("logging_nan_inf_filter", argv):
         training_args.logging_nan_inf_filter = False
 
