@@ -23,6 +23,7 @@ holds its own part) and without rank-0 dispatch; checkpoints hold each process's
 from __future__ import annotations
 
 import hashlib
+import inspect
 import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -51,6 +52,8 @@ def split_for_processes(stream: IterableDataset, rank: int, world_size: int) -> 
             f"{shards} shards (files) cannot be split evenly across {world_size} processes: give a multiple of "
             f"{world_size} files, or fewer files than processes (every process then keeps 1 document in {world_size})"
         )
+    if "strategy" not in inspect.signature(split_dataset_by_node).parameters:  # datasets < 5.1 makes the same choice
+        return split_dataset_by_node(stream, rank=rank, world_size=world_size)
     strategy = "shards" if shards >= world_size else "examples"
     return split_dataset_by_node(stream, rank=rank, world_size=world_size, strategy=strategy)
 

@@ -206,9 +206,10 @@ class PretrainingArguments:
             "frozen) for this many optimizer steps, then everything, so a new head does not disturb the encoder"
         },
     )
-    warmup_ratio: float | None = field(
-        default=None, metadata={"help": "share of the steps spent warming up (sets --warmup_steps to this fraction)"}
-    )
+    if "warmup_ratio" not in TrainingArguments.__dataclass_fields__:  # transformers < 5.15 has its own flag
+        warmup_ratio: float | None = field(
+            default=None, metadata={"help": "share of the steps spent warming up (sets --warmup_steps to this fraction)"}
+        )
     max_train_minutes: float | None = field(
         default=None,
         metadata={
@@ -268,10 +269,11 @@ def parse_arguments(argv: list[str] | None) -> tuple[PretrainingArguments, Train
         training_args.dataloader_num_workers = 0  # a stream's workers each need a shard of their own
     if args.flatten_batches is None:
         args.flatten_batches = training_args.device.type == "cuda"
-    if args.warmup_ratio is not None:
-        if not 0.0 <= args.warmup_ratio < 1.0:
-            raise ValueError(f"--warmup_ratio must lie in [0, 1), got {args.warmup_ratio}")
-        training_args.warmup_steps = args.warmup_ratio
+    warmup_ratio = getattr(args, "warmup_ratio", None)  # TrainingArguments' own before transformers 5.15
+    if warmup_ratio is not None:
+        if not 0.0 <= warmup_ratio < 1.0:
+            raise ValueError(f"--warmup_ratio must lie in [0, 1), got {warmup_ratio}")
+        training_args.warmup_steps = warmup_ratio
     # Forced even when given on the command line: dropping the collator's inputs breaks masking.
     training_args.remove_unused_columns = False
     # The metrics tell [MASK], random and kept positions apart by what the model saw.
