@@ -1,4 +1,5 @@
-"""Data pipeline for MLM pretraining: tokenisation with word ids, dynamic masking, NSP pairs, packing."""
+"""Data pipeline for MLM pretraining: tokenisation with word ids, dynamic masking, NSP pairs, packing; fast
+padding collators for fine-tuning."""
 
 from .masking import (
     WORD_ID_SENTINEL,
@@ -9,10 +10,13 @@ from .masking import (
 )
 from .nsp import build_nsp_examples, nsp_map_function, split_sentences
 from .packing import document_boundaries, pack_documents, packing_map_function
+from .padding import DataCollatorForPadding, DataCollatorForTokenLabels
 
 __all__ = [
     "WORD_ID_SENTINEL",
     "DataCollatorForMaskedLM",
+    "DataCollatorForPadding",
+    "DataCollatorForTokenLabels",
     "MaskingEpochCallback",
     "build_nsp_examples",
     "count_tokens",

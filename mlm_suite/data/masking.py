@@ -31,7 +31,6 @@ import os
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any, Literal
 
 import numpy as np
@@ -40,6 +39,9 @@ from transformers import PreTrainedTokenizerBase, TrainerCallback, TrainerContro
 
 from .chunking import WORD_ID_SENTINEL, tokenize_for_mlm
 from .flattening import flatten_batch
+from .padding import column_values as _column
+from .padding import real_positions
+from .padding import scatter_rows as _pad
 
 __all__ = [
     "WORD_ID_SENTINEL",
@@ -322,10 +324,7 @@ class DataCollatorForMaskedLM:
 
     def _real_positions(self, lengths: np.ndarray, length: int) -> np.ndarray:
         """``(B, L)`` bool: where each row's tokens go, on the tokenizer's padding side."""
-        columns = np.arange(length)
-        if self.tokenizer.padding_side == "left":
-            return columns >= length - lengths[:, None]
-        return columns < lengths[:, None]
+        return real_positions(lengths, length, self.tokenizer.padding_side)
 
     # ------------------------------------------------------------------ randomness
 
@@ -463,27 +462,6 @@ class DataCollatorForMaskedLM:
         targets = token_draw[use_random].astype(np.float64) * cdf[-1]
         corrupted[use_random] = np.searchsorted(cdf, targets, side="right")
         return corrupted, labels
-
-
-def _column(features: Sequence[Mapping[str, Any]], key: str, lengths: np.ndarray) -> np.ndarray:
-    """``(T,)`` int64: the ``key`` rows of all ``features`` end to end (``T = lengths.sum()``)."""
-    try:
-        rows = [feature[key] for feature in features]
-    except KeyError:
-        raise ValueError(f"'{key}' is present in some features but not in all") from None
-    if [len(row) for row in rows] != lengths.tolist():
-        raise ValueError(f"{key} must have one entry per input id")
-    if all(type(row) is list for row in rows):
-        # Rows as datasets gives them: one pass over the Python ints, no array or tensor per row.
-        return np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
-    return np.concatenate([np.asarray(row, dtype=np.int64) for row in rows])  # arrays, tensors, tuples
-
-
-def _pad(values: np.ndarray, real: np.ndarray, fill: int | bool) -> np.ndarray:
-    """``(B, L)``: ``values`` ``(T,)`` at the ``real`` positions (row by row, in order), ``fill`` elsewhere."""
-    out = np.full(real.shape, fill, dtype=values.dtype)
-    out[real] = values
-    return out
 
 
 def _word_starts(maskable: np.ndarray, word_ids: np.ndarray) -> np.ndarray:
