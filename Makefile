@@ -1,7 +1,7 @@
 # Convenience targets; each runs a command documented in README.md.
 PYTHON ?= python
 
-.PHONY: install test test-fast pretrain finetune-ner finetune-cls finetune-pair finetune-retrieval wsd anisotropy bench bench-budget bench-pretrain-to-task diagnose-transfer bench-retrieval quickstart docs-figures
+.PHONY: install test test-fast test-lowest pretrain finetune-ner finetune-cls finetune-pair finetune-retrieval wsd anisotropy bench bench-job-throughput bench-budget bench-pretrain-to-task diagnose-transfer bench-retrieval quickstart docs-figures gpu-check
 
 install:
 	pip install torch==2.13.0
@@ -12,6 +12,9 @@ test:
 
 test-fast:
 	$(PYTHON) -m pytest -q -m "not slow"
+
+test-lowest:
+	scripts/test_lowest_versions.sh
 
 quickstart:
 	mlm-suite quickstart --output_dir outputs/quickstart
@@ -39,6 +42,12 @@ anisotropy:
 
 bench:
 	$(PYTHON) benchmarks/bench_speed.py --compile
+
+bench-job-throughput:
+	$(PYTHON) benchmarks/bench_job_throughput.py --markdown outputs/bench_job_throughput/cpu.md
+
+gpu-check:
+	scripts/gpu_check.sh outputs/gpu_check/report.md
 
 bench-budget:
 	$(PYTHON) benchmarks/bench_budget.py --markdown outputs/bench_budget/table.md
