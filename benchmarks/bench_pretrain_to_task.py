@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 42])
     parser.add_argument("--pretrain_steps", type=int, default=pretrain.JOB_DEFAULTS["max_steps"])
     parser.add_argument("--finetune_flags", default=DEFAULT_FINETUNE_FLAGS, help="flags of both fine-tuning jobs")
+    parser.add_argument("--pretrain_flags", default="", help="further flags of both pretraining runs")
     parser.add_argument("--markdown", help="also write the tables to this file")
     args = parser.parse_args(argv)
     root = Path(args.output_dir)
@@ -117,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     for objective in ("mlm", "mlm_nsp"):
         folder = root / f"pretrain_{objective}"
         flags = ["--train_file", str(corpus), "--objective", objective, "--max_steps", str(args.pretrain_steps)]
+        flags += args.pretrain_flags.split()
         encoders[objective] = (folder, run_once(pretrain, flags, folder))
     lines += ["| pretraining | steps | held-out [MASK] accuracy | baseline | MLM loss | NSP accuracy |", "|---|---|---|---|---|---|"]
     for objective, (_, results) in encoders.items():
