@@ -41,6 +41,7 @@ from mlm_suite.data.padding import DataCollatorForPadding, DataCollatorForTokenL
 from mlm_suite.jobs import finetune_classification, finetune_ner, pretrain
 from mlm_suite.tokenization import train_wordpiece_tokenizer
 from mlm_suite.trainer import JobTrainer
+from mlm_suite.training import rows_per_step
 
 TARGET_RATIO = 0.85
 
@@ -100,17 +101,17 @@ def collator_rows(quick: bool, finetune_model: str | None) -> list[tuple[str, st
 
     from transformers import AutoTokenizer
 
-    minilm = AutoTokenizer.from_pretrained(finetune_model or resources.minilm_dir())
+    tokenizer = AutoTokenizer.from_pretrained(finetune_model or resources.minilm_dir())
     sentences = [text for _, text in resources.pang_lee_sentences()][:2000]
     tweets = [words for words, _ in resources.read_wnut16()][:1000]
-    sentence_rows = [dict(minilm(text, truncation=True, max_length=128), label=0) for text in sentences]
-    encoded = minilm(tweets, is_split_into_words=True, truncation=True, max_length=128)
+    sentence_rows = [dict(tokenizer(text, truncation=True, max_length=128), label=0) for text in sentences]
+    encoded = tokenizer(tweets, is_split_into_words=True, truncation=True, max_length=128)
     tweet_rows = [{"input_ids": ids, "attention_mask": [1] * len(ids), "labels": [0] * len(ids)} for ids in encoded["input_ids"]]
     collators = {
-        "finetune-cls padding": (sentence_rows, "sentences", DataCollatorForPadding(minilm)),
-        "finetune-ner padding": (tweet_rows, "tweets", DataCollatorForTokenLabels(minilm)),
-        "(transformers' DataCollatorWithPadding)": (sentence_rows, "sentences", DataCollatorWithPadding(minilm)),
-        "(transformers' DataCollatorForTokenClassification)": (tweet_rows, "tweets", DataCollatorForTokenClassification(minilm)),
+        "finetune-cls padding": (sentence_rows, "sentences", DataCollatorForPadding(tokenizer)),
+        "finetune-ner padding": (tweet_rows, "tweets", DataCollatorForTokenLabels(tokenizer)),
+        "(transformers' DataCollatorWithPadding)": (sentence_rows, "sentences", DataCollatorWithPadding(tokenizer)),
+        "(transformers' DataCollatorForTokenClassification)": (tweet_rows, "tweets", DataCollatorForTokenClassification(tokenizer)),
     }  # fmt: skip
     for name, (rows, kind, collator) in collators.items():
         for batch_size in (32, 128):
@@ -178,8 +179,7 @@ def job_against_bare_loop(name: str, module, flags: list[str], steps: int, warmu
         trainer = trainers[-1]
         job = trainer.step_rate.steps_per_second()
         bare = bare_loop_steps_per_second(trainer, steps, warmup)
-    rows = trainer.args.train_batch_size * trainer.args.gradient_accumulation_steps
-    return dict(job=name, device=trainer.args.device.type, rows_per_step=rows, workers=trainer.args.dataloader_num_workers,
+    return dict(job=name, device=trainer.args.device.type, rows_per_step=rows_per_step(trainer.args), workers=trainer.args.dataloader_num_workers,
                 job_steps=job, bare_steps=bare, ratio=job / bare)  # fmt: skip
 
 

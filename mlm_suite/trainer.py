@@ -66,7 +66,7 @@ from transformers.utils import (
 
 from .data.streaming import ProcessStream
 from .model_card import usage_fields, write_model_card
-from .training import StepRateCallback
+from .training import StepRateCallback, rows_per_step
 
 TRAINING_ARGS_JSON = "training_args.json"
 OPTIMIZER_TENSORS = "optimizer.safetensors"
@@ -487,15 +487,15 @@ class JobTrainer(PickleFreeTrainer):
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
         if "train_runtime" in logs:  # the end-of-training metrics, also returned by train()
-            rows_per_step = self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
+            rows = rows_per_step(self.args)
             if self.args.max_steps > 0:
                 # The Trainer counts max_steps × rows per step as the samples, also when a time budget ended the
                 # run long before (and then reports billions per second); its step rate is counted right.
-                logs["train_samples_per_second"] = round(logs["train_steps_per_second"] * rows_per_step, 3)
+                logs["train_samples_per_second"] = round(logs["train_steps_per_second"] * rows, 3)
             steady = self.step_rate.steps_per_second()
             if steady is not None:
                 logs["train_steady_steps_per_second"] = round(steady, 3)
-                logs["train_steady_samples_per_second"] = round(steady * rows_per_step, 3)
+                logs["train_steady_samples_per_second"] = round(steady * rows, 3)
         super().log(logs, *args, **kwargs)
 
     def evaluation_loop(
@@ -539,8 +539,8 @@ __all__ = [
     "SCALER_JSON",
     "SCHEDULER_JSON",
     "StreamProgressCallback",
-    "cache_accelerate_package_probe",
     "TRAINING_ARGS_JSON",
+    "cache_accelerate_package_probe",
     "fsdp2_optimizer_state",
     "join_optimizer_state",
     "load_fsdp2_model_state",

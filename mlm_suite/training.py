@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from transformers import EarlyStoppingCallback, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-__all__ = ["StepRateCallback", "TimeBudgetCallback", "early_stopping_callback"]
+__all__ = ["StepRateCallback", "TimeBudgetCallback", "early_stopping_callback", "rows_per_step"]
 
 
 class TimeBudgetCallback(TrainerCallback):
@@ -127,6 +127,11 @@ class TimeBudgetCallback(TrainerCallback):
                 "step": state.global_step,
             }
         )
+
+
+def rows_per_step(args: TrainingArguments) -> int:
+    """Training rows per optimizer step, all processes and accumulated micro-batches together."""
+    return args.train_batch_size * args.gradient_accumulation_steps * args.world_size
 
 
 class StepRateCallback(TrainerCallback):

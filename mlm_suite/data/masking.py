@@ -39,9 +39,7 @@ from transformers import PreTrainedTokenizerBase, TrainerCallback, TrainerContro
 
 from .chunking import WORD_ID_SENTINEL, tokenize_for_mlm
 from .flattening import flatten_batch
-from .padding import column_values as _column
-from .padding import real_positions
-from .padding import scatter_rows as _pad
+from .padding import column_values, real_positions, scatter_rows
 
 __all__ = [
     "WORD_ID_SENTINEL",
@@ -282,26 +280,26 @@ class DataCollatorForMaskedLM:
         length = int(lengths.max())
         if self.pad_to_multiple_of is not None and not self.flatten:
             length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        real = self._real_positions(lengths, length)  # (B, L)
+        real = real_positions(lengths, length, self.tokenizer.padding_side)  # (B, L)
 
         # Per-token columns stay flat, (T,) with T = lengths.sum(), until they are padded.
-        ids = _column(features, "input_ids", lengths)
-        input_ids = _pad(ids, real, self.tokenizer.pad_token_id)  # (B, L)
+        ids = column_values(features, "input_ids", lengths)
+        input_ids = scatter_rows(ids, real, self.tokenizer.pad_token_id)  # (B, L)
         maskable = ~np.isin(ids, self._special_ids.numpy())
         if "attention_mask" in features[0]:
-            attention = _column(features, "attention_mask", lengths)
+            attention = column_values(features, "attention_mask", lengths)
             maskable &= attention != 0
-            attention_mask = _pad(attention, real, 0)
+            attention_mask = scatter_rows(attention, real, 0)
         else:
             attention_mask = real.astype(np.int64)
         if "special_tokens_mask" in features[0]:
-            maskable &= _column(features, "special_tokens_mask", lengths) == 0
+            maskable &= column_values(features, "special_tokens_mask", lengths) == 0
         word_ids = None
         if word_mode:
-            words = _column(features, "word_ids", lengths)
+            words = column_values(features, "word_ids", lengths)
             maskable &= words >= 0
-            word_ids = _pad(words, real, WORD_ID_SENTINEL)  # (B, L)
-        maskable = _pad(maskable, real, False)  # (B, L), never at padding
+            word_ids = scatter_rows(words, real, WORD_ID_SENTINEL)  # (B, L)
+        maskable = scatter_rows(maskable, real, False)  # (B, L), never at padding
 
         uniforms, accept, generators = self._draw_uniforms(features, ids, lengths, real)
         if self.masking == "span":
@@ -315,16 +313,12 @@ class DataCollatorForMaskedLM:
         pad_values = {"token_type_ids": self.tokenizer.pad_token_type_id, "position_ids": 0}
         for key in _PADDED_PASSTHROUGH:
             if key in features[0]:
-                batch[key] = _pad(_column(features, key, lengths), real, pad_values[key])
+                batch[key] = scatter_rows(column_values(features, key, lengths), real, pad_values[key])
         batch = {key: torch.from_numpy(value) for key, value in batch.items()}
         for key in _SCALAR_PASSTHROUGH:
             if key in features[0]:
                 batch[key] = torch.tensor([int(feature[key]) for feature in features], dtype=torch.long)
         return flatten_batch(batch, self.pad_to_multiple_of) if self.flatten else batch
-
-    def _real_positions(self, lengths: np.ndarray, length: int) -> np.ndarray:
-        """``(B, L)`` bool: where each row's tokens go, on the tokenizer's padding side."""
-        return real_positions(lengths, length, self.tokenizer.padding_side)
 
     # ------------------------------------------------------------------ randomness
 

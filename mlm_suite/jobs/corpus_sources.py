@@ -28,15 +28,12 @@ from ..data.corpus import document_stream, hub_document_stream, iter_documents, 
 from ..data.prepared import PreparedData, check_tokenizer, load_prepared, most_frequent_token, pretraining_rows_function
 from ..data.streaming import ProcessStream, split_for_processes, stream_rows
 from ..errors import UsageError
+from .finetuning import flag_given
 
 __all__ = ["BASELINE_SAMPLE_DOCUMENTS", "PreparedSource", "StreamingSource", "open_corpus_source"]
 
 # A stream is never read whole: its most frequent token (the baseline's prediction) is counted on its start.
 BASELINE_SAMPLE_DOCUMENTS = 1000
-
-
-def _given(argv: Sequence[str], flag: str) -> bool:
-    return any(item.split("=")[0] == flag for item in argv)
 
 
 def _fixed_tokenizer_source(args: Any, flag: str) -> str:
@@ -62,7 +59,7 @@ class PreparedSource:
             args.tokenizer = str(self.prepared.tokenizer_path)
         args.train_tokenizer = False
         for flag in ("max_seq_length", "packing"):
-            if _given(argv, f"--{flag}") and getattr(args, flag) != metadata[flag]:
+            if flag_given(flag, argv) and getattr(args, flag) != metadata[flag]:
                 raise UsageError(
                     f"--{flag} {getattr(args, flag)} differs from --prepared_data {args.prepared_data}'s "
                     f"{metadata[flag]}: drop the flag or prepare the data again"
@@ -103,7 +100,7 @@ class StreamingSource:
             raise UsageError("--streaming reads --train_file or --dataset_name; give one")
         if args.objective == "mlm_nsp":
             raise UsageError("--streaming trains --objective mlm only: NSP pairs draw their random B from the whole corpus")
-        if not (_given(argv, "--max_steps") and training_args.max_steps > 0) and args.max_train_minutes is None:
+        if not (flag_given("max_steps", argv) and training_args.max_steps > 0) and args.max_train_minutes is None:
             raise UsageError("--streaming needs --max_steps N (or --max_train_minutes): a stream has no length to count epochs in")
         if not (_fixed_tokenizer_source(args, "--streaming") or args.train_tokenizer is False):
             raise UsageError(

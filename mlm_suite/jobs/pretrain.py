@@ -86,7 +86,7 @@ from ..model_card import architecture_rows, base_model_fields, markdown_table
 from ..plots import figures_section, plot_pretraining_curves
 from ..tokenization import train_wordpiece_tokenizer
 from ..trainer import JobTrainer
-from ..training import TimeBudgetCallback, early_stopping_callback
+from ..training import TimeBudgetCallback, early_stopping_callback, rows_per_step
 from .corpus_sources import open_corpus_source
 from .finetuning import argument_parser, flag_given, mlm_suite_checkpoint, parse_flags, validate_flags
 
@@ -593,9 +593,7 @@ def _model_card_fields(
     training = {
         "initialisation": start,
         "optimizer steps": train_metrics.get("train_steps", training_args.max_steps),
-        "batch size (global)": training_args.train_batch_size
-        * training_args.gradient_accumulation_steps
-        * training_args.world_size,
+        "batch size (global)": rows_per_step(training_args),
         "learning rate": f"{training_args.learning_rate:g} (AdamW β₂ {training_args.adam_beta2:g}, linear warmup "
         f"{training_args.warmup_steps:g} + decay to 0)",
         "weight decay": training_args.weight_decay,
@@ -704,8 +702,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    rows_per_step = training_args.train_batch_size * training_args.gradient_accumulation_steps * training_args.world_size
-    rows_read = trainer.state.global_step * rows_per_step  # a stream has no length; every batch of it is full
+    rows_read = trainer.state.global_step * rows_per_step(training_args)  # a stream has no length; every batch is full
     train_metrics = {
         **train_result.metrics,
         "train_samples": rows_read if args.streaming else len(train_features),
