@@ -136,6 +136,9 @@ class RetrievalTrainer(JobTrainer):
             loss, _ = self.accelerator.unwrap_model(model).contrastive_loss(embeddings, labels, num_items_in_batch)
         if num_items_in_batch is None:
             loss = loss / self.current_gradient_accumulation_steps  # as the Trainer scales a per-batch mean
+        elif self.args.average_tokens_across_devices:
+            # As compute_loss does: num_items_in_batch counts every process's queries and DDP averages the gradients.
+            loss = loss * self.accelerator.num_processes
         self.accelerator.backward(loss)
 
         # 3. Each mini-batch again, with a graph, back-propagating its rows of that gradient; DDP

@@ -335,8 +335,8 @@ def test_crf_token_classification():
     assert any(d and d[0] != 2 for d in decoded)
     # unconstrained argmax would start with the forbidden I-PER
     assert out.logits.argmax(-1)[mask].eq(2).all()
-    # NLL matches the CRF module called directly, averaged per sequence
-    expected = model.crf.neg_log_likelihood(out.logits, labels, mask, reduction="mean")
+    # NLL matches the CRF module called directly, averaged per labelled token
+    expected = model.crf.neg_log_likelihood(out.logits, labels, mask, reduction="sum") / mask.sum()
     torch.testing.assert_close(out.loss, expected)
 
 
@@ -347,7 +347,10 @@ def test_class_weights_and_label_smoothing_token_classification(weights, smoothi
     labels = token_labels(batch)
     out = model(**batch, labels=labels)
     w = torch.tensor(weights) if weights else None
-    expected = F.cross_entropy(out.logits.view(-1, 5), labels.view(-1), weight=w, ignore_index=-100, label_smoothing=smoothing)
+    # the mean of weight[label] x loss over the labelled tokens (not torch's sum / sum of weights: see test_training_semantics)
+    expected = F.cross_entropy(
+        out.logits.view(-1, 5), labels.view(-1), weight=w, ignore_index=-100, label_smoothing=smoothing, reduction="sum"
+    ) / (labels != -100).sum()
     plain = F.cross_entropy(out.logits.view(-1, 5), labels.view(-1), ignore_index=-100)
     torch.testing.assert_close(out.loss, expected, atol=1e-6, rtol=0)
     assert (out.loss - plain).abs() > 1e-4
@@ -359,7 +362,7 @@ def test_class_weights_and_label_smoothing_sequence_classification():
     batch = make_random_batch(LENGTHS)
     labels = torch.tensor([0, 2, 1, 2])
     out = model(**batch, labels=labels)
-    expected = F.cross_entropy(out.logits, labels, weight=torch.tensor(weights), label_smoothing=0.1)
+    expected = F.cross_entropy(out.logits, labels, weight=torch.tensor(weights), label_smoothing=0.1, reduction="sum") / 4
     torch.testing.assert_close(out.loss, expected, atol=1e-6, rtol=0)
     assert (out.loss - F.cross_entropy(out.logits, labels)).abs() > 1e-4
 

@@ -298,6 +298,21 @@ def _check_labels(labels: torch.Tensor | None, expected_shape: torch.Size, what:
         raise ValueError(f"{what} have shape {tuple(labels.shape)} but the input needs {tuple(expected_shape)}")
 
 
+def normalised_sum(total: torch.Tensor, num_items_in_batch: int | torch.Tensor | None, local_items: torch.Tensor) -> torch.Tensor:
+    """``total`` (a loss summed over items) divided by the items it averages over.
+
+    The Trainer passes ``num_items_in_batch``, its count of labelled items (labels ≠ -100) over
+    every gradient-accumulation micro-batch (and every process): dividing each micro-batch's sum
+    by it makes the micro-batches add up to the mean of one large batch. Without it the count is
+    this batch's own ``local_items`` and the loss is a plain mean.
+    """
+    if num_items_in_batch is None:
+        return total / local_items.clamp(min=1)
+    if isinstance(num_items_in_batch, torch.Tensor):
+        num_items_in_batch = num_items_in_batch.to(total.device)
+    return total / num_items_in_batch
+
+
 def token_cross_entropy(
     logits: torch.Tensor,
     labels: torch.Tensor,
@@ -305,23 +320,16 @@ def token_cross_entropy(
     weight: torch.Tensor | None = None,
     label_smoothing: float = 0.0,
 ) -> torch.Tensor:
-    """Cross-entropy over ``(n, classes)`` logits, ignoring -100.
+    """Cross-entropy over ``(n, classes)`` logits, ignoring -100: the mean over labelled items.
 
-    With ``num_items_in_batch`` (the Trainer's count of labelled tokens over all
-    gradient-accumulation micro-batches) the sum is divided by that count, so accumulation steps
-    add up to the loss of one large batch; otherwise it is the mean over labelled tokens.
+    With class weights it is the mean of ``weight[label] * loss`` over the labelled items, not
+    torch's ``sum / sum of weights``: that denominator depends on which classes a micro-batch
+    holds, so only a count makes gradient accumulation and several processes add up to one batch.
     """
     losses = F.cross_entropy(
         logits.float(), labels, weight=weight, ignore_index=IGNORE_INDEX, reduction="sum", label_smoothing=label_smoothing
     )
-    if num_items_in_batch is None:
-        if weight is not None:
-            valid = labels != IGNORE_INDEX
-            return losses / weight[labels[valid]].sum().clamp(min=1e-12)
-        return losses / (labels != IGNORE_INDEX).sum().clamp(min=1)
-    if isinstance(num_items_in_batch, torch.Tensor):
-        num_items_in_batch = num_items_in_batch.to(losses.device)
-    return losses / num_items_in_batch
+    return normalised_sum(losses, num_items_in_batch, (labels != IGNORE_INDEX).sum())
 
 
 # --------------------------------------------------------------------------------------------
@@ -672,6 +680,7 @@ class MlmSuiteForNextSentencePrediction(MlmSuitePreTrainedModel):
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs,
     ) -> NextSentencePredictorOutput | tuple:
         outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
@@ -679,7 +688,7 @@ class MlmSuiteForNextSentencePrediction(MlmSuitePreTrainedModel):
         loss = None
         if labels is not None:
             _check_labels(labels, logits.shape[:1], "next-sentence labels")
-            loss = F.cross_entropy(logits.float(), labels)
+            loss = token_cross_entropy(logits, labels, num_items_in_batch)
         output = NextSentencePredictorOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -711,6 +720,7 @@ class MlmSuiteForPreTraining(_MaskedLMMixin, MlmSuitePreTrainedModel):
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         masked_lm_positions: torch.Tensor | None = None,
+        num_next_sentence_labels: int | torch.Tensor | None = None,
         **kwargs,
     ) -> MlmSuiteForPreTrainingOutput | tuple:
         outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
@@ -721,12 +731,14 @@ class MlmSuiteForPreTraining(_MaskedLMMixin, MlmSuitePreTrainedModel):
         losses = [mlm_loss] if mlm_loss is not None else []
         if next_sentence_label is not None:
             _check_labels(next_sentence_label, nsp_logits.shape[:1], "next-sentence labels")
-            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
-            if num_items_in_batch is not None and labels is not None:
-                # The Trainer sums micro-batch losses normalised by the global masked-token count
-                # (num_items_in_batch). Weighting each micro-batch's NSP mean by its share of that
-                # count makes the NSP terms add up to one average, not one mean per micro-batch.
-                nsp_loss = nsp_loss * (labels != IGNORE_INDEX).sum() / num_items_in_batch
+            nsp_labels = next_sentence_label.view(-1)
+            if num_next_sentence_labels is not None or num_items_in_batch is None or labels is None:
+                nsp_loss = token_cross_entropy(nsp_logits, nsp_labels, num_next_sentence_labels)
+            else:
+                # A Trainer that counts only the masked tokens (the stock one): weighting each
+                # micro-batch's NSP mean by its share of them is exact when that share is the
+                # micro-batch's share of the pairs. JobTrainer passes num_next_sentence_labels.
+                nsp_loss = token_cross_entropy(nsp_logits, nsp_labels) * (labels != IGNORE_INDEX).sum() / num_items_in_batch
             losses.append(nsp_loss)
         output = MlmSuiteForPreTrainingOutput(
             loss=sum(losses) if losses else None,
@@ -755,7 +767,15 @@ class MlmSuiteForSequenceClassification(MlmSuitePreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def _classification_loss(
+        self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None
+    ) -> torch.Tensor:
+        """The mean loss over the batch's targets, or its sum over ``num_items_in_batch`` (see :func:`normalised_sum`).
+
+        The Trainer counts every element of ``labels`` that is not -100: one per row for a class,
+        ``num_labels`` per row for regression targets and multi-label indicators, so each loss is
+        summed over the same elements.
+        """
         config = self.config
         if config.problem_type is None:
             if self.num_labels == 1:
@@ -764,15 +784,17 @@ class MlmSuiteForSequenceClassification(MlmSuitePreTrainedModel):
                 config.problem_type = "single_label_classification"
             else:
                 config.problem_type = "multi_label_classification"
-        if config.problem_type == "regression":
-            _check_labels(labels.reshape(-1), logits.reshape(-1).shape, "regression targets")
-            return F.mse_loss(logits.float().view(-1), labels.float().view(-1))
         if config.problem_type == "single_label_classification":
             _check_labels(labels.view(-1), logits.shape[:1], "sequence labels")
             weights = _class_weight_tensor(config, logits)
-            return token_cross_entropy(logits, labels.view(-1), None, weights, config.label_smoothing)
-        _check_labels(labels, logits.shape, "multi-label targets")
-        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+            return token_cross_entropy(logits, labels.view(-1), num_items_in_batch, weights, config.label_smoothing)
+        if config.problem_type == "regression":
+            _check_labels(labels.reshape(-1), logits.reshape(-1).shape, "regression targets")
+            total = F.mse_loss(logits.float().view(-1), labels.float().view(-1), reduction="sum")
+        else:
+            _check_labels(labels, logits.shape, "multi-label targets")
+            total = F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction="sum")
+        return normalised_sum(total, num_items_in_batch, torch.tensor(labels.numel(), device=logits.device))
 
     @can_return_tuple
     def forward(
@@ -786,11 +808,14 @@ class MlmSuiteForSequenceClassification(MlmSuitePreTrainedModel):
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs,
     ) -> SequenceClassifierOutput | tuple:
         outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (batch, num_labels)
-        loss = self._classification_loss(logits, labels) if labels is not None else None
+        loss = None
+        if labels is not None:
+            loss = self._classification_loss(logits, labels, num_items_in_batch)
         output = SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -824,6 +849,7 @@ class MlmSuiteForPairClassification(MlmSuiteForSequenceClassification):
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs,
     ) -> SequenceClassifierOutput | tuple:
         if token_type_ids is None:
@@ -831,7 +857,9 @@ class MlmSuiteForPairClassification(MlmSuiteForSequenceClassification):
                 "pair classification got no token_type_ids: every token is taken as segment 0. For sentence "
                 "pairs pass the segment ids (0 for [CLS] A [SEP], 1 for B [SEP]): tokenizer(text_a, text_b)"
             )
-        return super().forward(input_ids, labels=labels, return_dict=True, **_encoder_kwargs(locals()))
+        return super().forward(
+            input_ids, labels=labels, num_items_in_batch=num_items_in_batch, return_dict=True, **_encoder_kwargs(locals())
+        )
 
 
 def _class_weight_tensor(config: MlmSuiteConfig, logits: torch.Tensor) -> torch.Tensor | None:
@@ -887,8 +915,11 @@ class MlmSuiteForTokenClassification(MlmSuitePreTrainedModel):
             if self.config.use_crf:
                 if kwargs.get("cu_seq_lens_q") is not None:
                     raise ValueError("the CRF scores each sequence as a whole: train it on padded batches, not flattened ones")
-                # The CRF's unit is a sequence, so its loss is normalised per sequence, not per token.
-                loss = self.crf.neg_log_likelihood(logits, labels, labels != IGNORE_INDEX, reduction="mean")
+                # Per labelled token, like the softmax head: the Trainer counts tokens, and a count of
+                # sequences would not add up across gradient-accumulation micro-batches.
+                labelled = labels != IGNORE_INDEX
+                nll = self.crf.neg_log_likelihood(logits, labels, labelled, reduction="sum")
+                loss = normalised_sum(nll, num_items_in_batch, labelled.sum())
             else:
                 loss = token_cross_entropy(
                     logits.view(-1, self.num_labels),
