@@ -33,7 +33,7 @@ processes), and a resumed run continues from it rather than re-reading the strea
 only when told to (:meth:`JobTrainer.publish`, after the job wrote its results), never from
 ``save_model``. It also counts the next-sentence labels of each optimizer step (over its
 micro-batches and processes, as the Trainer counts ``labels``), so MLM + NSP's NSP term is exactly
-the mean of one large batch (``num_next_sentence_labels``, see ``MlmSuiteForPreTraining``).
+the mean of one large batch (``num_sentence_pairs_in_batch``, see ``MlmSuiteForPreTraining``).
 """
 
 from __future__ import annotations
@@ -490,18 +490,18 @@ class JobTrainer(PickleFreeTrainer):
     # ---- loss normalisation ------------------------------------------------------------------
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
         batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
-        self._num_next_sentence_labels = None
+        self._num_sentence_pairs_in_batch = None
         if batch_samples and "next_sentence_label" in batch_samples[0]:
             count = sum(batch["next_sentence_label"].ne(-100).sum() for batch in batch_samples).to(device)
             if self.args.average_tokens_across_devices and self.args.world_size > 1:
                 count = self.accelerator.gather(count).sum()  # the Trainer sums num_items_in_batch alike
-            self._num_next_sentence_labels = count
+            self._num_sentence_pairs_in_batch = count
         return batch_samples, num_items_in_batch
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
-        count = getattr(self, "_num_next_sentence_labels", None)
+        count = getattr(self, "_num_sentence_pairs_in_batch", None)
         if model.training and num_items_in_batch is not None and count is not None and "next_sentence_label" in inputs:
-            inputs = {**inputs, "num_next_sentence_labels": count}
+            inputs = {**inputs, "num_sentence_pairs_in_batch": count}
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:

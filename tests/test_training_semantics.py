@@ -84,3 +84,13 @@ def test_two_processes_equal_one_process(one_batch, two_halves, tmp_path):
     for name in CASES:
         expected = two_halves[name] if name in IN_BATCH_NEGATIVES else one_batch[name]
         assert_same_step(load_file(str(tmp_path / f"{name}.safetensors")), expected, f"{name}, 2 processes")
+
+
+def test_the_trainer_finds_only_the_real_label_arguments():
+    """The Trainer takes every forward argument whose name holds "label" for a label: a count passed as a
+    loss argument must not be one, or evaluation would find no labels (and return the wrong outputs)."""
+    from transformers.utils import find_labels
+
+    from mlm_suite import MlmSuiteForPreTraining
+
+    assert find_labels(MlmSuiteForPreTraining) == ["labels", "next_sentence_label"]

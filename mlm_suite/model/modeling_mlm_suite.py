@@ -720,7 +720,7 @@ class MlmSuiteForPreTraining(_MaskedLMMixin, MlmSuitePreTrainedModel):
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         masked_lm_positions: torch.Tensor | None = None,
-        num_next_sentence_labels: int | torch.Tensor | None = None,
+        num_sentence_pairs_in_batch: int | torch.Tensor | None = None,
         **kwargs,
     ) -> MlmSuiteForPreTrainingOutput | tuple:
         outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
@@ -732,12 +732,12 @@ class MlmSuiteForPreTraining(_MaskedLMMixin, MlmSuitePreTrainedModel):
         if next_sentence_label is not None:
             _check_labels(next_sentence_label, nsp_logits.shape[:1], "next-sentence labels")
             nsp_labels = next_sentence_label.view(-1)
-            if num_next_sentence_labels is not None or num_items_in_batch is None or labels is None:
-                nsp_loss = token_cross_entropy(nsp_logits, nsp_labels, num_next_sentence_labels)
+            if num_sentence_pairs_in_batch is not None or num_items_in_batch is None or labels is None:
+                nsp_loss = token_cross_entropy(nsp_logits, nsp_labels, num_sentence_pairs_in_batch)
             else:
                 # A Trainer that counts only the masked tokens (the stock one): weighting each
                 # micro-batch's NSP mean by its share of them is exact when that share is the
-                # micro-batch's share of the pairs. JobTrainer passes num_next_sentence_labels.
+                # micro-batch's share of the pairs. JobTrainer passes num_sentence_pairs_in_batch.
                 nsp_loss = token_cross_entropy(nsp_logits, nsp_labels) * (labels != IGNORE_INDEX).sum() / num_items_in_batch
             losses.append(nsp_loss)
         output = MlmSuiteForPreTrainingOutput(
