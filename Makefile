@@ -1,7 +1,7 @@
 # Convenience targets; each runs a command documented in README.md.
 PYTHON ?= python
 
-.PHONY: install test test-fast test-lowest pretrain finetune-ner finetune-cls finetune-pair finetune-retrieval wsd anisotropy bench bench-job-throughput bench-budget bench-pretrain-to-task bench-label-efficiency diagnose-transfer bench-retrieval quickstart docs-figures gpu-check
+.PHONY: install test test-fast test-lowest pretrain finetune-ner finetune-cls finetune-pair finetune-retrieval wsd anisotropy bench bench-job-throughput bench-budget bench-pretrain-to-task bench-pretrain-controls bench-label-efficiency diagnose-transfer bench-retrieval quickstart docs-figures gpu-check
 
 install:
 	pip install torch==2.13.0
@@ -54,6 +54,9 @@ bench-budget:
 
 bench-pretrain-to-task:
 	$(PYTHON) benchmarks/bench_pretrain_to_task.py --markdown outputs/pretrain_to_task/table.md
+
+bench-pretrain-controls:
+	$(PYTHON) benchmarks/bench_pretrain_controls.py --markdown outputs/pretrain_controls/table.md
 
 bench-label-efficiency:
 	$(PYTHON) benchmarks/bench_label_efficiency.py --markdown outputs/label_efficiency/table.md

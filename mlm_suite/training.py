@@ -194,8 +194,12 @@ def early_stopping_callback(
     """``[EarlyStoppingCallback]`` for ``patience`` evaluations without improvement of ``metric``, or ``[]``.
 
     Sets what the callback needs on ``training_args``: ``load_best_model_at_end`` (the saved model is
-    the best one), the metric and its direction, checkpoints at every evaluation (model weights
-    only, at most the best and the latest kept). Raises ValueError when nothing is evaluated during training.
+    the best one), the metric and its direction, checkpoints at every evaluation (at most the best and the
+    latest kept). The checkpoints are complete, so ``--resume_from_checkpoint`` continues an early-stopping
+    run exactly: optimizer, scheduler and RNG states (pickle-free, see :class:`mlm_suite.trainer.PickleFreeTrainer`)
+    and the trainer state, with the best score so far and the callback's count of evaluations without
+    improvement (``restore_callback_states_from_checkpoint``). Raises ValueError when nothing is evaluated
+    during training.
     """
     if patience is None:
         return []
@@ -211,6 +215,6 @@ def early_stopping_callback(
     training_args.save_strategy = training_args.eval_strategy
     if training_args.eval_strategy == "steps":
         training_args.save_steps = training_args.eval_steps
-    training_args.save_only_model = True
     training_args.save_total_limit = 1
+    training_args.restore_callback_states_from_checkpoint = True  # the patience count, when a run resumes
     return [EarlyStoppingCallback(early_stopping_patience=patience, early_stopping_threshold=threshold)]

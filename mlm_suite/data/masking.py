@@ -59,6 +59,9 @@ _EXAMPLE_KEY_FIELDS = ("example_index", "idx")
 # The pass over the data an example belongs to, when the data says it (a stream that every process reads
 # pass after pass on its own, mlm_suite.data.streaming); it overrides the collator's epoch.
 _EPOCH_FIELD = "epoch"
+# The masking rate of the optimizer step an example is trained in, when a schedule varies it (the batch sampler of
+# mlm_suite.data.schedules tags every row with it); it overrides the collator's mlm_probability for that example.
+_RATE_FIELD = "mlm_probability"
 # Per-token model inputs padded alongside input_ids (the pad value of token_type_ids comes from
 # the tokenizer; position ids of padding are never attended to, so 0 is as good as any).
 _PADDED_PASSTHROUGH = ("token_type_ids", "position_ids")
@@ -168,7 +171,9 @@ class DataCollatorForMaskedLM:
     ``example_index`` or ``idx`` (the example key for seeded masks, not returned; without one the
     key is the content of ``input_ids``, so identical sequences share a mask) and ``epoch`` (the pass over
     the data the example belongs to, for streams whose passes each process counts itself; it replaces
-    the collator's epoch for that example; not returned). Other keys, such
+    the collator's epoch for that example; not returned) and ``mlm_probability`` (the rate for that example, in
+    (0, 1): a masking-rate schedule's value at the optimizer step the example is trained in, see
+    :mod:`mlm_suite.data.schedules`; it replaces the collator's ``mlm_probability``; not returned). Other keys, such
     as leftover text columns, are dropped: word modes need ``remove_unused_columns=False`` in
     ``TrainingArguments``, and the model must never receive those extra columns.
 
@@ -302,11 +307,12 @@ class DataCollatorForMaskedLM:
         maskable = scatter_rows(maskable, real, False)  # (B, L), never at padding
 
         uniforms, accept, generators = self._draw_uniforms(features, ids, lengths, real)
+        probability = self._probabilities(features)
         if self.masking == "span":
-            selected = self._select_spans(maskable, word_ids, accept, generators)
+            selected = self._select_spans(maskable, word_ids, accept, generators, probability)
         else:
             unit_start = maskable if word_ids is None else _word_starts(maskable, word_ids)
-            selected = _budgeted_selection(maskable, unit_start, uniforms[0], accept, self.mlm_probability)
+            selected = _budgeted_selection(maskable, unit_start, uniforms[0], accept, probability)
 
         corrupted, labels = self._corrupt(input_ids, selected, uniforms[1], uniforms[2])
         batch = {"input_ids": corrupted, "attention_mask": attention_mask, "labels": labels}
@@ -319,6 +325,15 @@ class DataCollatorForMaskedLM:
             if key in features[0]:
                 batch[key] = torch.tensor([int(feature[key]) for feature in features], dtype=torch.long)
         return flatten_batch(batch, self.pad_to_multiple_of) if self.flatten else batch
+
+    def _probabilities(self, features: Sequence[Mapping[str, Any]]) -> float | np.ndarray:
+        """``mlm_probability``, or ``(B,)`` rates when the features carry their own (a masking-rate schedule)."""
+        if _RATE_FIELD not in features[0]:
+            return self.mlm_probability
+        rates = np.array([float(feature.get(_RATE_FIELD, self.mlm_probability)) for feature in features])
+        if not ((rates > 0.0) & (rates < 1.0)).all():
+            raise ValueError(f"a feature's mlm_probability must lie in (0, 1), got {rates.min()}..{rates.max()}")
+        return rates
 
     # ------------------------------------------------------------------ randomness
 
@@ -375,8 +390,13 @@ class DataCollatorForMaskedLM:
         word_ids: np.ndarray,
         accept: np.ndarray,
         generators: Sequence[torch.Generator | None],
+        probability: float | np.ndarray | None = None,
     ) -> np.ndarray:
-        """``(B, L)`` bool selection made of whole-word spans, within each sequence's token budget."""
+        """``(B, L)`` bool selection made of whole-word spans, within each sequence's token budget.
+
+        ``probability``: the rate, or ``(B,)`` rates (default ``mlm_probability``).
+        """
+        rates = np.broadcast_to(self.mlm_probability if probability is None else probability, (len(maskable),))
         selected = np.zeros_like(maskable)
         for row, (row_maskable, row_starts) in enumerate(zip(maskable, _word_starts(maskable, word_ids))):
             positions = np.flatnonzero(row_maskable)  # (T,) maskable token positions
@@ -388,7 +408,7 @@ class DataCollatorForMaskedLM:
             # A segment is a run of adjacent maskable tokens; spans never jump over a special token.
             new_segment = np.concatenate([[True], np.diff(positions) != 1])
             word_segment = np.cumsum(new_segment)[first_of_word]  # (W,)
-            budget = self.mlm_probability * len(positions)
+            budget = float(rates[row]) * len(positions)
             # Each span before the last takes at least one token: floor(budget) + 2 spans at most.
             draws = torch.rand(2 * (math.floor(budget) + 2), generator=generators[row]).double().numpy()
             chosen = self._sample_spans(word_lengths, word_segment, budget, float(accept[row]), draws)
@@ -470,7 +490,7 @@ def _word_starts(maskable: np.ndarray, word_ids: np.ndarray) -> np.ndarray:
 
 
 def _budgeted_selection(
-    maskable: np.ndarray, unit_start: np.ndarray, keys: np.ndarray, accept: np.ndarray, probability: float
+    maskable: np.ndarray, unit_start: np.ndarray, keys: np.ndarray, accept: np.ndarray, probability: float | np.ndarray
 ) -> np.ndarray:
     """Select whole units in random order up to a budget of ``probability * n_maskable`` tokens per row.
 
@@ -482,7 +502,7 @@ def _budgeted_selection(
             following maskable tokens up to the next start).
         keys: ``(B, L)`` uniforms in [0, 1); a unit's random order key is the one at its start.
         accept: ``(B,)`` uniforms deciding whether the unit crossing the budget is taken.
-        probability: target expected fraction of maskable tokens.
+        probability: target expected fraction of maskable tokens, or ``(B,)`` one per row.
 
     Returns:
         ``(B, L)`` bool selection.

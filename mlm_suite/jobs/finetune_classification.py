@@ -21,12 +21,21 @@ Reported: ``eval_accuracy`` and ``eval_f1`` (macro-averaged F1; pearson/spearman
 regression), and ``test_*`` when there is a test split; for classes, a confusion matrix per split
 (``confusion_matrix_validation.png``, ``confusion_matrix_test.png``) that the model card shows.
 
+A split without labels (GLUE's test splits, whose hidden labels ``datasets`` stores as -1; in a
+file, a label column that is absent, null or empty on every row of the validation or test file)
+is predicted, not scored: ``predict_results_<split>.txt`` gets ``index<TAB>prediction`` per row,
+as ``run_glue.py`` writes it (the class name, or the score with 3 decimals), and neither
+``all_results.json`` nor the card has metrics for it. A split with labels on some rows only is an error.
+
 The machinery (:func:`finetune_sequence_task`) is shared with the sentence-pair job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +44,7 @@ from typing import Any, Literal
 import numpy as np
 
 from mlm_suite import resources
+from mlm_suite.errors import UsageError
 from mlm_suite.jobs.finetuning import (
     FinetuneTrainingArguments,
     JobTrainer,
@@ -42,11 +52,11 @@ from mlm_suite.jobs.finetuning import (
     apply_freezing,
     card_base_model,
     check_max_seq_length,
-    class_label_names,
     classification_metrics,
     column,
     early_stopping,
     first_n,
+    hub_split_labels,
     infer_task_type,
     initialisation,
     label_maps,
@@ -58,9 +68,12 @@ from mlm_suite.jobs.finetuning import (
     regression_metrics,
     resolve_label_list,
     resolve_model_path,
+    resume_checkpoint,
     run_trainer,
     save_everything,
+    stage_checkpoint,
     split_80_10_10,
+    split_is_labelled,
     training_summary,
     validate_flags,
     write_card,
@@ -69,14 +82,17 @@ from mlm_suite.model_card import markdown_table
 from mlm_suite.plots import confusion_matrix, figures_section, plot_confusion_matrix
 
 SPLITS = ("train", "validation", "test")
-Example = dict[str, Any]  # text column(s) and "label"
+INTERMEDIATE_DIR = "intermediate"  # under --output_dir: the intermediate stage's checkpoints
+Example = dict[str, Any]  # text column(s) and "label" (None in a split without labels)
 
 
 @dataclass
 class TextDataArguments:
     """Data flags shared by the single-text and the sentence-pair jobs."""
 
-    dataset_name: str | None = field(default=None, metadata={"help": "Hub dataset (needs Hub access)."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Hub dataset (needs Hub access), or a folder saved with DatasetDict.save_to_disk."}
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration."})
     train_file: str | None = field(
         default=None, metadata={"help": "CSV/TSV or JSON-lines training file. Alone, it is split 80/10/10."}
@@ -119,12 +135,28 @@ class ClassificationTrainingArguments(FinetuneTrainingArguments):
 # --------------------------------------------------------------------------------------------
 # Data
 # --------------------------------------------------------------------------------------------
-def read_examples(path: str, text_columns: Sequence[str], label_column: str) -> list[Example]:
-    """Rows of a data file reduced to the text column(s) and ``label``."""
+def read_examples(
+    path: str, text_columns: Sequence[str], label_column: str, role: str = "train", labels_optional: bool = False
+) -> list[Example]:
+    """Rows of a data file reduced to the text column(s) and ``label``.
+
+    A label that is null or empty is None; a file must have labels on every row or on none (a file without
+    any is to be predicted; with ``labels_optional``, for validation and test files, the label column may
+    also be absent altogether).
+
+    Raises:
+        UsageError: labels on some rows only, naming the file (the ``role`` split), the count and the value.
+    """
     records = read_records(path)
-    columns = {name: column(records, name, path) for name in (*text_columns, label_column)}
+    columns = {name: column(records, name, path) for name in text_columns}
+    if labels_optional and records and not any(label_column in record for record in records):
+        labels: list[Any] = [None] * len(records)
+    else:
+        labels = column(records, label_column, path)
+        if not split_is_labelled(labels, f"{path} (the {role} split, column {label_column!r})"):
+            labels = [None] * len(records)
     return [
-        {**{name: str(columns[name][row]) for name in text_columns}, "label": columns[label_column][row]}
+        {**{name: str(columns[name][row]) for name in text_columns}, "label": labels[row]}
         for row in range(len(records))
     ]
 
@@ -137,21 +169,25 @@ def load_text_splits(
     A lone ``--train_file`` is split 80/10/10 with ``random.Random(seed)``.
     """
     if args.dataset_name:
+        raw = load_hub_splits(args.dataset_name, args.dataset_config_name)
+        labels = hub_split_labels(raw, args.label_column_name, args.dataset_name)  # None: a split without labels
         splits = {}
-        for split, dataset in load_hub_splits(args.dataset_name, args.dataset_config_name).items():
-            names = class_label_names(dataset, args.label_column_name)
+        for split, dataset in raw.items():
+            texts = {name: list(dataset[name]) for name in text_columns}
             splits[split] = [
-                {**{name: row[name] for name in text_columns},
-                 "label": names[row[args.label_column_name]] if names else row[args.label_column_name]}
-                for row in dataset
+                {**{name: texts[name][row] for name in text_columns},
+                 "label": None if labels[split] is None else labels[split][row]}
+                for row in range(len(dataset))
             ]
-        return splits, f"Hub dataset `{args.dataset_name}`"
+        saved = (Path(args.dataset_name).expanduser() / "dataset_dict.json").is_file()
+        return splits, f"{'dataset folder' if saved else 'Hub dataset'} `{args.dataset_name}`"
     if args.train_file:
         files = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}
         if not (args.validation_file or args.test_file):
             examples = read_examples(args.train_file, text_columns, args.label_column_name)
             return dict(zip(SPLITS, split_80_10_10(examples, seed))), f"`{args.train_file}`, split 80/10/10 with a fixed seed"
-        splits = {role: read_examples(path, text_columns, args.label_column_name) for role, path in files.items() if path}
+        splits = {role: read_examples(path, text_columns, args.label_column_name, role, labels_optional=role != "train")
+                  for role, path in files.items() if path}
         return splits, ", ".join(f"{role}: `{path}`" for role, path in files.items() if path)
     if args.validation_file or args.test_file:
         raise ValueError("--validation_file/--test_file need a --train_file")
@@ -173,7 +209,10 @@ def load_intermediate(
     if not data_args.intermediate_train_file:
         return None
     path = data_args.intermediate_train_file
-    return read_examples(path, text_columns, data_args.label_column_name), f"`{path}`"
+    examples = read_examples(path, text_columns, data_args.label_column_name, "intermediate training")
+    if examples and examples[0]["label"] is None:
+        raise UsageError(f"--intermediate_train_file {path} has no labels in column {data_args.label_column_name!r}")
+    return examples, f"`{path}`"
 
 
 def check_labels_listed(labels: Sequence[Any], label_list: Sequence[str], source: str) -> None:
@@ -210,10 +249,12 @@ def finetune_sequence_task(
     """Fine-tune, evaluate, save and write the card for a (pair) classification/regression task.
 
     ``build_model(path, config, model_args)`` builds the model; the config already
-    carries the labels. ``intermediate`` (examples, description) is trained on first for
+    carries the labels. A validation or test split whose labels are all None has no labels: it is
+    predicted (``predict_results_<split>.txt``, :func:`write_predictions`), not scored. ``intermediate`` (examples, description) is trained on first for
     ``data_args.intermediate_num_train_epochs``, with its own optimizer and schedule, and scored
-    on the validation split (``intermediate_eval_*``). Returns the flat metrics dictionary (what
-    ``all_results.json`` holds).
+    on the validation split (``intermediate_eval_*``); its checkpoints go to ``<output_dir>/intermediate``. A run
+    that resumes the task from a checkpoint skips the intermediate stage (its result is in the checkpoint's weights;
+    its scores are then not reported again). Returns the flat metrics dictionary (what ``all_results.json`` holds).
     """
     from datasets import Dataset
     from transformers import (
@@ -225,10 +266,19 @@ def finetune_sequence_task(
 
     from mlm_suite.data.padding import DataCollatorForPadding
 
+    stage_dir = os.path.join(training_args.output_dir, INTERMEDIATE_DIR)
+    # Before the Trainer creates the output folder: --resume_from_checkpoint, or the last checkpoint of a stopped run.
+    training_args.resume_from_checkpoint = resume_checkpoint(
+        training_args, [stage_dir] if intermediate else [], trains=training_args.do_train
+    )
     limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
               "test": data_args.max_predict_samples}
     splits = {split: first_n(list(examples), limits.get(split)) for split, examples in splits.items() if examples}
-    all_labels = [example["label"] for examples in splits.values() for example in examples]
+    unlabelled = [split for split, examples in splits.items()
+                  if not split_is_labelled([example["label"] for example in examples], f"the {split} split")]
+    check_unlabelled_splits(unlabelled, training_args)
+    all_labels = [example["label"] for split, examples in splits.items() if split not in unlabelled
+                  for example in examples]
     task_type = infer_task_type(all_labels, data_args.task_type)
 
     model_path = resolve_model_path(model_args.model_name_or_path, training_args)
@@ -246,6 +296,8 @@ def finetune_sequence_task(
         data_labels = list(data_args.label_list) if data_args.label_list else class_names(all_labels)
         check_labels_listed(all_labels, data_labels, "the data")
         label_list = resolve_label_list(config, data_labels, model_path, model_args.ignore_mismatched_sizes)
+        if not label_list:
+            raise UsageError(f"no split has labels and {model_path} names no classes: there is nothing to learn classes from")
         id2label, label2id = label_maps(label_list)
         config.update(dict(num_labels=len(label_list), id2label=id2label, label2id=label2id,
                            problem_type="single_label_classification"))
@@ -263,11 +315,14 @@ def finetune_sequence_task(
             batched=True,
             remove_columns=list(text_columns),
         )
+        if examples and examples[0]["label"] is None:  # a split without labels: predicted only
+            return encoded
         labels = [float(example["label"]) if task_type == "regression" else config.label2id[str(example["label"])]
                   for example in examples]
         return encoded.add_column("labels", labels)
 
     datasets = {split: encode(examples) for split, examples in splits.items()}
+    scored_data = {split: dataset for split, dataset in datasets.items() if split not in unlabelled}
     if training_args.label_names is None:
         # The Trainer finds label columns in forward()'s signature; a head whose forward takes
         # **kwargs (the pair head) would have its labels dropped and never be scored.
@@ -281,7 +336,7 @@ def finetune_sequence_task(
             model=model,
             args=args,
             train_dataset=train_dataset,
-            eval_dataset=datasets.get("validation"),
+            eval_dataset=scored_data.get("validation"),
             processing_class=tokenizer,
             data_collator=DataCollatorForPadding(tokenizer),  # DataCollatorWithPadding's batches, faster
             compute_metrics=regression_metrics if task_type == "regression" else classification_metrics,
@@ -291,16 +346,29 @@ def finetune_sequence_task(
 
     metrics = {}
     if intermediate is not None and training_args.do_train:
-        stage_args = copy.copy(training_args)
-        stage_args.num_train_epochs = data_args.intermediate_num_train_epochs
-        stage_args.do_predict = False
-        stage_data = {"train": encode(intermediate[0]), "validation": datasets.get("validation")}
-        metrics = run_trainer(make_trainer(stage_args, stage_data["train"]), stage_data, stage_args, "intermediate_")
-        data_description += (f"\n\nBefore the task, the model was fine-tuned for {stage_args.num_train_epochs:g} epochs "
+        if training_args.resume_from_checkpoint is None:
+            stage_args = copy.copy(training_args)
+            stage_args.output_dir = stage_dir  # its checkpoints apart from the task's
+            stage_args.resume_from_checkpoint = stage_checkpoint(stage_args)
+            stage_args.num_train_epochs = data_args.intermediate_num_train_epochs
+            stage_args.do_predict = False
+            stage_data = {"train": encode(intermediate[0]), "validation": scored_data.get("validation")}
+            stage = make_trainer(stage_args, stage_data["train"])
+            metrics = run_trainer(stage, stage_data, stage_args, "intermediate_")
+            with contextlib.suppress(OSError):
+                os.rmdir(stage_dir)  # the folder the stage's Trainer created, unless it holds checkpoints
+        elif training_args.process_index == 0:
+            print(f"the intermediate stage is not run again: {training_args.resume_from_checkpoint} holds its result",
+                  file=sys.stderr)
+        epochs = data_args.intermediate_num_train_epochs
+        data_description += (f"\n\nBefore the task, the model was fine-tuned for {epochs:g} epochs "
                              f"on {len(intermediate[0]):,} examples of intermediate data: {intermediate[1]}.")
-    trainer = make_trainer(training_args, datasets.get("train"))
-    metrics |= run_trainer(trainer, datasets, training_args)
+    trainer = make_trainer(training_args, scored_data.get("train"))
+    metrics |= run_trainer(trainer, scored_data, training_args)
     save_everything(trainer, metrics)
+    asked = {"validation": training_args.do_eval, "test": training_args.do_predict}
+    predicted = write_predictions(trainer, {split: datasets[split] for split in unlabelled if asked.get(split)},
+                                  label_list if task_type == "classification" else None)
     flat = {key: value for values in metrics.values() for key, value in values.items()}
 
     scored = {key: value for key, value in flat.items()
@@ -313,6 +381,12 @@ def finetune_sequence_task(
         labels_text = label_table(config.id2label)
         metric_note = "Accuracy and macro-averaged F1 over the classes."
         figures = write_confusion_matrices(trainer, label_list, scored_splits=metrics)
+    unlabelled_note = "".join(
+        f"\n\nThe {split} split has no labels: its {len(splits[split]):,} examples "
+        f"were only predicted, not scored; the predictions are in `{path.name}`." for split, path in predicted.items()
+    )
+    split_sizes = {split: f"{len(examples)} (no labels: {'predicted only' if split in predicted else 'not used'})"
+                   if split in unlabelled else len(examples) for split, examples in splits.items()}
     write_card(
         trainer,
         pipeline_tag=pipeline_tag,
@@ -320,10 +394,11 @@ def finetune_sequence_task(
         base_model=card_base_model(model_path, model_args),
         auto_class="AutoModelForSequenceClassification",
         labels=labels_text,
-        data=data_description + "\n\n" + markdown_table({s: len(e) for s, e in splits.items()}, ("split", "examples")),
+        data=data_description + "\n\n" + markdown_table(split_sizes, ("split", "examples")),
         training=training_summary(training_args, **initialisation(model_path, model_args),
                                   **{"max_seq_length": data_args.max_seq_length, "trained layers": trainable}),
-        metrics=metric_note + "\n\n" + markdown_table(scored, ("metric", "value")) + figures_section(figures),
+        metrics=(metric_note + "\n\n" + markdown_table(scored, ("metric", "value")) + unlabelled_note
+                 + figures_section(figures)),
     )
     if trainer.is_world_process_zero():
         main_metrics = ("accuracy", "f1") if task_type == "classification" else ("pearson", "spearman")
@@ -331,9 +406,50 @@ def finetune_sequence_task(
             shown = [f"{name} = {flat[f'{split}_{name}']:.4f}" for name in main_metrics if f"{split}_{name}" in flat]
             if shown:
                 print(f"{split}: " + ", ".join(shown))
+        for split, path in predicted.items():
+            print(f"{split}: no labels ({len(splits[split]):,} examples), predicted only, not scored; "
+                  f"predictions in {path}")
         print(f"trained on {training_args.world_size} process(es); saved the model, tokenizer, model card "
               f"and all_results.json to {training_args.output_dir}")
     return flat
+
+
+def check_unlabelled_splits(unlabelled: Sequence[str], training_args: FinetuneTrainingArguments) -> None:
+    """Refuse what needs labels that a split without labels lacks: training, evaluating during training."""
+    if "train" in unlabelled and training_args.do_train:
+        raise UsageError("the train split has no labels (all of them -1, null or empty); training needs labels")
+    if "validation" in unlabelled and (training_args.eval_strategy != "no"
+                                       or training_args.early_stopping_patience is not None):
+        raise UsageError("the validation split has no labels (all of them -1, null or empty); evaluating during "
+                         "training (--eval_strategy, --early_stopping_patience) needs a labelled validation split")
+
+
+def write_predictions(
+    trainer: Any, datasets: Mapping[str, Any], label_list: Sequence[str] | None
+) -> dict[str, Path]:
+    """Predict each split of ``datasets`` (splits without labels) and write ``predict_results_<split>.txt``.
+
+    The format of ``run_glue.py``'s ``predict_results_<task>.txt``: a header ``index<TAB>prediction``, then
+    one line per example in the split's order, with the predicted class name (``label_list``, in id order)
+    or, for regression (``label_list`` None), the predicted score with 3 decimals. No metrics are computed
+    or saved; the main process writes the files. Returns the path per split.
+    """
+    output_dir = Path(trainer.args.output_dir)
+    written = {}
+    for split, dataset in datasets.items():
+        output = trainer.predict(dataset, metric_key_prefix=f"predict_{split}")
+        logits = np.asarray(output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions)
+        if len(logits) != len(dataset):
+            raise RuntimeError(f"{len(logits)} predictions for the {len(dataset)} examples of the {split} split")
+        path = output_dir / f"predict_results_{split}.txt"
+        if trainer.is_world_process_zero():
+            if label_list is None:
+                rows = (f"{index}\t{score:3.3f}" for index, score in enumerate(logits.reshape(len(logits), -1)[:, 0]))
+            else:
+                rows = (f"{index}\t{label_list[item]}" for index, item in enumerate(logits.argmax(axis=-1)))
+            path.write_text("index\tprediction\n" + "".join(row + "\n" for row in rows), encoding="utf-8")
+        written[split] = path
+    return written
 
 
 def write_confusion_matrices(

@@ -58,10 +58,10 @@ from mlm_suite.jobs.finetuning import (
     apply_freezing,
     card_base_model,
     check_max_seq_length,
-    class_label_names,
     early_stopping,
     first_n,
     has_placeholder_labels,
+    hub_tag_sequences,
     initialisation,
     label_maps,
     label_table,
@@ -73,6 +73,7 @@ from mlm_suite.jobs.finetuning import (
     replace_output_dir,
     resolve_label_list,
     resolve_model_path,
+    resume_checkpoint,
     run_trainer,
     save_everything,
     save_metrics,
@@ -256,10 +257,9 @@ def load_sources(args: NerDataArguments) -> tuple[dict[str, Source], str]:
         raw = load_hub_splits(args.dataset_name, args.dataset_config_name)
         sources = {}
         for split, dataset in raw.items():
-            names = class_label_names(dataset, args.label_column_name)
-            sentences = []
-            for tokens, tags in zip(dataset[args.text_column_name], dataset[args.label_column_name]):
-                sentences.append((list(tokens), [names[t] if names else t for t in tags]))
+            # tag names; a hidden tag (-1, None) is an error, never mapped to a name
+            tag_sequences = hub_tag_sequences(dataset, args.label_column_name, f"{args.dataset_name}[{split}]")
+            sentences = [(list(tokens), tags) for tokens, tags in zip(dataset[args.text_column_name], tag_sequences)]
             sources[split] = Source(f"{args.dataset_name}[{split}]", sentences)
         return sources, f"Hub dataset `{args.dataset_name}`" + (f" (`{args.dataset_config_name}`)" if args.dataset_config_name else "")
     if args.train_file:
@@ -608,6 +608,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # Everything that can fail on bad input happens before the Trainer creates the output folder.
     validate_flags(model_args, data_args, training_args)
+    # --resume_from_checkpoint, or the last checkpoint of a stopped run in --output_dir
+    training_args.resume_from_checkpoint = resume_checkpoint(training_args, trains=training_args.do_train)
     embedded = not (data_args.train_file or data_args.dataset_name)
     compare_hf = embedded if model_args.compare_hf is None else model_args.compare_hf
 

@@ -4,7 +4,9 @@ Inputs are ``[CLS] A [SEP] B [SEP]`` with segment ids 0/1, fed to ``MlmSuiteForP
 (HF BERT checkpoints get ``AutoModelForSequenceClassification``). Files are CSV/TSV or JSON
 lines with ``--sentence1_column``, ``--sentence2_column`` and ``--label_column_name``; labels
 that are non-integer numbers (STS scores) make it a regression, or force it with ``--task_type``.
-Hub datasets work with ``--dataset_name`` (e.g. ``nyu-mll/glue --dataset_config_name mrpc``).
+Hub datasets work with ``--dataset_name`` (e.g. ``nyu-mll/glue --dataset_config_name mrpc``), and so do
+``DatasetDict`` folders saved with ``save_to_disk``. A split without labels (GLUE's test splits, -1
+throughout) is predicted into ``predict_results_<split>.txt``, not scored, as in the single-text job.
 
 Without data flags it trains a discourse-coherence task built from the Pang & Lee movie
 reviews: does sentence B really follow sentence A? Positives are consecutive sentences of a

@@ -55,6 +55,7 @@ from mlm_suite.jobs.finetuning import (
     parse_arguments,
     read_numbered_records,
     resolve_model_path,
+    resume_checkpoint,
     run_trainer,
     save_everything,
     split_80_10_10,
@@ -277,6 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         (RetrievalModelArguments, RetrievalDataArguments, RetrievalTrainingArguments), argv
     )
     validate_flags(model_args, data_args, training_args)  # before anything is read or written
+    # --resume_from_checkpoint, or the last checkpoint of a stopped run in --output_dir
+    training_args.resume_from_checkpoint = resume_checkpoint(training_args, trains=training_args.do_train)
     if model_args.classifier_pooling is not None:
         raise UsageError("--classifier_pooling is for classification heads; retrieval pools with --sentence_pooling")
     pairs, splits, description = load_data(data_args, training_args.seed)

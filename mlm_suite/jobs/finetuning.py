@@ -31,6 +31,7 @@ from transformers import AutoConfig, PretrainedConfig, Trainer, TrainerCallback,
 from mlm_suite import resources
 from mlm_suite.convert import convert_bert_checkpoint
 from mlm_suite.errors import UsageError
+from mlm_suite.jobs.checkpoints import JobTrainingArguments, resume_checkpoint, stage_checkpoint
 from mlm_suite.freezing import freeze_encoder
 from mlm_suite.model import MlmSuiteConfig
 from mlm_suite.model.modeling_mlm_suite import has_placeholder_labels
@@ -97,7 +98,7 @@ def card_base_model(model_path: str, model_args: ModelArguments) -> str | None:
 # Arguments
 # --------------------------------------------------------------------------------------------
 @dataclass
-class FinetuneTrainingArguments(TrainingArguments):
+class FinetuneTrainingArguments(JobTrainingArguments):
     """``TrainingArguments`` with defaults suited to these jobs.
 
     Differences from the Trainer's defaults: train, evaluate and (when there is a test split)
@@ -437,10 +438,16 @@ def column(records: Sequence[Mapping[str, Any]], name: str, source: str) -> list
 
 
 def load_hub_splits(dataset_name: str, dataset_config_name: str | None) -> dict[str, Any]:
-    """Train/validation/test splits of a Hub dataset (needs network access to the Hub)."""
-    from datasets import load_dataset
+    """Train/validation/test splits of a Hub dataset (needs network access to the Hub), or of a
+    ``DatasetDict`` saved on disk (``save_to_disk``; ``dataset_name`` is then its folder)."""
+    from datasets import load_dataset, load_from_disk
 
-    raw = load_dataset(dataset_name, dataset_config_name)
+    if (Path(dataset_name).expanduser() / "dataset_dict.json").is_file():
+        if dataset_config_name:
+            raise UsageError(f"--dataset_config_name is for Hub datasets; {dataset_name} is a saved dataset folder")
+        raw = load_from_disk(str(Path(dataset_name).expanduser()))
+    else:
+        raw = load_dataset(dataset_name, dataset_config_name)
     return {split: raw[split] for split in ("train", "validation", "test") if split in raw}
 
 
@@ -449,6 +456,97 @@ def class_label_names(dataset: Any, column_name: str) -> list[str] | None:
     feature = dataset.features[column_name]
     feature = getattr(feature, "feature", feature)  # Sequence(ClassLabel) for token tags
     return list(feature.names) if hasattr(feature, "names") else None
+
+
+#: The value ``datasets`` stores for a hidden label in a ``ClassLabel`` column (GLUE's test splits).
+HIDDEN_LABEL = -1
+
+
+def is_missing_label(value: Any) -> bool:
+    """Whether a label read from a file is absent: null/None, or an empty (blank) string such as a CSV's empty cell."""
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def split_is_labelled(labels: Sequence[Any], source: str, missing: Any = is_missing_label) -> bool:
+    """True when every row of a split has a label, False when none has (an unlabelled split, to predict only).
+
+    ``missing(label)`` says whether a row's label is absent (default :func:`is_missing_label`). An empty split
+    counts as labelled.
+
+    Raises:
+        UsageError: some rows have labels and others not, naming ``source`` (the split), the count and the value.
+    """
+    absent = [label for label in labels if missing(label)]
+    if not absent:
+        return True
+    if len(absent) == len(labels):
+        return False
+    raise UsageError(
+        f"{source}: {len(absent)} of {len(labels)} rows have no label (label {absent[0]!r}) and the others have "
+        "labels; label every row of a split, or none (an unlabelled split is predicted, not scored)"
+    )
+
+
+def hub_split_labels(raw: Mapping[str, Any], column_name: str, dataset_name: str) -> dict[str, list[Any] | None]:
+    """The labels of each split of a Hub dataset, or None for a split without labels (to predict, not score).
+
+    A ``ClassLabel`` column gives class names; -1 (:data:`HIDDEN_LABEL`, how ``datasets`` stores a hidden
+    label) or None is no label and is never mapped to a name. Another column gives its values, None being no
+    label; a split other than ``train`` whose values are all -1 when ``train`` has no -1 (GLUE's STS-B test
+    split, a float column) is unlabelled too, whereas -1 among other values is a real label there.
+
+    Raises:
+        UsageError: a split with labels on some rows only (:func:`split_is_labelled`), or a class id out of range.
+    """
+    found: dict[str, list[Any] | None] = {}
+    train_has_minus_one = (
+        "train" in raw and class_label_names(raw["train"], column_name) is None
+        and HIDDEN_LABEL in list(raw["train"][column_name])
+    )
+    for split, dataset in raw.items():
+        source = f"{dataset_name}[{split}] (column {column_name!r})"
+        values = list(dataset[column_name])
+        names = class_label_names(dataset, column_name)
+        if names is None:
+            all_hidden = (split != "train" and bool(values) and not train_has_minus_one
+                          and all(value == HIDDEN_LABEL for value in values))
+            found[split] = values if split_is_labelled(values, source) and not all_hidden else None
+            continue
+        if not split_is_labelled(values, source, lambda value: value is None or value == HIDDEN_LABEL):
+            found[split] = None
+            continue
+        for row, value in enumerate(values):
+            if not 0 <= value < len(names):
+                raise UsageError(f"{source}, row {row}: class id {value} outside the {len(names)} classes {names}")
+        found[split] = [names[value] for value in values]
+    return found
+
+
+def hub_tag_sequences(dataset: Any, column_name: str, source: str) -> list[list[Any]]:
+    """The tag sequences of a Hub split: names for a ``Sequence(ClassLabel)`` column, else the values.
+
+    Raises:
+        UsageError: a hidden tag (-1 or None: the token-classification jobs cannot predict an unlabelled
+            split; leave it out) or a class id out of range. No tag is ever mapped from -1.
+    """
+    names = class_label_names(dataset, column_name)
+    sequences = []
+    hidden = 0
+    for tags in dataset[column_name]:
+        hidden += sum(tag is None or (names is not None and tag == HIDDEN_LABEL) for tag in tags)
+        sequences.append(list(tags))
+    if hidden:
+        raise UsageError(
+            f"{source}: {hidden} tags are hidden (-1 or None) in column {column_name!r}; token-classification "
+            "splits must be tagged throughout (leave an unlabelled split out)"
+        )
+    if names is None:
+        return sequences
+    for row, tags in enumerate(sequences):
+        for tag in tags:
+            if not 0 <= tag < len(names):
+                raise UsageError(f"{source}, row {row}: tag id {tag} outside the {len(names)} tags {names}")
+    return [[names[tag] for tag in tags] for tags in sequences]
 
 
 def split_80_10_10(items: Sequence[Any], seed: int) -> tuple[list[Any], list[Any], list[Any]]:
@@ -568,10 +666,14 @@ def infer_task_type(labels: Sequence[Any], requested: str) -> str:
 # Training and saving
 # --------------------------------------------------------------------------------------------
 def run_trainer(trainer: Trainer, datasets: Mapping[str, Any], args: TrainingArguments, prefix: str = "") -> dict[str, dict[str, float]]:
-    """Train, evaluate and predict as the flags ask; return metrics per split name (``prefix`` + split)."""
+    """Train, evaluate and predict as the flags ask; return metrics per split name (``prefix`` + split).
+
+    Training continues from ``args.resume_from_checkpoint``, which the job resolved when it started
+    (:func:`~mlm_suite.jobs.checkpoints.resume_checkpoint`, :func:`~mlm_suite.jobs.checkpoints.stage_checkpoint`).
+    """
     metrics: dict[str, dict[str, float]] = {}
     if args.do_train:
-        result = trainer.train()
+        result = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
         metrics[f"{prefix}train"] = {f"{prefix}{k}": v for k, v in result.metrics.items()}
         metrics[f"{prefix}train"][f"{prefix}train_samples"] = len(datasets["train"])
     if args.do_eval and "validation" in datasets:
@@ -677,12 +779,16 @@ def label_table(id2label: Mapping[int, str]) -> str:
 
 
 def replace_output_dir(args: TrainingArguments, output_dir: str) -> TrainingArguments:
-    """A copy of ``args`` writing to ``output_dir`` (for a second model trained in the same run)."""
-    return dataclasses.replace(args, output_dir=output_dir)
+    """A copy of ``args`` writing to ``output_dir`` (for a second model trained in the same run), continuing from
+    the last checkpoint there (:func:`~mlm_suite.jobs.checkpoints.stage_checkpoint`) rather than from the job's."""
+    stage = dataclasses.replace(args, output_dir=output_dir)
+    stage.resume_from_checkpoint = stage_checkpoint(stage)
+    return stage
 
 
 __all__ = [
     "FinetuneTrainingArguments",
+    "HIDDEN_LABEL",
     "JobTrainer",
     "ModelArguments",
     "apply_freezing",
@@ -695,7 +801,10 @@ __all__ = [
     "first_n",
     "flag_given",
     "freeze_encoder",
+    "hub_split_labels",
+    "hub_tag_sequences",
     "infer_task_type",
+    "is_missing_label",
     "label_maps",
     "label_table",
     "load_hub_splits",
@@ -710,10 +819,13 @@ __all__ = [
     "replace_output_dir",
     "resolve_label_list",
     "resolve_model_path",
+    "resume_checkpoint",
     "run_trainer",
     "save_everything",
     "save_metrics",
     "split_80_10_10",
+    "split_is_labelled",
+    "stage_checkpoint",
     "training_summary",
     "validate_flags",
     "write_card",

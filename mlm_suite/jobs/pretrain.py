@@ -26,10 +26,13 @@ Continued (domain-adaptive) pretraining: ``--model_name_or_path`` starts from an
 or a Hugging Face BERT folder (converted on the fly, :func:`mlm_suite_checkpoint`) and uses its tokenizer; a head
 the checkpoint lacks is created as BERT initialises it (the MLM decoder tied to the word embeddings, so only the
 transform and the decoder bias are new) and named on stderr. ``--head_warmup_steps N`` trains only the new heads
-for the first N optimizer steps.
+for the first N optimizer steps. Continuing a checkpoint changes three defaults (``CONTINUED_DEFAULTS``, chosen by
+``benchmarks/bench_continued_defaults.py``): a fine-tuning-scale learning rate, BERT's 15 % training masks and
+fewer steps; the architecture and dropout are the checkpoint's. The job prints which defaults applied.
 
 Every argument of ``transformers.TrainingArguments`` is accepted; ``JOB_DEFAULTS`` lists the ones
-whose defaults differ here (sized so the embedded default fits the time budget). Masks are
+whose defaults differ here (sized so the embedded default fits the time budget); flags given on the
+command line always win. Masks are
 seeded: a training mask is a function of ``(--seed, epoch, example index)`` and changes every
 epoch; evaluation masks and NSP pairs use a fixed seed and their own rate (``--eval_mlm_probability``,
 BERT's 15 %), so eval numbers compare across runs and recipes.
@@ -40,6 +43,26 @@ loss (``mlm_suite.mlm_metrics``); a fill-mask probe shows the top-5 answers on h
 ``--max_train_minutes`` trains for a wall-clock budget with a schedule that ends there
 (``mlm_suite.training.TimeBudgetCallback``); ``--early_stopping_patience`` stops when the ``[MASK]``
 accuracy stops improving and keeps the best model.
+
+Modern pretraining controls (``mlm_suite.training_schedules``; none is on by default):
+
+    mlm-suite pretrain --mlm_probability 0.3 --mlm_probability_schedule linear --mlm_probability_end 0.15
+    mlm-suite pretrain --mlm_probability_schedule 0.3,0.15@0.6,0.05@0.9      # mmBERT-style inverse phases
+    mlm-suite pretrain --mask_replace_prob 1.0 --random_replace_prob 0       # EuroBERT: every selected token [MASK]
+    mlm-suite pretrain --batch_size_warmup_tokens 2000000 --batch_size_warmup_min_rows 4
+    mlm-suite pretrain --lr_scheduler_type warmup_stable_decay --lr_decay_steps 0.2 --lr_decay_type 1-sqrt
+    mlm-suite pretrain --lr_scheduler_type warmup_stable_decay --save_strategy steps --save_steps 2000 --output_dir wsd
+    mlm-suite pretrain --decay_from_checkpoint wsd/checkpoint-6000 --lr_decay_steps 1200 --output_dir wsd-decay-6000
+    mlm-suite pretrain --model_name_or_path outputs/pretrain --max_seq_length 128 --rope_theta 40000 --output_dir ctx128
+
+A masking-rate schedule changes the rate per optimizer step (the rate travels with the step's rows, so every
+process and dataloader worker applies it, and a resumed run repeats it); evaluation masks stay fixed. Batch-size
+warmup grows the rows per step over the first N tokens (each step's loss stays the mean over its labelled tokens).
+Warmup-stable-decay keeps ``--max_train_minutes`` ending its decay at the budget; ``--decay_from_checkpoint`` decays a
+stable-phase checkpoint. ``--rope_theta`` with a rotary ``--model_name_or_path`` at longer rows extends its context
+(the last example: 64-token rows to 128, the continued-pretraining defaults apply). Which controls applied is
+printed at the start, logged per step (``mlm_probability``, ``train_rows_per_step``) and shown in the card;
+``benchmarks/bench_pretrain_controls.py`` measures them at a fixed budget.
 
 The output folder is a complete checkpoint, the one ``trainer.push_to_hub()`` uploads: weights,
 config with ``auto_map``, model code, tokenizer, model card (``README.md``), ``all_results.json``,
@@ -86,7 +109,18 @@ from ..model_card import architecture_rows, base_model_fields, markdown_table
 from ..plots import figures_section, plot_pretraining_curves
 from ..tokenization import train_wordpiece_tokenizer
 from ..trainer import JobTrainer
-from ..training import TimeBudgetCallback, early_stopping_callback, rows_per_step
+from ..training import early_stopping_callback, rows_per_step
+from ..training_schedules import (
+    ScheduledRowsMixin,
+    control_card_rows,
+    describe_controls,
+    extend_context,
+    lr_schedule_summary,
+    resolve_controls,
+    row_schedule,
+    time_budget_callback,
+)
+from .checkpoints import JobTrainingArguments, resume_checkpoint
 from .corpus_sources import open_corpus_source
 from .finetuning import argument_parser, flag_given, mlm_suite_checkpoint, parse_flags, validate_flags
 
@@ -125,6 +159,26 @@ JOB_DEFAULTS: dict[str, Any] = dict(
     ddp_find_unused_parameters=False,
 )
 
+# Defaults that replace the from-scratch ones above (and PretrainingArguments') when --model_name_or_path continues
+# a checkpoint; flags given on the command line still win. The from-scratch recipe (lr 2e-3, 30 % masks) is tuned to
+# lift a tiny random model off the unigram plateau; on a pretrained checkpoint it wrecks the embeddings (150 steps on
+# the reviews move MiniLM's word embeddings by ~100 % of their norm and leave a model that answers "," at every
+# [MASK], below the most-frequent-token baseline). Chosen on held-out [MASK] accuracy (15 % fixed eval masks) by
+# benchmarks/bench_continued_defaults.py (benchmarks/README.md has the table). Unchanged for a checkpoint: warmup
+# (6 % of the steps, which also shields the encoder from a new head), weight decay 0.01, batch 16 x 64 tokens.
+CONTINUED_DEFAULTS: dict[str, Any] = dict(
+    learning_rate=1e-4,
+    mlm_probability=0.15,  # BERT's
+    # The from-scratch 12,000 steps are sized to the tiny preset's ~30 steps/s; MiniLM-L6 does ~1 step/s on 2 CPU
+    # cores (16 x 64), so 12,000 would be hours. 1,000 steps: ~17 minutes, about 0.7 epoch of the reviews.
+    max_steps=1000,
+)
+CONTINUED = "continued-pretraining default"
+FROM_SCRATCH = "from-scratch default"
+GIVEN = "given"
+# Options that build a new model: a checkpoint brings its own architecture, so they do not apply to it.
+NEW_MODEL_OPTIONS = ("config_preset", "norm_position", "position_embedding_type")
+
 
 @dataclass
 class PretrainingArguments:
@@ -147,7 +201,13 @@ class PretrainingArguments:
     )
     masking: Literal["token", "whole_word", "span"] = field(default="token", metadata={"help": "masking unit"})
     mlm_probability: float = field(
-        default=0.3, metadata={"help": "training: expected share of tokens selected for MLM (BERT: 0.15)"}
+        default=0.3,
+        metadata={
+            # --mlm_prob stays a valid short form now that --mlm_probability_schedule/_end share its prefix.
+            "aliases": ["--mlm_prob"],
+            "help": "training: expected share of tokens selected for MLM (BERT: 0.15; the default with "
+            "--model_name_or_path, see CONTINUED_DEFAULTS)"
+        },
     )
     eval_mlm_probability: float = field(
         default=0.15,
@@ -252,19 +312,89 @@ class PretrainingArguments:
         default=500,
         metadata={"help": "--streaming without a validation file/split: the first N documents, held out for evaluation"},
     )
+    # Modern pretraining controls (issue 27, mlm_suite.training_schedules).
+    mlm_probability_schedule: str = field(
+        default="constant",
+        metadata={
+            "help": "training masking rate per optimizer step: constant, or linear, cosine or step (half-way) from "
+            "--mlm_probability to --mlm_probability_end, or phases RATE[@AT],... such as 0.3,0.15@0.6,0.05@0.9 (AT "
+            "below 1: a fraction of the steps, else a step). Evaluation masks stay at --eval_mlm_probability"
+        },
+    )
+    mlm_probability_end: float | None = field(
+        default=None, metadata={"help": "the final training masking rate of a linear, cosine or step schedule"}
+    )
+    mask_replace_prob: float = field(
+        default=0.8, metadata={"help": "training: share of the selected tokens replaced by [MASK] (EuroBERT: 1.0)"}
+    )
+    random_replace_prob: float = field(
+        default=0.1, metadata={"help": "training: share replaced by a random token; the rest keep their token"}
+    )
+    batch_size_warmup_tokens: int = field(
+        default=0,
+        metadata={
+            "help": "grow the rows per step linearly over the first N tokens (rows x --max_seq_length, all processes) "
+            "from --batch_size_warmup_min_rows to --per_device_train_batch_size per device and micro-batch; needs "
+            "--max_steps or --max_train_minutes"
+        },
+    )
+    batch_size_warmup_min_rows: int | None = field(
+        default=None, metadata={"help": "rows per device and micro-batch at the first step (default: a quarter)"}
+    )
+    lr_decay_steps: float | None = field(
+        default=None,
+        metadata={
+            "help": "--lr_scheduler_type warmup_stable_decay: length of the decay (below 1: a fraction of the steps, "
+            "default 0.2); with --decay_from_checkpoint: the steps of the decay run"
+        },
+    )
+    lr_decay_type: str = field(
+        default="1-sqrt", metadata={"help": "shape of a warmup_stable_decay decay: linear, cosine or 1-sqrt"}
+    )
+    decay_from_checkpoint: str | None = field(
+        default=None,
+        metadata={
+            "help": "run only the decay of a warmup-stable-decay schedule, from this checkpoint-* folder of the stable "
+            "phase (its weights, optimizer, step, learning rate and tokenizer), for --lr_decay_steps steps"
+        },
+    )
+    rope_theta: float | None = field(
+        default=None,
+        metadata={
+            "help": "RoPE base (rotary positions). With --model_name_or_path and a longer --max_seq_length: context "
+            "extension (the model's max_position_embeddings follows the rows)"
+        },
+    )
+    # Not a flag: what the controls above apply (name -> one line), printed by the job and shown in the card.
+    schedules_applied: dict[str, str] = field(default_factory=dict, init=False, repr=False)
+    # Not a flag: where the mode-dependent values came from (name -> GIVEN, CONTINUED or FROM_SCRATCH), set by
+    # parse_arguments and shown by describe_configuration and the model card.
+    defaults_applied: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
 
 # ------------------------------------------------------------------------------------------------
 # Arguments
 # ------------------------------------------------------------------------------------------------
 def parse_arguments(argv: list[str] | None) -> tuple[PretrainingArguments, TrainingArguments]:
-    parser = argument_parser((PretrainingArguments, TrainingArguments), description=__doc__.split("\n\n")[0])
+    parser = argument_parser((PretrainingArguments, JobTrainingArguments), description=__doc__.split("\n\n")[0])
     parser.set_defaults(**JOB_DEFAULTS)
     args, training_args = parse_flags(parser, argv)
     given = sys.argv[1:] if argv is None else argv
-    if args.max_train_minutes is not None and not flag_given("max_steps", given):
+    named = flags_given(parser, given, [*CONTINUED_DEFAULTS, *NEW_MODEL_OPTIONS])
+    for name, value in CONTINUED_DEFAULTS.items():
+        if name in named:
+            args.defaults_applied[name] = GIVEN
+        elif args.model_name_or_path:
+            setattr(args if name in PretrainingArguments.__dataclass_fields__ else training_args, name, value)
+            args.defaults_applied[name] = CONTINUED
+        else:
+            args.defaults_applied[name] = FROM_SCRATCH
+    if args.model_name_or_path:
+        args.defaults_applied.update((name, GIVEN) for name in NEW_MODEL_OPTIONS if name in named)
+    if args.max_train_minutes is not None and "max_steps" not in named:
         # The budget decides when to stop; the job's default step count must not cut it short.
         training_args.max_steps = UNBOUNDED_STEPS
+        args.defaults_applied["max_steps"] = "--max_train_minutes decides"
     if args.streaming and not flag_given("dataloader_num_workers", given):
         training_args.dataloader_num_workers = 0  # a stream's workers each need a shard of their own
     if args.flatten_batches is None:
@@ -279,6 +409,55 @@ def parse_arguments(argv: list[str] | None) -> tuple[PretrainingArguments, Train
     # The metrics tell [MASK], random and kept positions apart by what the model saw.
     training_args.include_for_metrics = sorted({*training_args.include_for_metrics, "inputs"})
     return args, training_args
+
+
+def flags_given(parser: Any, argv: list[str], names: list[str]) -> set[str]:
+    """Which of the options ``names`` the command line ``argv`` sets, however it spells them.
+
+    Unlike :func:`~mlm_suite.jobs.finetuning.flag_given` this asks the parser itself, so ``--name value``,
+    ``--name=value`` and the prefixes argparse accepts (``--learning_r 1e-3``) all count: a value given always wins
+    over a mode's default. Call it after a successful parse (``--help`` and bad values have exited by then).
+    """
+    unset = object()
+    saved = {name: parser.get_default(name) for name in names}
+    parser.set_defaults(**dict.fromkeys(names, unset))
+    try:
+        namespace, _ = parser.parse_known_args(argv)
+    finally:
+        parser.set_defaults(**saved)
+    return {name for name in names if getattr(namespace, name, unset) is not unset}
+
+
+def default_source(args: PretrainingArguments, name: str) -> str:
+    """`` (continued-pretraining default)``, `` (from-scratch default)`` or `` (given)``; empty when unknown."""
+    source = args.defaults_applied.get(name)
+    return f" ({source})" if source else ""
+
+
+def describe_configuration(args: PretrainingArguments, training_args: TrainingArguments) -> str:
+    """The job's configuration as it prints it at the start: the values that depend on whether a checkpoint is
+    continued, each with where it came from, then the shared ones (plain text)."""
+    mode = f"continuing {args.model_name_or_path}" if args.model_name_or_path else f"from scratch, preset {args.config_preset}"
+    lines = [f"pretraining configuration ({mode}; flags given on the command line win):"]
+    values = {
+        "learning_rate": f"{training_args.learning_rate:g}",
+        "mlm_probability": f"{args.mlm_probability:g}",
+        "max_steps": "unbounded" if training_args.max_steps == UNBOUNDED_STEPS else f"{training_args.max_steps}",
+    }
+    lines += [f"  {name} {value}{default_source(args, name)}" for name, value in values.items()]
+    warmup = training_args.warmup_steps
+    lines.append(
+        f"  warmup {f'{warmup:g} of the steps' if 0 < warmup < 1 else f'{warmup:g} steps'}, weight_decay "
+        f"{training_args.weight_decay:g}, adam_beta2 {training_args.adam_beta2:g}, batch {rows_per_step(training_args)} "
+        f"x {args.max_seq_length} tokens, eval masks {args.eval_mlm_probability:g}"
+    )
+    if args.model_name_or_path:
+        ignored = [f"--{name}" for name in NEW_MODEL_OPTIONS if args.defaults_applied.get(name) == GIVEN]
+        lines.append(
+            "  architecture and dropout: the checkpoint's (--config_overrides changes them)"
+            + (f"; ignored: {', '.join(ignored)} (options of a new model)" if ignored else "")
+        )
+    return "\n".join(lines)
 
 
 def validate_arguments(args: PretrainingArguments) -> None:
@@ -441,6 +620,7 @@ def build_config(
         config.update_from_string(args.config_overrides)
         # update_from_string sets attributes one by one; rebuilding re-runs the config's own checks.
         config = MlmSuiteConfig.from_dict(config.to_dict())
+    extend_context(config, tokenizer, args, checkpoint)  # --rope_theta; a rotary checkpoint's positions follow longer rows
     config.check_sizes()
     if len(tokenizer) > config.vocab_size:
         raise ValueError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}")
@@ -529,7 +709,7 @@ def probe_table(probe: list[dict]) -> str:
 # ------------------------------------------------------------------------------------------------
 # Trainer
 # ------------------------------------------------------------------------------------------------
-class PretrainingTrainer(JobTrainer):
+class PretrainingTrainer(ScheduledRowsMixin, JobTrainer):
     """A ``Trainer`` that evaluates with its own fixed-mask collator and writes mlm_suite's model card.
 
     ``create_model_card`` (:class:`~mlm_suite.trainer.JobTrainer`) is what ``push_to_hub`` calls, so the
@@ -588,20 +768,27 @@ def _model_card_fields(
     objective = (
         "masked language modelling + next-sentence prediction" if args.objective == "mlm_nsp" else "masked language modelling"
     )
-    objective += f", {args.masking.replace('_', '-')} masking of {args.mlm_probability:.0%} of the tokens in training"
+    objective += (
+        f", {args.masking.replace('_', '-')} masking of {args.mlm_probability:.0%} of the tokens in training"
+        + default_source(args, "mlm_probability")
+    )
     start = f"continued from `{args.model_name_or_path}`" if args.model_name_or_path else f"preset `{args.config_preset}`"
+    step_limit = ""
+    if args.defaults_applied and training_args.max_steps != UNBOUNDED_STEPS:
+        step_limit = f" (--max_steps {training_args.max_steps}{default_source(args, 'max_steps')})"
     training = {
         "initialisation": start,
-        "optimizer steps": train_metrics.get("train_steps", training_args.max_steps),
+        "optimizer steps": f"{train_metrics.get('train_steps', training_args.max_steps)}" + step_limit,
         "batch size (global)": rows_per_step(training_args),
-        "learning rate": f"{training_args.learning_rate:g} (AdamW β₂ {training_args.adam_beta2:g}, linear warmup "
-        f"{training_args.warmup_steps:g} + decay to 0)",
+        "learning rate": f"{training_args.learning_rate:g}{default_source(args, 'learning_rate')} (AdamW β₂ "
+        f"{training_args.adam_beta2:g}, {lr_schedule_summary(training_args, args)})",
         "weight decay": training_args.weight_decay,
         "max sequence length": args.max_seq_length,
         "packing": args.packing,
         "seed": training_args.seed,
         "time budget": f"{args.max_train_minutes:g} min" if args.max_train_minutes else "none (fixed step count)",
         **({"head warm-up": f"{args.head_warmup_steps} steps with the encoder frozen"} if args.head_warmup_steps else {}),
+        **control_card_rows(args),  # masking-rate schedule, replacement split, batch-size warmup, context extension
         "final train loss": train_metrics["train_loss"],
         "train runtime (s)": train_metrics["train_runtime"],
     }
@@ -651,13 +838,16 @@ def main(argv: list[str] | None = None) -> int:
     # Everything that can fail on bad input happens before the Trainer creates the output folder.
     validate_arguments(args)
     validate_flags(args, training_args)  # batch sizes, learning rate ... (the checks every job shares)
+    resolve_controls(args, training_args, sys.argv[1:] if argv is None else argv)  # schedules of masks, rows, LR
+    training_args.resume_from_checkpoint = resume_checkpoint(training_args)  # or the last checkpoint of a stopped run
+    training_args.resume_from_checkpoint = training_args.resume_from_checkpoint or args.decay_from_checkpoint
     large = open_corpus_source(args, training_args, sys.argv[1:] if argv is None else argv)
     texts, source = (large.texts, large.source) if large else load_text_splits(args)
     tokenizer = load_tokenizer(args, texts["train"]["text"] if "train" in texts else [])
     if large:
         large.check_tokenizer(tokenizer)  # a prepared folder's rows are ids of one tokenizer
     checkpoint = mlm_suite_checkpoint(args.model_name_or_path) if args.model_name_or_path else None
-    config = build_config(args, tokenizer, checkpoint)
+    config = build_config(args, tokenizer, checkpoint or args.decay_from_checkpoint)
     if large:
         train_features = large.train_rows(tokenizer)
     else:
@@ -674,6 +864,8 @@ def main(argv: list[str] | None = None) -> int:
     train_collator = DataCollatorForMaskedLM(
         tokenizer,
         mlm_probability=args.mlm_probability,
+        mask_replace_prob=args.mask_replace_prob,
+        random_replace_prob=args.random_replace_prob,
         masking=args.masking,
         seed=training_args.seed,
         process_rank=None if args.masking_seed_per_rank else 0,
@@ -684,9 +876,13 @@ def main(argv: list[str] | None = None) -> int:
     callbacks += early_stopping_callback(
         training_args, args.early_stopping_patience, args.early_stopping_threshold, "mask_accuracy", True
     )
-    if args.max_train_minutes is not None:
-        callbacks.append(TimeBudgetCallback(60.0 * args.max_train_minutes))
+    budget = time_budget_callback(args, training_args) if args.max_train_minutes is not None else None
+    callbacks += [budget] if budget is not None else []
     probes = probe_sentences(texts["validation"]["text"], tokenizer, args.fill_mask_probes)
+    if training_args.process_index == 0:  # after every check of the input, whose errors stay one line
+        print(describe_configuration(args, training_args), file=sys.stderr)
+        if args.schedules_applied:
+            print(describe_controls(args), file=sys.stderr)
     trainer = PretrainingTrainer(
         model=model,
         args=training_args,
@@ -699,6 +895,7 @@ def main(argv: list[str] | None = None) -> int:
         preprocess_logits_for_metrics=preprocess_logits_for_mlm_metrics,
         callbacks=callbacks,
         head_warmup_steps=args.head_warmup_steps,
+        row_schedule=row_schedule(args, training_args, budget),  # masking-rate schedule, batch-size warmup
     )
 
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
@@ -743,7 +940,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["JOB_DEFAULTS", "PretrainingArguments", "main", "read_documents"]
+__all__ = ["CONTINUED_DEFAULTS", "JOB_DEFAULTS", "PretrainingArguments", "main", "read_documents"]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,135 @@
+"""Where a job's training starts: ``--resume_from_checkpoint``, ``--overwrite_output_dir`` and the checkpoints
+already in ``--output_dir``, detected as transformers' ``run_*.py`` example scripts detect them.
+
+Every job that trains (``pretrain``, ``finetune-cls``, ``finetune-pair``, ``finetune-ner``,
+``finetune-retrieval``) calls :func:`resume_checkpoint` once, before its Trainer exists (the Trainer creates
+the output folder), and trains with ``trainer.train(resume_from_checkpoint=...)`` what it returned:
+
+* ``--resume_from_checkpoint PATH``: that checkpoint folder (a missing folder is a one-line error);
+* ``--resume_from_checkpoint true``: the last ``checkpoint-*`` folder of ``--output_dir``
+  (``transformers.trainer_utils.get_last_checkpoint``); none there is a one-line error;
+* neither: when ``--output_dir`` already holds ``checkpoint-*`` folders (a run that was stopped), training
+  continues from the last one, with a line saying so, unless ``--overwrite_output_dir`` asks for a run from
+  scratch. As with ``run_*.py``, that includes the checkpoints a finished run left: the same command again
+  continues from the last one (to the same end: early stopping keeps the best checkpoint, from which the run is
+  replayed exactly); changed hyper-parameters need ``--overwrite_output_dir`` or another folder. A non-empty
+  output folder without checkpoints is used as it is, the new run overwriting what it writes (``run_*.py``
+  refuses it, but the jobs' documented commands rerun into the same folders).
+
+A job's second training run in its own folder (``finetune-ner``'s ``hf_baseline/``, the intermediate stage of
+``finetune-cls``/``finetune-pair`` in ``intermediate/``) continues likewise from its own folder's last
+checkpoint (:func:`stage_checkpoint`).
+
+Checkpoints hold what resuming needs (weights, optimizer, scheduler, RNG and trainer state; early stopping's
+included), without pickles (:class:`mlm_suite.trainer.PickleFreeTrainer`), so a resumed run ends where the
+uninterrupted run ends.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from transformers import TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
+
+from mlm_suite.errors import UsageError
+
+#: ``--resume_from_checkpoint`` values (any case) meaning the last checkpoint of ``--output_dir``.
+LAST_CHECKPOINT = ("true",)
+TRAINER_STATE = "trainer_state.json"  # written last into a checkpoint folder; its absence: a save cut short
+
+
+@dataclass
+class JobTrainingArguments(TrainingArguments):
+    """``TrainingArguments`` with ``--overwrite_output_dir``, which transformers 5 no longer has."""
+
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Train from scratch even when --output_dir holds checkpoint-* folders (by default the job "
+            "continues from the last one). Nothing is deleted: the new run overwrites what it writes."
+        },
+    )
+
+
+def last_checkpoint(folder: str | os.PathLike | None) -> str | None:
+    """The ``checkpoint-<step>`` folder of ``folder`` with the highest step, or None (also for no ``folder``)."""
+    if folder is None or not os.path.isdir(folder):
+        return None
+    return get_last_checkpoint(str(folder))
+
+
+def resume_checkpoint(
+    args: TrainingArguments, stage_folders: Sequence[str] = (), trains: bool = True
+) -> str | None:
+    """The checkpoint a job's training continues from, or None for a run from scratch (see the module).
+
+    ``trains``: whether the job trains at all (the fine-tuning jobs' ``--do_train``; pretraining always trains,
+    whatever ``--do_train`` says); None, and nothing checked, when it does not.
+    ``stage_folders``: the folders of the job's other training runs (:func:`stage_checkpoint`); with
+    ``--resume_from_checkpoint true`` a checkpoint there is enough when ``--output_dir`` has none yet (the job
+    was stopped in an earlier stage), and None is returned for the main run.
+
+    Raises:
+        UsageError: ``--resume_from_checkpoint`` names no folder, or ``true`` finds no checkpoint; the last
+            checkpoint found has no ``trainer_state.json`` (it was cut short while being saved).
+    """
+    if not trains:
+        return None
+    requested = (args.resume_from_checkpoint or "").strip()
+    if requested.lower() in LAST_CHECKPOINT:
+        found = _complete(last_checkpoint(args.output_dir))
+        if found is None and not any(last_checkpoint(folder) for folder in stage_folders):
+            raise UsageError(
+                f"--resume_from_checkpoint {requested}: --output_dir {args.output_dir} holds no checkpoint-* folder "
+                "to resume from"
+            )
+        _announce(args, found, "the last checkpoint")
+        return found
+    if requested:
+        if not os.path.isdir(requested):
+            raise UsageError(f"--resume_from_checkpoint {requested}: no such checkpoint folder")
+        return requested
+    if getattr(args, "overwrite_output_dir", False):
+        return None
+    found = _complete(last_checkpoint(args.output_dir))
+    _announce(args, found, "a checkpoint was found in --output_dir; pass --overwrite_output_dir to train from scratch")
+    return found
+
+
+def stage_checkpoint(stage_args: TrainingArguments) -> str | None:
+    """The last checkpoint in the own folder (``stage_args.output_dir``) of a job's second training run, or None.
+
+    None with ``--overwrite_output_dir``. Raises UsageError for a checkpoint without ``trainer_state.json``.
+    """
+    if getattr(stage_args, "overwrite_output_dir", False):
+        return None
+    found = _complete(last_checkpoint(stage_args.output_dir))
+    _announce(stage_args, found, f"the last checkpoint in {stage_args.output_dir}")
+    return found
+
+
+def _complete(checkpoint: str | None) -> str | None:
+    if checkpoint is not None and not os.path.isfile(os.path.join(checkpoint, TRAINER_STATE)):
+        raise UsageError(
+            f"{checkpoint} has no {TRAINER_STATE} (it was cut short while being saved): delete it to resume from "
+            "the checkpoint before it, or pass --overwrite_output_dir to train from scratch"
+        )
+    return checkpoint
+
+
+def _announce(args: TrainingArguments, checkpoint: str | None, why: str) -> None:
+    if checkpoint is not None and args.process_index == 0:
+        print(f"resuming training from {checkpoint} ({why})", file=sys.stderr)
+
+
+__all__ = [
+    "JobTrainingArguments",
+    "LAST_CHECKPOINT",
+    "last_checkpoint",
+    "resume_checkpoint",
+    "stage_checkpoint",
+]
