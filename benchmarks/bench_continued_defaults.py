@@ -1,21 +1,23 @@
 """Continued-pretraining defaults, chosen on held-out text: learning rate x training mask rate on MiniLM.
 
     python benchmarks/bench_continued_defaults.py                    # 10 runs of 150 steps, ~30 min on 2 quiet cores
-    python benchmarks/bench_continued_defaults.py --steps 20 --max_eval_samples 64   # a smoke run (~2 min)
+    python benchmarks/bench_continued_defaults.py --steps 450 --learning_rates 1e-4 3e-4 --no_baselines   # longer runs
+    python benchmarks/bench_continued_defaults.py --steps 20 --max_eval_samples 64 --learning_rates 3e-4  # smoke run
     python benchmarks/bench_continued_defaults.py --markdown table.md -- --max_seq_length 128   # job flags, every run
 
 Every run is ``mlm-suite pretrain --model_name_or_path <all-MiniLM-L6-v2>`` (the README's continued-pretraining
 example) on the embedded Pang & Lee full reviews, in this process, one run after the other: ``--steps`` optimizer
 steps of ``--batch`` rows, seed 42, the job's defaults for everything not listed here. All runs are scored on the
-same held-out reviews with the same fixed evaluation masks (``--eval_mlm_probability 0.15``, seeded), whatever
-their training mask rate, so their ``[MASK]`` accuracies compare. Runs:
+same held-out rows (the first ``--max_eval_samples`` rows of the 75 held-out reviews) with the same fixed
+evaluation masks (``--eval_mlm_probability 0.15``, seeded), whatever their training mask rate, so their ``[MASK]``
+accuracies compare. Runs:
 
 * **plain MiniLM**: one step at learning rate 0 (the checkpoint's weights, unchanged). all-MiniLM-L6-v2 ships
   without an MLM head, so its head (transform and decoder bias; the decoder is the tied word embeddings) is
   BERT-initialised: this is the starting point, not a usable MLM;
 * **reference**: the from-scratch defaults (learning rate 2e-3, 30 % masks) that continued pretraining got
   before it had defaults of its own;
-* **the grid**: ``--learning_rates`` x ``--mlm_probabilities``.
+* **the grid**: ``--learning_rates`` x ``--mlm_probabilities`` (``--no_baselines``: the grid only).
 
 Columns: held-out accuracy at ``[MASK]`` positions (the headline), its ratio to the most-frequent-token baseline,
 top-5 accuracy, MLM loss, how far the word embeddings moved (``‖E_after − E_before‖ / ‖E_before‖``), the number of

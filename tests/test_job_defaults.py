@@ -74,7 +74,7 @@ def test_continuing_a_checkpoint_gets_the_continued_pretraining_defaults():
     from mlm_suite.jobs.pretrain import CONTINUED_DEFAULTS, JOB_DEFAULTS
 
     args, training_args = parse_arguments(CONTINUING)
-    assert training_args.learning_rate == CONTINUED_DEFAULTS["learning_rate"] == 1e-4
+    assert training_args.learning_rate == CONTINUED_DEFAULTS["learning_rate"] == 3e-4
     assert args.mlm_probability == CONTINUED_DEFAULTS["mlm_probability"] == 0.15
     assert training_args.max_steps == CONTINUED_DEFAULTS["max_steps"] < JOB_DEFAULTS["max_steps"]
     assert set(args.defaults_applied.values()) == {"continued-pretraining default"}
@@ -107,7 +107,7 @@ def test_flags_given_win_over_the_continued_pretraining_defaults(flags):
     assert (training_args.learning_rate, args.mlm_probability, training_args.max_steps) == (2e-3, 0.3, 12000)
     assert set(args.defaults_applied.values()) == {"given"}
     # A value given equal to the mode's default is still reported as given.
-    args, training_args = parse_arguments([*CONTINUING, "--learning_rate", "1e-4"])
+    args, training_args = parse_arguments([*CONTINUING, "--learning_rate", "3e-4"])
     assert args.defaults_applied["learning_rate"] == "given"
     assert args.defaults_applied["mlm_probability"] == "continued-pretraining default"
 
@@ -116,7 +116,7 @@ def test_a_time_budget_lifts_the_continued_step_default_but_not_a_given_one():
     from mlm_suite.jobs.pretrain import UNBOUNDED_STEPS
 
     args, training_args = parse_arguments([*CONTINUING, "--max_train_minutes", "5"])
-    assert training_args.max_steps == UNBOUNDED_STEPS and training_args.learning_rate == 1e-4
+    assert training_args.max_steps == UNBOUNDED_STEPS and training_args.learning_rate == 3e-4
     args, training_args = parse_arguments([*CONTINUING, "--max_train_minutes", "5", "--max_steps", "300"])
     assert training_args.max_steps == 300
 
@@ -126,7 +126,7 @@ def test_the_printed_configuration_says_which_defaults_applied():
 
     shown = describe_configuration(*parse_arguments([*CONTINUING, "--max_steps", "200", "--config_preset", "base"]))
     assert "continuing some/checkpoint" in shown
-    assert "learning_rate 0.0001 (continued-pretraining default)" in shown
+    assert "learning_rate 0.0003 (continued-pretraining default)" in shown
     assert "mlm_probability 0.15 (continued-pretraining default)" in shown
     assert "max_steps 200 (given)" in shown
     assert "ignored: --config_preset" in shown  # a checkpoint brings its own architecture
@@ -162,10 +162,10 @@ def test_a_continued_run_prints_its_defaults_and_the_card_records_them(tiny_chec
     ]  # fmt: skip
     assert main(argv) == 0
     printed = capfd.readouterr().err
-    assert "learning_rate 0.0001 (continued-pretraining default)" in printed
+    assert "learning_rate 0.0003 (continued-pretraining default)" in printed
     assert "mlm_probability 0.15 (continued-pretraining default)" in printed and "max_steps 2 (given)" in printed
     card = (output_dir / "README.md").read_text(encoding="utf-8")
-    assert "0.0001 (continued-pretraining default)" in card
+    assert "0.0003 (continued-pretraining default)" in card
     assert "15% of the tokens in training (continued-pretraining default)" in card
     assert "(--max_steps 2 (given))" in card
 

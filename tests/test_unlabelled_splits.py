@@ -11,33 +11,16 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
-from transformers import AutoTokenizer
 
-from mlm_suite import MlmSuiteConfig, MlmSuiteModel, resources
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs import finetune_classification, finetune_pair
 from mlm_suite.jobs.distributed import run_job
 from mlm_suite.jobs.finetuning import hub_split_labels, hub_tag_sequences
+from test_finetune import tiny_model  # noqa: F401  (a fixture: a random 2-layer encoder with the MiniLM tokenizer)
 
 FAST = ["--max_steps", "2", "--report_to", "none", "--per_device_eval_batch_size", "4", "--disable_tqdm", "true"]
 WORDS = "the cat sleeps on a warm mat while the dog runs in the park near a big old tree".split()
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    """A randomly initialised 2-layer mlm_suite encoder with the MiniLM tokenizer saved next to it."""
-    folder = tmp_path_factory.mktemp("tiny_model")
-    tokenizer = AutoTokenizer.from_pretrained(resources.minilm_dir())
-    config = MlmSuiteConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=48, max_position_embeddings=128,
-    )
-    torch.manual_seed(0)
-    MlmSuiteModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def sentence(i: int) -> str:
