@@ -198,6 +198,23 @@ def flag_given(name: str, argv: Sequence[str]) -> bool:
     return any(item.split("=")[0] == f"--{name}" for item in argv)
 
 
+def flags_given(parser: Any, argv: list[str], names: list[str]) -> set[str]:
+    """Which of the options ``names`` the command line ``argv`` sets, however it spells them.
+
+    Unlike :func:`flag_given` this asks the parser itself, so ``--name value``,
+    ``--name=value`` and the prefixes argparse accepts (``--learning_r 1e-3``) all count: a value given always wins
+    over a mode's default. Call it after a successful parse (``--help`` and bad values have exited by then).
+    """
+    unset = object()
+    saved = {name: parser.get_default(name) for name in names}
+    parser.set_defaults(**dict.fromkeys(names, unset))
+    try:
+        namespace, _ = parser.parse_known_args(argv)
+    finally:
+        parser.set_defaults(**saved)
+    return {name for name in names if getattr(namespace, name, unset) is not unset}
+
+
 def gpu_loader_workers() -> int:
     """Data-loader workers per process on a GPU: up to 4, half of this node's cores shared by its processes."""
     processes_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
@@ -800,6 +817,7 @@ __all__ = [
     "feed_the_device",
     "first_n",
     "flag_given",
+    "flags_given",
     "freeze_encoder",
     "hub_split_labels",
     "hub_tag_sequences",

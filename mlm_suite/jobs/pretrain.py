@@ -122,7 +122,7 @@ from ..training_schedules import (
 )
 from .checkpoints import JobTrainingArguments, resume_checkpoint
 from .corpus_sources import open_corpus_source
-from .finetuning import argument_parser, flag_given, mlm_suite_checkpoint, parse_flags, validate_flags
+from .finetuning import argument_parser, flag_given, flags_given, mlm_suite_checkpoint, parse_flags, validate_flags
 
 # Seeds that do not follow --seed, so that the held-out split, its NSP pairs and its masks are the
 # same in every run and eval numbers can be compared across runs.
@@ -414,23 +414,6 @@ def parse_arguments(argv: list[str] | None) -> tuple[PretrainingArguments, Train
     # The metrics tell [MASK], random and kept positions apart by what the model saw.
     training_args.include_for_metrics = sorted({*training_args.include_for_metrics, "inputs"})
     return args, training_args
-
-
-def flags_given(parser: Any, argv: list[str], names: list[str]) -> set[str]:
-    """Which of the options ``names`` the command line ``argv`` sets, however it spells them.
-
-    Unlike :func:`~mlm_suite.jobs.finetuning.flag_given` this asks the parser itself, so ``--name value``,
-    ``--name=value`` and the prefixes argparse accepts (``--learning_r 1e-3``) all count: a value given always wins
-    over a mode's default. Call it after a successful parse (``--help`` and bad values have exited by then).
-    """
-    unset = object()
-    saved = {name: parser.get_default(name) for name in names}
-    parser.set_defaults(**dict.fromkeys(names, unset))
-    try:
-        namespace, _ = parser.parse_known_args(argv)
-    finally:
-        parser.set_defaults(**saved)
-    return {name for name in names if getattr(namespace, name, unset) is not unset}
 
 
 def default_source(args: PretrainingArguments, name: str) -> str:
