@@ -1,4 +1,4 @@
-# Convenience targets; each runs a command documented in README.md.
+# Convenience targets; each runs a command documented in README.md or docs/.
 PYTHON ?= python
 
 .PHONY: install test test-fast test-lowest pretrain finetune-ner finetune-cls finetune-pair finetune-retrieval wsd anisotropy bench bench-job-throughput bench-budget bench-pretrain-to-task bench-pretrain-controls bench-label-efficiency diagnose-transfer bench-retrieval quickstart docs-figures gpu-check

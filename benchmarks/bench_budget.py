@@ -34,13 +34,13 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling, TrainingArguments
 
 from mlm_suite.jobs import pretrain
-from mlm_suite.mlm_metrics import (
+from mlm_suite.evaluation.masked_lm import (
     fill_mask_probe,
     make_mlm_compute_metrics,
     preprocess_logits_for_mlm_metrics,
     probe_sentences,
 )
-from mlm_suite.training import TimeBudgetCallback
+from mlm_suite.training.controls import TimeBudgetCallback
 
 HF_INPUTS = ("input_ids", "attention_mask", "special_tokens_mask")
 

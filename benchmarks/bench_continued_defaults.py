@@ -5,7 +5,7 @@
     python benchmarks/bench_continued_defaults.py --steps 20 --max_eval_samples 64 --learning_rates 3e-4  # smoke run
     python benchmarks/bench_continued_defaults.py --markdown table.md -- --max_seq_length 128   # job flags, every run
 
-Every run is ``mlm-suite pretrain --model_name_or_path <all-MiniLM-L6-v2>`` (the README's continued-pretraining
+Every run is ``mlm-suite pretrain --model_name_or_path <all-MiniLM-L6-v2>`` (docs/pretraining.md's continued-pretraining
 example) on the embedded Pang & Lee full reviews, in this process, one run after the other: ``--steps`` optimizer
 steps of ``--batch`` rows, seed 42, the job's defaults for everything not listed here. All runs are scored on the
 same held-out rows (the first ``--max_eval_samples`` rows of the 75 held-out reviews) with the same fixed
@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from mlm_suite import resources
+from mlm_suite.data import resources
 from mlm_suite.jobs import pretrain
 
 REFERENCE = (2e-3, 0.3)  # the from-scratch JOB_DEFAULTS / PretrainingArguments values

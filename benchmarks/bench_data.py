@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlm_suite import resources
+from mlm_suite.data import resources
 from mlm_suite.data.nsp import split_sentences
 
 STEP_1_TARGET_S = 60.0
@@ -104,8 +104,8 @@ def prepare(args: argparse.Namespace, workdir: Path) -> str:
         output = workdir / f"prepared-{num_proc}"
         command = [
             sys.executable, "-m", "mlm_suite.cli", "prepare-data", "--train_file", str(corpus),
-            "--tokenizer", str(resources.minilm_dir()), "--output_dir", str(output), "--max_seq_length", "128",
-            "--num_proc", str(num_proc), *(["--packing"] if args.packing else []),
+            "--tokenizer_name", str(resources.minilm_dir()), "--output_dir", str(output), "--max_seq_length", "128",
+            "--preprocessing_num_workers", str(num_proc), *(["--packing"] if args.packing else []),
         ]  # fmt: skip
         result = timed_run(command, re.compile(r"tokens/s"))
         metadata = json.loads((output / "mlm_suite_data.json").read_text())

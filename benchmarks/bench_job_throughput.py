@@ -35,13 +35,13 @@ from unittest import mock
 import torch
 from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer
 
-from mlm_suite import resources
+from mlm_suite.data import resources
 from mlm_suite.data.masking import DataCollatorForMaskedLM, tokenize_for_mlm
 from mlm_suite.data.padding import DataCollatorForPadding, DataCollatorForTokenLabels
 from mlm_suite.jobs import finetune_classification, finetune_ner, pretrain
-from mlm_suite.tokenization import train_wordpiece_tokenizer
-from mlm_suite.trainer import JobTrainer
-from mlm_suite.training import rows_per_step
+from mlm_suite.data.tokenization import train_wordpiece_tokenizer
+from mlm_suite.training.trainer import JobTrainer
+from mlm_suite.training.controls import rows_per_step
 
 TARGET_RATIO = 0.85
 

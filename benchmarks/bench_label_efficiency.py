@@ -22,7 +22,7 @@ about 30 min: about 4 to 5 hours on a quiet machine. Shared with other jobs it i
    on (b)'s folder); (b) ``main``: the main job's output (``--main_model``, or built here with ``mlm-suite
    pretrain``'s defaults, ``--pretrain_minutes`` for a time budget instead of its 12,000 steps); (c) ``minilm``:
    all-MiniLM-L6-v2 converted to mlm_suite (``finetune-cls``'s default model); (d) ``minilm_dapt``: MiniLM
-   continued on the embedded Pang & Lee full reviews with the README's continued-pretraining recipe
+   continued on the embedded Pang & Lee full reviews with the continued-pretraining recipe of docs/pretraining.md
    (``--dapt_flags``); (e) ``main_tapt``: (b) continued ("task-adaptive", Gururangan et al. 2020) on the text of
    the training split's sentences, unlabelled, never a validation or test sentence (``--tapt_flags``).
 3. **Leakage check.** No validation or test sentence may occur in any pretraining text the benchmark knows of
@@ -61,7 +61,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mlm_suite import resources
+from mlm_suite.data import resources
 from mlm_suite.data.subsets import balanced_nested_subsets
 from mlm_suite.jobs import finetune_classification, pretrain
 from mlm_suite.jobs.finetuning import split_80_10_10
@@ -78,7 +78,7 @@ DEFAULT_SIZES = ["32", "64", "128", "256", "512", "1024", "all"]
 ALL = "all"
 LABEL_NAMES = {-1: "negative", 1: "positive"}
 MIN_OVERLAP_WORDS = 8
-# The README's continued-pretraining recipe (README.md, "Continued (domain-adaptive) pretraining"), on the
+# The continued-pretraining recipe of docs/pretraining.md ("Continued (domain-adaptive) pretraining"), on the
 # embedded reviews (the pretraining job's default data).
 DEFAULT_DAPT_FLAGS = ("--max_seq_length 128 --per_device_train_batch_size 16 --learning_rate 1e-4 "
                       "--mlm_probability 0.15 --max_steps 400 --eval_steps 100")

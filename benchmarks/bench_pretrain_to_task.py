@@ -33,15 +33,15 @@ import statistics
 import sys
 from pathlib import Path
 
-from mlm_suite import resources
+from mlm_suite.data import resources
 from mlm_suite.jobs import finetune_classification, finetune_pair, pretrain
 from mlm_suite.jobs.finetuning import split_80_10_10
 
 TASKS = {"sentiment": finetune_classification, "coherence": finetune_pair}
 STARTS = ("mlm", "mlm_nsp", "random")
 # Chosen on the sentiment validation split of seed 0 (benchmarks/README.md): the jobs' default 5e-5 suits a
-# pretrained MiniLM; a 2-layer, 128-wide encoder needs a larger rate. [CLS] pooling for every start, as the README's
-# table was measured (the mlm encoder's own configuration now asks for mean pooling; the README compares both).
+# pretrained MiniLM; a 2-layer, 128-wide encoder needs a larger rate. [CLS] pooling for every start, as the docs'
+# table was measured (the mlm encoder's own configuration now asks for mean pooling; docs/results.md compares both).
 DEFAULT_FINETUNE_FLAGS = "--learning_rate 5e-4 --num_train_epochs 3 --classifier_pooling cls"
 MIN_OVERLAP_WORDS = 8
 

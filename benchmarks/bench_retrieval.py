@@ -18,7 +18,7 @@ Finished seeds (``seed_<n>/rows.json``) are reused. With ``--rerank`` (the issue
 (``finetune-pair`` from MiniLM on query/gloss pairs, hard negatives mined by the first seed's fine-tuned
 bi-encoder) then reorders that bi-encoder's top ``--rerank_top_k`` test documents.
 
-Both fine-tuned models are scored on the test split with :func:`mlm_suite.retrieval.retrieval_metrics`; the
+Both fine-tuned models are scored on the test split with :func:`mlm_suite.evaluation.retrieval.retrieval_metrics`; the
 sentence-transformers model is also scored by its own ``InformationRetrievalEvaluator`` as a check on the
 metric code. Training time is the Trainer's ``train_runtime`` of each (sentence-transformers tokenises inside
 its collator; mlm_suite tokenises before training, about a second for the whole set, not counted).
@@ -39,9 +39,9 @@ from pathlib import Path
 
 import torch
 
-from mlm_suite import resources
+from mlm_suite.data import resources
 from mlm_suite.jobs import finetune_retrieval
-from mlm_suite.retrieval import rank_documents, retrieval_metrics
+from mlm_suite.evaluation.retrieval import rank_documents, retrieval_metrics
 
 METRICS = ("recall@1", "recall@10", "mrr@10", "ndcg@10")
 
@@ -142,7 +142,7 @@ def rerank_stage(seed: int, args: argparse.Namespace) -> dict[str, dict[str, flo
 
     from mlm_suite import MlmSuiteForPairClassification, MlmSuiteForSentenceEmbedding
     from mlm_suite.jobs import finetune_pair
-    from mlm_suite.retrieval import embed_texts, rerank
+    from mlm_suite.evaluation.retrieval import embed_texts, rerank
 
     pairs, splits, _ = finetune_retrieval.wordnet_gloss_splits(seed)
     out = Path(args.output_dir) / f"seed_{seed}"

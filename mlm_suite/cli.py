@@ -15,7 +15,7 @@ import importlib
 import sys
 from importlib import metadata
 
-from .jobs.distributed import run_job
+from mlm_suite.jobs.distributed import run_job
 
 # subcommand → (module with main(argv), one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -39,7 +39,7 @@ def convert_bert_main(argv: list[str] | None = None) -> int:
     parser.add_argument("src", help="folder with a BERT config.json and weights (safetensors or pytorch_model.bin)")
     parser.add_argument("dst", help="output folder")
     args = parser.parse_args(argv)
-    from .convert import convert_bert_checkpoint
+    from mlm_suite.convert import convert_bert_checkpoint
 
     print(f"converted {args.src} -> {convert_bert_checkpoint(args.src, args.dst)}")
     return 0
@@ -54,7 +54,8 @@ def quickstart_main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from . import MlmSuiteConfig, MlmSuiteForMaskedLM, resources
+    from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM
+    from mlm_suite.data import resources
 
     tokenizer = AutoTokenizer.from_pretrained(resources.minilm_dir())
     config = MlmSuiteConfig.preset(args.preset, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id)
@@ -84,7 +85,7 @@ def version_text() -> str:
     try:
         own = metadata.version("mlm-suite")
     except metadata.PackageNotFoundError:  # run from a source tree that is not installed
-        from . import __version__ as own
+        from mlm_suite import __version__ as own
     python = ".".join(map(str, sys.version_info[:3]))
     return (
         f"mlm-suite {own} (torch {_installed_version('torch')}, "

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from .model import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining, MlmSuiteModel
+from mlm_suite.model import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining, MlmSuiteModel
 
 TOKENIZER_FILES = (
     "vocab.txt",

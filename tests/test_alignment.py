@@ -11,8 +11,8 @@ import torch
 import transformers
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 
-from mlm_suite import resources
-from mlm_suite.alignment import (
+from mlm_suite.data import resources
+from mlm_suite.data.alignment import (
     ALIGN_STRATEGIES,
     AlignmentStats,
     align_labels,
@@ -22,7 +22,7 @@ from mlm_suite.alignment import (
     tokenize_and_align,
     word_predictions,
 )
-from mlm_suite.tagging import entity_spans
+from mlm_suite.data.tagging import entity_spans
 
 # Prediction strategies that read back exactly what each alignment strategy wrote.
 ROUND_TRIPS = [("first", "first"), ("all", "first"), ("all", "mean"), ("all", "max"), ("all_b_to_i", "first")]

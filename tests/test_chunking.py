@@ -13,10 +13,10 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from mlm_suite import resources
+from mlm_suite.data import resources
 from mlm_suite.data import WORD_ID_SENTINEL, tokenize_for_mlm
 from mlm_suite.data.chunking import special_token_template
-from mlm_suite.tokenization import train_wordpiece_tokenizer
+from mlm_suite.data.tokenization import train_wordpiece_tokenizer
 
 # Reviews of ~600-1,400 tokens: 10-90 rows each at the lengths below.
 NUM_REVIEWS = 40

@@ -21,7 +21,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from mlm_suite import MlmSuiteConfig, MlmSuiteModel, resources
+from mlm_suite import MlmSuiteConfig, MlmSuiteModel
+from mlm_suite.data import resources
 from mlm_suite.cli import SUBCOMMANDS, main
 from mlm_suite.errors import FetchError, UsageError, is_user_error
 from mlm_suite.jobs.distributed import command_prog, run_job
@@ -139,7 +140,8 @@ def test_unknown_flag_shows_a_one_line_usage_not_every_trainer_flag(capsys, tmp_
         ("finetune-ner", ["--train_file", "{missing}"], ["--train_file", "missing.conll: no such file"]),
         ("finetune-cls", ["--train_file", "{data}", "--validation_file", "{missing}"], ["--validation_file", "no such file"]),
         ("finetune-cls", ["--model_name_or_path", "{no_model}"], ["--model_name_or_path", "no_model: no such folder"]),
-        ("pretrain", ["--tokenizer", "./no/such/tokenizer"], ["--tokenizer ./no/such/tokenizer: no such folder"]),
+        ("pretrain", ["--tokenizer_name", "./no/such/tokenizer"], ["--tokenizer_name ./no/such/tokenizer: no such folder"]),
+        ("finetune-cls", ["--config_name", "./no/such/config"], ["--config_name ./no/such/config: no such folder"]),
         ("wsd", ["--train_file", "{missing}", "--test_file", "{missing}"], ["--train_file", "no such file"]),
         ("wsd", ["--test_fraction", "1.5"], ["--test_fraction must lie in (0, 1)"]),
         ("wsd", ["--train_file", "{missing}"], ["give both --train_file and --test_file"]),

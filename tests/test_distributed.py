@@ -176,8 +176,8 @@ RECIPES = Path(__file__).resolve().parents[1] / "examples" / "accelerate_configs
         ("fsdp2.yaml", {"distributed_type": "FSDP", "num_machines": 1}),
     ],
 )
-def test_launch_recipes_are_valid_accelerate_configs_documented_in_the_readme(recipe, expected):
-    """Each recipe reads as ``accelerate launch --config_file`` reads it, and the README shows its command."""
+def test_launch_recipes_are_valid_accelerate_configs_documented_in_the_docs(recipe, expected):
+    """Each recipe reads as ``accelerate launch --config_file`` reads it, and docs/data.md shows its command."""
     from accelerate.commands.config.config_args import load_config_from_file
 
     config = load_config_from_file(str(RECIPES / recipe))
@@ -188,5 +188,5 @@ def test_launch_recipes_are_valid_accelerate_configs_documented_in_the_readme(re
         assert config.fsdp_config["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"  # _no_split_modules units
     if config.num_machines > 1:
         assert config.main_process_ip and config.main_process_port
-    readme = (RECIPES.parents[1] / "README.md").read_text(encoding="utf-8")
-    assert f"--config_file examples/accelerate_configs/{recipe}" in readme
+    docs = (RECIPES.parents[1] / "docs" / "data.md").read_text(encoding="utf-8")  # "Several processes, GPUs and machines"
+    assert f"--config_file examples/accelerate_configs/{recipe}" in docs

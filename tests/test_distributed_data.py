@@ -96,7 +96,7 @@ def test_two_processes_split_one_file_by_document(tmp_path, tokenizer):
     documents = documents_with_long_ones(30, seed=41)
     train = write_text(tmp_path / "train.txt", documents)
     expected = [tuple(ids) for ids in pretraining_rows_function(tokenizer, MAX_LENGTH)({"text": documents})["input_ids"]]
-    # 36 rows: a pass is 4-5 batches of 4. Launched with the README's CPU recipe.
+    # 36 rows: a pass is 4-5 batches of 4. Launched with the CPU recipe of docs/data.md.
     rows = run_recorded(tmp_path, ["--train_file", str(train)], max_steps=8, config_file=CPU_RECIPE)
     assert_one_pass_per_process_covers_every_row_once(rows, expected)
 

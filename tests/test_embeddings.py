@@ -1,4 +1,4 @@
-"""Tests of mlm_suite.embeddings: geometry on synthetic vectors, the embedder on tiny random and
+"""Tests of mlm_suite.analysis.embeddings: geometry on synthetic vectors, the embedder on tiny random and
 real (all-MiniLM-L6-v2) BERT weights, the standardizer and the sense-centroid classifier."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
 
-from mlm_suite import resources
-from mlm_suite.embeddings import (
+from mlm_suite.data import resources
+from mlm_suite.analysis.embeddings import (
     ContextualEmbedder,
     SenseCentroidClassifier,
     Standardizer,

@@ -22,12 +22,8 @@ from transformers import (
     TrainingArguments,
 )
 
-from mlm_suite import (
-    MlmSuiteConfig,
-    MlmSuiteForTokenClassification,
-    MlmSuiteModel,
-    resources,
-)
+from mlm_suite import MlmSuiteConfig, MlmSuiteForTokenClassification, MlmSuiteModel
+from mlm_suite.data import resources
 from mlm_suite.jobs import finetune_classification, finetune_ner, finetune_pair, seeds
 from mlm_suite.jobs.finetuning import (
     infer_task_type,
@@ -35,8 +31,9 @@ from mlm_suite.jobs.finetuning import (
     save_everything,
     split_80_10_10,
 )
-from mlm_suite.tagging import InvalidTagSequenceError, validate_tags
+from mlm_suite.data.tagging import InvalidTagSequenceError, validate_tags
 from test_distributed import launch_two_processes
+from test_model_cards import assert_valid_model_card, results_of
 from test_plots import assert_linked_png
 
 REPO = Path(__file__).resolve().parents[1]
@@ -157,6 +154,13 @@ def test_ner_outputs(ner_run):
     assert "$" not in card
     assert "B-LOC" in card and "**BIO**" in card and "conlleval" in card
     assert f"{metrics['eval_f1']:.4f}" in card
+    metadata = assert_valid_model_card(card)  # the metadata: the licence, the task and its headline scores
+    assert (metadata["pipeline_tag"], metadata["license"]) == ("token-classification", "apache-2.0")
+    assert "base_model" not in metadata and "datasets" not in metadata  # a local folder, local files
+    scores = results_of(metadata)
+    for split, prefix in (("validation", "eval"), ("test", "test")):
+        assert scores[(split, "entity F1 (conlleval)")] == metrics[f"{prefix}_f1"]
+        assert scores[(split, "token accuracy")] == metrics[f"{prefix}_accuracy"]
     # the pictures show the scores reported, of the final model
     for split, prefix in (("validation", "eval"), ("test", "test")):
         caption = assert_linked_png(ner_run, f"per_type_scores_{split}.png")
@@ -319,6 +323,13 @@ def test_classification_job(tiny_model, tmp_path):
     card = (out / "README.md").read_text()
     assert "$" not in card and "negative" in card and "eval_accuracy" in card
     assert_confusion_matrices(out, metrics)
+    metadata = assert_valid_model_card(card)
+    assert (metadata["pipeline_tag"], metadata["license"], metadata["metrics"]) == ("text-classification", "apache-2.0",
+                                                                                    ["accuracy", "f1"])
+    assert results_of(metadata) == {(split, name): metrics[f"{prefix}_{key}"] for split, prefix in
+                                    (("validation", "eval"), ("test", "test")) for key, name in
+                                    (("accuracy", "accuracy"), ("f1", "macro F1"))}
+    assert {r["dataset"]["name"] for r in metadata["model-index"][0]["results"]} == {"train.jsonl (a local file)"}
 
 
 def assert_confusion_matrices(out: Path, metrics: dict) -> None:
@@ -447,6 +458,8 @@ def test_pair_regression_job(tiny_model, tmp_path):
     config = config_of(out)
     assert config["problem_type"] == "regression" and config["id2label"] == {"0": "score"}
     assert not list(out.glob("*.png")) and "### Figures" not in (out / "README.md").read_text()  # no classes to confuse
+    metadata = assert_valid_model_card((out / "README.md").read_text())
+    assert "mse" in metadata["metrics"] and set(metadata["metrics"]) <= {"pearsonr", "spearmanr", "mse"}
 
 
 def test_coherence_pairs_are_balanced_and_split_by_review(monkeypatch):

@@ -243,7 +243,7 @@ def test_mlm_training_step_compiles_without_a_graph_break(head, architecture):
 
 @pytest.mark.parametrize("mode", ["mean", "cls", "max"])
 def test_contrastive_training_step_compiles_without_a_graph_break(mode):
-    from mlm_suite.retrieval import RetrievalCollator
+    from mlm_suite.training.retrieval import RetrievalCollator
 
     torch.manual_seed(0)
     model = MlmSuiteForSentenceEmbedding(config(sentence_pooling=mode, normalize_embeddings=True)).train()

@@ -8,7 +8,7 @@ from conftest import make_random_batch, make_tiny_config
 from transformers import BertForTokenClassification, Trainer, TrainingArguments
 
 from mlm_suite import MlmSuiteForSequenceClassification, MlmSuiteForTokenClassification
-from mlm_suite.freezing import freeze_encoder
+from mlm_suite.training.freezing import freeze_encoder
 from mlm_suite.jobs import finetuning
 
 BIO = {0: "O", 1: "B-PER", 2: "I-PER"}

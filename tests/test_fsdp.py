@@ -41,7 +41,7 @@ from types import SimpleNamespace
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM
 from mlm_suite.jobs.distributed import end_process_group
-from mlm_suite.trainer import fsdp2_optimizer_state, load_fsdp2_model_state, load_fsdp2_optimizer_state
+from mlm_suite.training.trainer import fsdp2_optimizer_state, load_fsdp2_model_state, load_fsdp2_optimizer_state
 
 state = PartialState(cpu=True)  # the gloo group of the launched processes
 rank, world = state.process_index, state.num_processes

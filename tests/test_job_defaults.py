@@ -43,7 +43,7 @@ def test_flags_given_win_and_a_cpu_run_keeps_the_trainer_defaults():
 
 def test_pretraining_flattens_batches_on_a_gpu_only_unless_told():
     args, _ = parse_arguments(["--output_dir", "unused", "--use_cpu", "true"])
-    assert args.flatten_batches is False  # on CPU flattening buys nothing (README, Performance)
+    assert args.flatten_batches is False  # on CPU flattening buys nothing (docs/performance.md)
     args, _ = parse_arguments(["--output_dir", "unused", "--use_cpu", "true", "--flatten_batches"])
     assert args.flatten_batches is True
 
@@ -54,7 +54,7 @@ def test_the_trainer_counts_flops_as_the_stock_one_without_walking_the_model_eac
 
     from conftest import make_random_batch, make_tiny_config
     from mlm_suite import MlmSuiteForMaskedLM
-    from mlm_suite.trainer import PickleFreeTrainer
+    from mlm_suite.training.trainer import PickleFreeTrainer
 
     args = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
     trainer = PickleFreeTrainer(model=MlmSuiteForMaskedLM(make_tiny_config()), args=args)
@@ -149,13 +149,18 @@ def tiny_checkpoint(tmp_path_factory, tokenizer):
 
 
 def test_a_continued_run_prints_its_defaults_and_the_card_records_them(tiny_checkpoint, tmp_path, capfd):
+    import shutil
+
     from mlm_suite.jobs.pretrain import main
+    from test_model_cards import assert_valid_model_card
     from test_pretrain import make_documents, write_text
 
     corpus = write_text(tmp_path / "train.txt", make_documents(20, seed=3))
+    base = shutil.copytree(tiny_checkpoint, tmp_path / "base")
+    (base / "README.md").write_text("---\nlicense: mit\n---\n# base\n", encoding="utf-8")  # the base's card: its licence
     output_dir = tmp_path / "out"
     argv = [
-        "--output_dir", str(output_dir), "--model_name_or_path", str(tiny_checkpoint), "--train_file", str(corpus),
+        "--output_dir", str(output_dir), "--model_name_or_path", str(base), "--train_file", str(corpus),
         "--max_steps", "2", "--max_seq_length", "32", "--per_device_train_batch_size", "4",
         "--validation_split_percentage", "20", "--fill_mask_probes", "1", "--eval_strategy", "no",
         "--report_to", "none", "--disable_tqdm", "true", "--dataloader_pin_memory", "false", "--use_cpu", "true",
@@ -168,6 +173,8 @@ def test_a_continued_run_prints_its_defaults_and_the_card_records_them(tiny_chec
     assert "0.0003 (continued-pretraining default)" in card
     assert "15% of the tokens in training (continued-pretraining default)" in card
     assert "(--max_steps 2 (given))" in card
+    metadata = assert_valid_model_card(card)
+    assert metadata["license"] == "mit" and "base_model" not in metadata  # the base's licence; a local folder is no Hub id
 
 
 def test_the_continued_defaults_benchmark_scores_every_run_on_the_same_masks(tiny_checkpoint, tmp_path):

@@ -15,7 +15,8 @@ import torch
 from transformers import AutoTokenizer
 
 from conftest import load_benchmark
-from mlm_suite import MlmSuiteConfig, MlmSuiteModel, resources
+from mlm_suite import MlmSuiteConfig, MlmSuiteModel
+from mlm_suite.data import resources
 from mlm_suite.data.subsets import balanced_nested_subsets, class_quotas
 from mlm_suite.jobs.finetuning import split_80_10_10
 

@@ -26,8 +26,8 @@ from mlm_suite.data.prepared import load_prepared, pretraining_rows_function, to
 from mlm_suite.data.streaming import ProcessStream, split_for_processes, stream_rows
 from mlm_suite.jobs import pretrain
 from mlm_suite.jobs.pretrain import build_features, load_text_splits, main, parse_arguments
-from mlm_suite.tokenization import train_wordpiece_tokenizer
-from mlm_suite.trainer import PickleFreeTrainer
+from mlm_suite.data.tokenization import train_wordpiece_tokenizer
+from mlm_suite.training.trainer import PickleFreeTrainer
 from test_pretrain import TINY_MODEL, job_args, make_documents, max_difference, read_json, weights, write_text
 
 MAX_LENGTH = 32
@@ -92,8 +92,9 @@ def test_prepared_shards_hold_the_rows_the_job_builds_in_memory(tmp_path, tokeni
     """
     train = write_text(tmp_path / "train.txt", long_and_short_documents(2400, seed=21))
     output = tmp_path / "prepared"
-    argv = ["prepare-data", "--train_file", str(train), "--tokenizer", str(minilm_dir), "--output_dir", str(output)]
-    argv += ["--max_seq_length", str(MAX_LENGTH), "--num_proc", "2", "--num_shards", "3"] + (["--packing"] if packing else [])
+    argv = ["prepare-data", "--train_file", str(train), "--tokenizer_name", str(minilm_dir), "--output_dir", str(output)]
+    argv += ["--max_seq_length", str(MAX_LENGTH), "--preprocessing_num_workers", "2", "--num_shards", "3"]
+    argv += ["--packing"] if packing else []
     status, err = run_cli(argv, capsys)
     assert status == 0, err
     prepared = load_prepared(output)
@@ -126,7 +127,7 @@ def test_tokenizer_fingerprint_ignores_truncation_state_but_not_the_vocabulary(t
 def prepared_folder(tmp_path_factory, corpus, minilm_dir) -> Path:
     output = tmp_path_factory.mktemp("prepared") / "data"
     argv = ["--train_file", str(corpus["train"]), "--validation_file", str(corpus["validation"])]
-    argv += ["--tokenizer", str(minilm_dir), "--output_dir", str(output), "--max_seq_length", str(MAX_LENGTH)]
+    argv += ["--tokenizer_name", str(minilm_dir), "--output_dir", str(output), "--max_seq_length", str(MAX_LENGTH)]
     from mlm_suite.jobs.prepare_data import main as prepare_main
 
     assert prepare_main(argv) == 0
@@ -138,7 +139,7 @@ def packed_folder_without_word_ids(tmp_path_factory, corpus, minilm_dir) -> Path
     """A packed prepared folder as mlm-suite wrote them before packed rows carried word ids."""
     output = tmp_path_factory.mktemp("packed_without_word_ids") / "data"
     argv = ["--train_file", str(corpus["train"]), "--validation_file", str(corpus["validation"]), "--packing"]
-    argv += ["--tokenizer", str(minilm_dir), "--output_dir", str(output), "--max_seq_length", str(MAX_LENGTH)]
+    argv += ["--tokenizer_name", str(minilm_dir), "--output_dir", str(output), "--max_seq_length", str(MAX_LENGTH)]
     from mlm_suite.jobs.prepare_data import main as prepare_main
 
     assert prepare_main(argv) == 0
@@ -164,7 +165,7 @@ def other_tokenizer(tmp_path_factory) -> Path:
             ["--streaming", "--train_file", "{train}", "--max_steps", "3", "--train_tokenizer", "false", "--objective", "mlm_nsp"],
             ["--streaming trains --objective mlm only"],
         ),
-        (["--prepared_data", "{prepared}", "--tokenizer", "{other}"], ["was tokenised with", "--tokenizer", "differs"]),
+        (["--prepared_data", "{prepared}", "--tokenizer_name", "{other}"], ["was tokenised with", "--tokenizer_name", "differs"]),
         (["--prepared_data", "{prepared}", "--max_seq_length", "48"], ["--max_seq_length 48 differs", "32"]),
         (["--prepared_data", "{prepared}", "--streaming", "--max_steps", "2"], ["give --prepared_data or --streaming"]),
         (["--prepared_data", "{train}"], ["not a folder written by mlm-suite prepare-data"]),
@@ -189,7 +190,7 @@ def test_prepare_data_refuses_a_folder_in_use_and_missing_files(tmp_path, corpus
     used = tmp_path / "used"
     used.mkdir()
     (used / "keep.txt").write_text("mine")
-    base = ["prepare-data", "--tokenizer", str(minilm_dir)]
+    base = ["prepare-data", "--tokenizer_name", str(minilm_dir)]
     status, err = run_cli([*base, "--train_file", str(corpus["train"]), "--output_dir", str(used)], capsys)
     assert status == 2 and "--output_dir" in err and "is not an empty folder" in err
     assert [path.name for path in used.iterdir()] == ["keep.txt"]
@@ -354,7 +355,7 @@ def test_training_on_prepared_rows_is_training_on_the_in_memory_rows(tmp_path, c
     from mlm_suite.jobs.prepare_data import main as prepare_main
 
     documents = ["--train_file", str(corpus["train"]), "--validation_file", str(corpus["validation"])]
-    assert prepare_main([*documents, "--tokenizer", str(minilm_dir), "--output_dir", str(prepared), "--packing",
+    assert prepare_main([*documents, "--tokenizer_name", str(minilm_dir), "--output_dir", str(prepared), "--packing",
                          "--max_seq_length", str(MAX_LENGTH)]) == 0  # fmt: skip
     common = ["--masking", "whole_word", "--max_steps", "3", "--eval_strategy", "no", "--fill_mask_probes", "0"]
     in_memory, from_disk = tmp_path / "in_memory", tmp_path / "prepared_run"

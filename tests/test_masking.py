@@ -33,7 +33,7 @@ from transformers import (
 )
 from transformers.models.bert import BertTokenizerLegacy
 
-from mlm_suite import resources
+from mlm_suite.data import resources
 from mlm_suite.data import (
     WORD_ID_SENTINEL,
     DataCollatorForMaskedLM,

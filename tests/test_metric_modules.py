@@ -1,9 +1,9 @@
-"""The ``evaluate`` modules shipped in the package (``mlm_suite/metric_modules``).
+"""The ``evaluate`` modules shipped in the package (``mlm_suite/evaluation/metric_modules``).
 
 * A wheel built from the repository holds them, and from that installed wheel ``evaluate.load`` reads
   them in a fresh process with the Hub switched off and every network connection refused; they give
   exactly what the library functions give on random inputs.
-* The examples of their metric cards, scripts and of the README run as written (doctest).
+* The examples of their metric cards, scripts and of docs/metrics.md run as written (doctest).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlm_suite.metric_modules import METRIC_NAMES, metric_path
-from mlm_suite.metrics import entity_scores, load_metric, make_compute_metrics, tag_scores
-from mlm_suite.mlm_metrics import NOT_SELECTED, TOP_K, corruption_kinds, kind_scores, masked_lm_scores
+from mlm_suite.evaluation.metric_modules import METRIC_NAMES, metric_path
+from mlm_suite.evaluation.entities import entity_scores, load_metric, make_compute_metrics, tag_scores
+from mlm_suite.evaluation.masked_lm import NOT_SELECTED, TOP_K, corruption_kinds, kind_scores, masked_lm_scores
 
 REPO = Path(__file__).resolve().parents[1]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -96,7 +96,7 @@ socket.socket.connect = socket.socket.connect_ex = refuse
 socket.create_connection = socket.getaddrinfo = refuse
 
 import mlm_suite
-from mlm_suite.metrics import load_metric, metric_path
+from mlm_suite.evaluation.entities import load_metric, metric_path
 inputs = json.load(open(inputs_path))
 outputs = {"package": mlm_suite.__file__, "paths": {}, "entity_f1": []}
 for name in ("entity_f1", "token_accuracy", "masked_lm_accuracy"):
@@ -133,7 +133,7 @@ def installed_wheel(tmp_path_factory) -> Path:
 def test_the_wheel_holds_each_module_script_and_metric_card(installed_wheel):
     names = set(zipfile.ZipFile(next((installed_wheel / "dist").glob("*.whl"))).namelist())
     for name in METRIC_NAMES:
-        assert {f"mlm_suite/metric_modules/{name}/{name}.py", f"mlm_suite/metric_modules/{name}/README.md"} <= names
+        assert {f"mlm_suite/evaluation/metric_modules/{name}/{name}.py", f"mlm_suite/evaluation/metric_modules/{name}/README.md"} <= names
 
 
 def test_installed_modules_load_offline_in_a_fresh_process_and_equal_the_library(installed_wheel, tmp_path):
@@ -153,7 +153,7 @@ def test_installed_modules_load_offline_in_a_fresh_process_and_equal_the_library
     assert outputs["network_attempts"] == []
     assert Path(outputs["package"]).is_relative_to(site)  # the installed wheel, not the repository
     for name in METRIC_NAMES:
-        assert Path(outputs["paths"][name]) == site / "mlm_suite" / "metric_modules" / name
+        assert Path(outputs["paths"][name]) == site / "mlm_suite" / "evaluation" / "metric_modules" / name
     # evaluate copied each script into its modules cache (under HF_HOME) and imported it from there
     cached = {path.name for path in (tmp_path / "hf_home").rglob("*.py")}
     assert {f"{name}.py" for name in METRIC_NAMES} <= cached
@@ -209,10 +209,10 @@ def test_card_and_script_examples_run_as_written(name):
         assert runner.failures == 0, f"{runner.failures} failing example(s) in {source} (see the output above)"
 
 
-def test_the_readme_example_runs_as_written():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    block = readme.split("<!-- metric-modules-example -->\n```python\n", 1)[1].split("```", 1)[0]
-    test = doctest.DocTestParser().get_doctest(block, {}, "README", "README.md", 0)
+def test_the_docs_example_runs_as_written():
+    page = (REPO / "docs" / "metrics.md").read_text(encoding="utf-8")
+    block = page.split("<!-- metric-modules-example -->\n```python\n", 1)[1].split("```", 1)[0]
+    test = doctest.DocTestParser().get_doctest(block, {}, "docs/metrics.md", "docs/metrics.md", 0)
     runner = doctest.DocTestRunner()
     runner.run(test)
     assert len(test.examples) >= 5 and runner.failures == 0

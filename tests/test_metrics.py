@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from transformers import EvalPrediction
 
-from mlm_suite import resources
-from mlm_suite.metrics import entity_counts, entity_scores, make_compute_metrics, paired_bootstrap
-from mlm_suite.tagging import UnknownTagError, convert_tags
+from mlm_suite.data import resources
+from mlm_suite.evaluation.entities import entity_counts, entity_scores, make_compute_metrics, paired_bootstrap
+from mlm_suite.data.tagging import UnknownTagError, convert_tags
 
 
 def f1(tp, predicted, gold):

@@ -1,4 +1,4 @@
-"""Honest MLM metrics (``mlm_suite.mlm_metrics``): accuracy per corruption kind on hand-made batches,
+"""Honest MLM metrics (``mlm_suite.evaluation.masked_lm``): accuracy per corruption kind on hand-made batches,
 the logits preprocessing against a direct computation, and the fill-mask probe."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 from transformers import EvalPrediction
 
 from mlm_suite import MlmSuiteForMaskedLM
-from mlm_suite.mlm_metrics import (
+from mlm_suite.evaluation.masked_lm import (
     fill_mask_probe,
     make_mlm_compute_metrics,
     masked_lm_scores,

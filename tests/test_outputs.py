@@ -23,11 +23,13 @@ import transformers.trainer as hf_trainer_module
 from safetensors import safe_open
 from transformers import AutoTokenizer, TrainingArguments
 
-from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteModel, resources
+from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteModel
+from mlm_suite.data import resources
 from mlm_suite.jobs import finetune_classification, finetune_ner, finetune_pair, pretrain
-from mlm_suite.model_card import MINILM_HUB_ID, base_model_fields
-from mlm_suite.trainer import PickleFreeTrainer, join_optimizer_state, split_optimizer_state
+from mlm_suite.training.cards import MINILM_HUB_ID, base_model_fields
+from mlm_suite.training.trainer import JobTrainer, PickleFreeTrainer, join_optimizer_state, split_optimizer_state
 from test_finetune import FAST, SENTENCES, write_conll
+from test_model_cards import assert_valid_model_card
 from test_pretrain import job_args, make_documents, write_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -237,6 +239,10 @@ class FakeHub:
 def test_every_job_pushes_once_after_writing_its_card(job, tiny_model, tmp_path, monkeypatch):
     hub = FakeHub()
     monkeypatch.setattr(hf_trainer_module, "hf_api", lambda: hub)
+    # As a user's script would push: push_to_hub's card arguments reach mlm_suite's card rather than being dropped.
+    push_to_hub = JobTrainer.push_to_hub
+    monkeypatch.setattr(JobTrainer, "push_to_hub",
+                        lambda self, *args, **kwargs: push_to_hub(self, *args, license="mit", tags=["x"], **kwargs))
     out = tmp_path / "out"
     run_job(job, tiny_model, tmp_path, out, "--push_to_hub", "true", "--hub_model_id", f"tiny-{job}")
 
@@ -254,6 +260,13 @@ def test_every_job_pushes_once_after_writing_its_card(job, tiny_model, tmp_path,
     assert f'from_pretrained("{repo_id}", trust_remote_code=True)' in usage_snippet(upload["card"])
     assert upload["card"].startswith("---\nlibrary_name: transformers\n") and "custom_code" in upload["card"]
     assert "## Evaluation" in upload["card"]
+    metadata = assert_valid_model_card(upload["card"])
+    assert metadata["license"] == "mit"  # replaces the project's apache-2.0 (the tiny model's folder has no card)
+    assert {"mlm_suite", "custom_code", "x"} <= set(metadata["tags"])  # added to the card's own tags
+    assert metadata["model-index"][0]["name"] == f"tiny-{job}"  # push_to_hub's model name
+    assert "datasets" not in metadata and {r["dataset"]["type"] for r in metadata["model-index"][0]["results"]} == {"local"}
+    task = {"pretrain": "fill-mask", "finetune-ner": "token-classification"}.get(job, "text-classification")
+    assert metadata["pipeline_tag"] == task and {r["task"]["type"] for r in metadata["model-index"][0]["results"]} == {task}
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from transformers import (
     DataCollatorWithPadding,
 )
 
-from mlm_suite import resources
+from mlm_suite.data import resources
 from mlm_suite.data import DataCollatorForPadding, DataCollatorForTokenLabels
 from mlm_suite.data.padding import real_positions
 

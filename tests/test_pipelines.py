@@ -1,4 +1,4 @@
-"""The README's "Stock pipelines" section: ``transformers.pipeline`` runs on saved mlm_suite checkpoints
+"""The "Stock pipelines" section of docs/models.md: ``transformers.pipeline`` runs on saved mlm_suite checkpoints
 in a Python process without mlm_suite (``trust_remote_code=True``): fill-mask, token classification
 with ``aggregation_strategy="simple"``, text classification (single texts and sentence pairs) and
 feature extraction (the encoder of an MLM checkpoint). Tiny random checkpoints with the MiniLM
@@ -25,7 +25,7 @@ CHECKPOINTS = {
     "coherence": ("MlmSuiteForPairClassification", {"id2label": {0: "follows", 1: "random"}}),
 }
 
-# The README section's calls, as written there, with the folders made here.
+# The calls of docs/models.md's section, as written there, with the folders made here.
 CHILD = r"""
 import json, sys
 sys.modules["mlm_suite"] = None  # as if mlm_suite were not installed

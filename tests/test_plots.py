@@ -1,4 +1,4 @@
-"""Evaluation plots (``mlm_suite.plots``): the numbers behind them, and that each is a real, readable PNG.
+"""Evaluation plots (``mlm_suite.evaluation.plots``): the numbers behind them, and that each is a real, readable PNG.
 
 The jobs' own pictures are checked where the jobs run (``test_finetune.py``, ``test_pos_tagging.py``,
 ``test_pretrain.py``) with :func:`assert_linked_png`.
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from mlm_suite.metrics import entity_scores, label_counts, tag_scores
-from mlm_suite.plots import (
+from mlm_suite.evaluation.entities import entity_scores, label_counts, tag_scores
+from mlm_suite.evaluation.plots import (
     confusion_matrix,
     figures_section,
     plot_confusion_matrix,

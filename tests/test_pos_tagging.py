@@ -12,11 +12,12 @@ import pytest
 import torch
 from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-from mlm_suite import MlmSuiteConfig, MlmSuiteModel, resources
+from mlm_suite import MlmSuiteConfig, MlmSuiteModel
+from mlm_suite.data import resources
 from mlm_suite.jobs import finetune_ner
 from mlm_suite.jobs.finetuning import read_conll
-from mlm_suite.metrics import entity_scores, make_compute_metrics, paired_bootstrap, tag_scores
-from mlm_suite.tagging import (
+from mlm_suite.evaluation.entities import entity_scores, make_compute_metrics, paired_bootstrap, tag_scores
+from mlm_suite.data.tagging import (
     NO_SCHEME,
     InvalidTagSequenceError,
     UnknownTagError,

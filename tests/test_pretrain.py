@@ -24,6 +24,7 @@ from mlm_suite import MlmSuiteForMaskedLM, MlmSuiteForPreTraining
 from mlm_suite.jobs.pretrain import main
 from mlm_suite.model import AUTO_CLASSES
 from test_masking import train_byte_level_bpe, train_sentencepiece_unigram
+from test_model_cards import assert_valid_model_card, results_of
 from test_plots import assert_linked_png
 
 TINY_MODEL = (
@@ -119,6 +120,12 @@ def assert_complete_checkpoint(output_dir: Path, architecture: str) -> dict:
     for key in ("eval_mask_accuracy", "eval_mask_baseline_accuracy", "eval_kept_accuracy"):
         assert f"{results[key]:.4f}" in card, key
     assert "| num_hidden_layers | 2 |" in card
+    metadata = assert_valid_model_card(card)  # from scratch on local files: the project's licence, no Hub data
+    assert (metadata["pipeline_tag"], metadata["license"]) == ("fill-mask", "apache-2.0")
+    assert "base_model" not in metadata and "datasets" not in metadata
+    scores = results_of(metadata)
+    assert scores[("validation", "accuracy at [MASK] positions")] == results["eval_mask_accuracy"]
+    assert scores[("validation", "perplexity")] == results["perplexity"]
 
     probe = read_json(output_dir / "fill_mask_probe.json")
     assert probe and all(len(item["predictions"]) == 5 and "[MASK]" in item["sentence"] for item in probe)
@@ -195,7 +202,9 @@ def test_mlm_nsp_with_whole_word_masking(tmp_path):
 
     results = assert_complete_checkpoint(output_dir, "MlmSuiteForPreTraining")
     assert 0.0 <= results["eval_nsp_accuracy"] <= 1.0
-    assert "next-sentence accuracy" in (output_dir / "README.md").read_text(encoding="utf-8")
+    card = (output_dir / "README.md").read_text(encoding="utf-8")
+    assert "next-sentence accuracy" in card
+    assert results_of(assert_valid_model_card(card))[("validation", "next-sentence accuracy")] == results["eval_nsp_accuracy"]
     assert len(AutoTokenizer.from_pretrained(output_dir)) == 120
     assert isinstance(MlmSuiteForPreTraining.from_pretrained(output_dir), MlmSuiteForPreTraining)
     assert read_json(output_dir / "config.json")["classifier_pooling"] == "cls"  # NSP trains [CLS] and the pooler
@@ -215,7 +224,7 @@ def test_word_masking_of_pairs_and_packed_rows_with_a_non_wordpiece_tokenizer(tm
     tokenizer_dir = tmp_path / "tokenizer"
     train(documents).save_pretrained(tokenizer_dir)
     extra = ["--train_file", str(write_text(tmp_path / "train.txt", documents)), "--validation_split_percentage", "25"]
-    extra += ["--tokenizer", str(tokenizer_dir), "--max_steps", "3", "--fill_mask_probes", "0", *rows]
+    extra += ["--tokenizer_name", str(tokenizer_dir), "--max_steps", "3", "--fill_mask_probes", "0", *rows]
     output_dir = tmp_path / "run"
     assert main(job_args(output_dir, *extra)) == 0
     assert read_json(output_dir / "config.json")["architectures"] == [architecture]
@@ -253,7 +262,7 @@ def tokenizer_without_mask(tmp_path_factory, minilm_dir) -> Path:
             ["--train_file", "{train}", "--max_seq_length", "600", "--config_overrides", "max_position_embeddings=1024"],
             "model_max_length",
         ),
-        ("no_mask", ["--train_file", "{train}", "--tokenizer", "{no_mask}"], "no mask token"),
+        ("no_mask", ["--train_file", "{train}", "--tokenizer_name", "{no_mask}"], "no mask token"),
         ("vocab", ["--train_file", "{train}", "--train_tokenizer", "false", "--vocab_size", "100"], "contradicts"),
         ("overrides", ["--train_file", "{train}", "--config_overrides", "hidden_size=65"], "divisible"),
     ],

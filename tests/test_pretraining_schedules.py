@@ -19,9 +19,10 @@ from mlm_suite import cli
 from mlm_suite.data.masking import DataCollatorForMaskedLM, tokenize_for_mlm
 from mlm_suite.data.schedules import BatchSizeWarmup, MaskRateSchedule, ScheduledBatchSampler, TaggedRows, permutation
 from mlm_suite.errors import UsageError
+from mlm_suite.jobs import pretrain
 from mlm_suite.jobs.pretrain import main
-from mlm_suite.tokenization import train_wordpiece_tokenizer
-from mlm_suite.training_schedules import WsdTimeBudgetCallback, extend_context
+from mlm_suite.data.tokenization import train_wordpiece_tokenizer
+from mlm_suite.training.schedules import WsdTimeBudgetCallback, extend_context, time_budget_callback
 from test_pretrain import (
     BERT_ARCHITECTURE,
     TINY_MODEL,
@@ -60,7 +61,7 @@ def small_corpus(tmp_path_factory) -> dict[str, Path]:
 
 def small_run(output_dir: Path, corpus: dict[str, Path], *extra: str) -> Path:
     common = ["--train_file", str(corpus["train"]), "--validation_file", str(corpus["validation"])]
-    common += ["--max_eval_samples", "4", "--eval_strategy", "no", "--fill_mask_probes", "0", "--tokenizer", str(corpus["tokenizer"])]
+    common += ["--max_eval_samples", "4", "--eval_strategy", "no", "--fill_mask_probes", "0", "--tokenizer_name", str(corpus["tokenizer"])]
     assert main(job_args(output_dir, *common, *extra)) == 0
     return output_dir
 
@@ -447,9 +448,10 @@ def test_controls_benchmark_scores_every_run_on_the_same_rows(tmp_path):
         "--config_overrides", "hidden_size=32,intermediate_size=64", "--dataloader_pin_memory", "false",
     ]  # fmt: skip
     try:
-        assert bench.main(argv) == 0
+        assert bench.main(argv) == 0  # the budget on CPU time (--clock cpu, the default)
     finally:
         sys.modules.pop("bench_pretrain_controls", None)
+    assert pretrain.time_budget_callback is time_budget_callback  # the job's own wall-clock budget is back
     runs = json.loads((tmp_path / "bench" / "results.json").read_text())["runs"]
     assert list(runs) == ["today's recipe", "mask_inverse", "context_extension"]
     assert len({run[0]["eval_mask_tokens"] for run in runs.values()}) == 1  # the same rows and masks

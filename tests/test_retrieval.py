@@ -24,19 +24,12 @@ from mlm_suite.data.flattening import flatten_sequences
 from mlm_suite.jobs import finetune_retrieval
 from mlm_suite.model.layout import SequenceLayout
 from mlm_suite.model.modeling_mlm_suite import in_batch_negatives_loss, pool_sequences
-from mlm_suite.retrieval import (
-    RetrievalCollator,
-    RetrievalMetrics,
-    RetrievalTrainer,
-    embed_texts,
-    evaluate_retrieval,
-    rerank,
-    retrieval_metrics,
-    split_flat_batch,
-)
+from mlm_suite.training.retrieval import RetrievalCollator, RetrievalTrainer, split_flat_batch
+from mlm_suite.evaluation.retrieval import RetrievalMetrics, embed_texts, evaluate_retrieval, rerank, retrieval_metrics
 from conftest import make_random_batch, make_tiny_config
 from test_distributed import launch_two_processes
 from test_finetune import tiny_model  # noqa: F401  (a fixture: a random 2-layer encoder with the MiniLM tokenizer)
+from test_model_cards import assert_valid_model_card, results_of
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--report_to", "none", "--disable_tqdm", "true", "--per_device_eval_batch_size", "8"]
@@ -277,7 +270,8 @@ def test_retrieval_metrics_equal_hand_computed_values():
 
 
 def test_rerank_orders_the_top_k_by_the_cross_encoders_log_odds_and_keeps_the_rest():
-    from mlm_suite import MlmSuiteForPairClassification, resources
+    from mlm_suite import MlmSuiteForPairClassification
+    from mlm_suite.data import resources
 
     tokenizer = AutoTokenizer.from_pretrained(resources.minilm_dir())
     config = make_tiny_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=128, num_labels=3,
@@ -366,6 +360,10 @@ def test_fine_tuning_learns_the_toy_task(retrieval_run, retrieval_files):
         assert standalone[name] == pytest.approx(results[f"eval_{name}"], abs=1e-6), name
     card = (retrieval_run / "README.md").read_text()
     assert "library_name: sentence-transformers" in card and "| validation | fine-tuned |" in card
+    metadata = assert_valid_model_card(card)
+    assert (metadata["library_name"], metadata["pipeline_tag"]) == ("sentence-transformers", "sentence-similarity")
+    scores = results_of(metadata)  # the fine-tuned model's scores; zero-shot ones are the starting model's
+    assert scores[("validation", "mrr@10 (cosine similarity)")] == results["eval_mrr@10"] and len(scores) == 10
     modules = json.loads((retrieval_run / "modules.json").read_text())
     assert [module["type"].rsplit(".", 1)[-1] for module in modules] == ["Transformer", "Pooling", "Normalize"]
 

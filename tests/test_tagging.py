@@ -2,8 +2,8 @@
 
 import pytest
 
-from mlm_suite import resources
-from mlm_suite.tagging import (
+from mlm_suite.data import resources
+from mlm_suite.data.tagging import (
     SCHEMES,
     InvalidTagSequenceError,
     UnknownTagError,

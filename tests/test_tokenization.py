@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 from transformers import AutoTokenizer
 
-from mlm_suite import resources
-from mlm_suite.tokenization import language_sampling_probs, sample_multilingual_corpus, train_wordpiece_tokenizer
+from mlm_suite.data import resources
+from mlm_suite.data.tokenization import language_sampling_probs, sample_multilingual_corpus, train_wordpiece_tokenizer
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 

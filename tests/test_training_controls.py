@@ -1,4 +1,4 @@
-"""Training controls (``mlm_suite.training``) on a real ``Trainer`` with a toy model: the wall-clock
+"""Training controls (``mlm_suite.training.controls``) on a real ``Trainer`` with a toy model: the wall-clock
 budget (a fake clock, so nothing is timed) and early stopping with the best model restored."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from mlm_suite.training import StepRateCallback, TimeBudgetCallback, early_stopping_callback
+from mlm_suite.training.controls import StepRateCallback, TimeBudgetCallback, early_stopping_callback
 
 
 class ToyRegression(torch.nn.Module):

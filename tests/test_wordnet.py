@@ -1,4 +1,4 @@
-"""Tests of mlm_suite.wordnet on the real WordNet 3.0 files, and a smoke test of examples/wsd.py."""
+"""Tests of mlm_suite.analysis.wordnet on the real WordNet 3.0 files, and a smoke test of examples/wsd.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from mlm_suite.wordnet import (
+from mlm_suite.analysis.wordnet import (
     WordNet,
     WSDInstance,
     build_wsd_instances,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import transformers
 
-from mlm_suite import resources
+from mlm_suite.data import resources
 
 PACKAGE = "transformers_common_tests"
 

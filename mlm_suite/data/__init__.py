@@ -1,16 +1,16 @@
 """Data pipeline for MLM pretraining: tokenisation with word ids, dynamic masking, NSP pairs, packing; fast
 padding collators for fine-tuning."""
 
-from .masking import (
+from mlm_suite.data.masking import (
     WORD_ID_SENTINEL,
     DataCollatorForMaskedLM,
     MaskingEpochCallback,
     count_tokens,
     tokenize_for_mlm,
 )
-from .nsp import build_nsp_examples, nsp_map_function, split_sentences
-from .packing import document_boundaries, pack_documents, packing_map_function
-from .padding import DataCollatorForPadding, DataCollatorForTokenLabels
+from mlm_suite.data.nsp import build_nsp_examples, nsp_map_function, split_sentences
+from mlm_suite.data.packing import document_boundaries, pack_documents, packing_map_function
+from mlm_suite.data.padding import DataCollatorForPadding, DataCollatorForTokenLabels
 
 __all__ = [
     "WORD_ID_SENTINEL",

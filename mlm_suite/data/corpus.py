@@ -143,7 +143,7 @@ def hub_document_stream(dataset: IterableDataset, text_column: str = "text", hel
         ValueError: the dataset has no column ``text_column``.
     """
     if dataset.column_names is not None and text_column not in dataset.column_names:
-        raise ValueError(f"the dataset has no column {text_column!r} (columns: {dataset.column_names}); pass --text_column")
+        raise ValueError(f"the dataset has no column {text_column!r} (columns: {dataset.column_names}); pass --text_column_name")
     return IterableDataset.from_generator(
         _dataset_documents,
         features=DOCUMENT_FEATURES,

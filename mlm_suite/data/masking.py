@@ -37,9 +37,9 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from .chunking import WORD_ID_SENTINEL, tokenize_for_mlm
-from .flattening import flatten_batch
-from .padding import column_values, real_positions, scatter_rows
+from mlm_suite.data.chunking import WORD_ID_SENTINEL, tokenize_for_mlm
+from mlm_suite.data.flattening import flatten_batch
+from mlm_suite.data.padding import column_values, real_positions, scatter_rows
 
 __all__ = [
     "WORD_ID_SENTINEL",

@@ -31,7 +31,7 @@ from typing import Any, Literal
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from .packing import check_row_layout, content_tokens, row_word_ids
+from mlm_suite.data.packing import check_row_layout, content_tokens, row_word_ids
 
 __all__ = ["split_sentences", "build_nsp_examples", "nsp_map_function"]
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from .masking import WORD_ID_SENTINEL
+from mlm_suite.data.masking import WORD_ID_SENTINEL
 
 __all__ = ["content_tokens", "pack_documents", "packing_map_function", "document_boundaries", "row_word_ids"]
 

@@ -39,9 +39,9 @@ import torch
 from datasets import Dataset, DatasetDict, Features, List, Value
 from transformers import PreTrainedTokenizerBase
 
-from .corpus import documents_dataset, hold_out
-from .masking import tokenize_for_mlm
-from .packing import content_tokens, pack_documents, packing_map_function
+from mlm_suite.data.corpus import documents_dataset, hold_out
+from mlm_suite.data.masking import tokenize_for_mlm
+from mlm_suite.data.packing import content_tokens, pack_documents, packing_map_function
 
 __all__ = [
     "METADATA_FILE",
@@ -185,13 +185,15 @@ def prepare_data(
     text_column: str = "text",
     num_proc: int | None = None,
     num_shards: int | None = None,
+    max_train_samples: int | None = None,
 ) -> dict[str, Any]:
     """Tokenise (and pack) the documents of ``train_files`` into a prepared folder at ``output_dir``.
 
     Without ``validation_file``, ``validation_split_percentage`` of the documents are held out with
     ``split_seed`` (the job's seeded split: the same documents as in memory). Everything is written into a
     temporary folder beside ``output_dir`` and moved there at the end, so an interrupted or failed run leaves
-    no half-written folder. ``output_dir`` must not exist, or be empty.
+    no half-written folder. ``output_dir`` must not exist, or be empty. ``max_train_samples`` keeps only the first
+    training rows (as the pretraining job's ``--max_train_samples`` keeps them in memory).
 
     Returns:
         The metadata written to ``mlm_suite_data.json`` (with the throughput of this run).
@@ -211,6 +213,8 @@ def prepare_data(
             if len(split) == 0:
                 raise ValueError(f"the {name} files hold no documents")
         rows = build_rows(splits["train"], tokenizer, max_seq_length, packing, num_proc)
+        if max_train_samples is not None and len(rows) > max_train_samples:
+            rows = rows.select(range(max_train_samples)).flatten_indices()
         counts = token_counts(rows, len(tokenizer))
         folder = work / "data"
         # (save_to_disk starts a pool of spawned processes for any num_proc, 1 included)

@@ -47,7 +47,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, Dataset
 
-from ..errors import UsageError
+from mlm_suite.errors import UsageError
 
 __all__ = [
     "MASK_SCHEDULE_KINDS",

@@ -21,7 +21,7 @@ A job's second training run in its own folder (``finetune-ner``'s ``hf_baseline/
 checkpoint (:func:`stage_checkpoint`).
 
 Checkpoints hold what resuming needs (weights, optimizer, scheduler, RNG and trainer state; early stopping's
-included), without pickles (:class:`mlm_suite.trainer.PickleFreeTrainer`), so a resumed run ends where the
+included), without pickles (:class:`mlm_suite.training.trainer.PickleFreeTrainer`), so a resumed run ends where the
 uninterrupted run ends.
 """
 

@@ -24,11 +24,12 @@ import torch
 from datasets import Dataset, DatasetDict
 from transformers import PreTrainedTokenizerBase, TrainingArguments
 
-from ..data.corpus import document_stream, hub_document_stream, iter_documents, stream_head
-from ..data.prepared import PreparedData, check_tokenizer, load_prepared, most_frequent_token, pretraining_rows_function
-from ..data.streaming import ProcessStream, split_for_processes, stream_rows
-from ..errors import UsageError
-from .finetuning import flag_given
+from mlm_suite.data.corpus import document_stream, hub_document_stream, iter_documents, stream_head
+from mlm_suite.data.prepared import PreparedData, check_tokenizer, load_prepared, most_frequent_token, pretraining_rows_function
+from mlm_suite.data.streaming import ProcessStream, split_for_processes, stream_rows
+from mlm_suite.errors import UsageError
+from mlm_suite.jobs.arguments import hub_split_names
+from mlm_suite.jobs.finetuning import flag_given
 
 __all__ = ["BASELINE_SAMPLE_DOCUMENTS", "PreparedSource", "StreamingSource", "open_corpus_source"]
 
@@ -40,8 +41,8 @@ def _fixed_tokenizer_source(args: Any, flag: str) -> str:
     """The flag naming the tokenizer of a run whose data is tokenised with a fixed tokenizer; error if it trains one."""
     if args.train_tokenizer or args.vocab_size:
         raise UsageError(f"{flag} cannot train a WordPiece vocabulary (--train_tokenizer/--vocab_size): the tokenizer must be fixed")
-    if args.tokenizer:
-        return f"--tokenizer {args.tokenizer}"
+    if args.tokenizer_name:
+        return f"--tokenizer_name {args.tokenizer_name}"
     if args.model_name_or_path:
         return f"--model_name_or_path {args.model_name_or_path}"
     return ""
@@ -55,8 +56,8 @@ class PreparedSource:
         self.prepared: PreparedData = load_prepared(args.prepared_data)
         metadata = self.prepared.metadata
         self.tokenizer_flag = _fixed_tokenizer_source(args, "--prepared_data") or f"--prepared_data {args.prepared_data}"
-        if not (args.tokenizer or args.model_name_or_path):
-            args.tokenizer = str(self.prepared.tokenizer_path)
+        if not (args.tokenizer_name or args.model_name_or_path):
+            args.tokenizer_name = str(self.prepared.tokenizer_path)
         args.train_tokenizer = False
         for flag in ("max_seq_length", "packing"):
             if flag_given(flag, argv) and getattr(args, flag) != metadata[flag]:
@@ -74,7 +75,7 @@ class PreparedSource:
         self.source = f"`{Path(args.prepared_data).name}` (prepared from {', '.join(Path(f).name for f in metadata['train_files'])})"
         validation = self.prepared.validation  # the held-out documents prepared with the rows, unless a file replaces them
         if args.validation_file:
-            validation = Dataset.from_dict({"text": list(iter_documents(args.validation_file, args.text_column))})
+            validation = Dataset.from_dict({"text": list(iter_documents(args.validation_file, args.text_column_name))})
         self.texts = DatasetDict(validation=validation)
 
     def check_tokenizer(self, tokenizer: PreTrainedTokenizerBase) -> None:
@@ -104,29 +105,31 @@ class StreamingSource:
             raise UsageError("--streaming needs --max_steps N (or --max_train_minutes): a stream has no length to count epochs in")
         if not (_fixed_tokenizer_source(args, "--streaming") or args.train_tokenizer is False):
             raise UsageError(
-                "--streaming tokenises on the fly and needs a fixed tokenizer: give --tokenizer DIR, --model_name_or_path, "
+                "--streaming tokenises on the fly and needs a fixed tokenizer: give --tokenizer_name DIR, --model_name_or_path, "
                 "or --train_tokenizer false (MiniLM's bert-base-uncased vocabulary)"
             )
         if args.held_out_documents < 1:
             raise UsageError(f"--held_out_documents must be at least 1, got {args.held_out_documents}")
         args.train_tokenizer = False
         self.args = args
-        validation = list(iter_documents(args.validation_file, args.text_column)) if args.validation_file else None
+        validation = list(iter_documents(args.validation_file, args.text_column_name)) if args.validation_file else None
         if args.train_file:
             self.source = f"`{Path(args.train_file).name}` (streamed)"
-            open_stream = functools.partial(document_stream, [args.train_file], args.text_column)
+            open_stream = functools.partial(document_stream, [args.train_file], args.text_column_name)
         else:
             from datasets import load_dataset
 
-            splits = load_dataset(args.dataset_name, args.dataset_config_name, streaming=True)
-            if "train" not in splits:
+            splits = load_dataset(args.dataset_name, args.dataset_config_name, streaming=True, **args.dataset_kwargs())
+            names = hub_split_names(splits, args.dataset_name, args.validation_split_name, test_split_name=None)
+            if "train" not in names:
                 raise UsageError(f"--dataset_name {args.dataset_name} has no train split (splits: {list(splits)})")
             name = args.dataset_name + (f" ({args.dataset_config_name})" if args.dataset_config_name else "")
             self.source = f"`{name}` (streamed)"
-            if validation is None and "validation" in splits:
-                head = hub_document_stream(splits["validation"], args.text_column).take(args.held_out_documents)
+            if validation is None and "validation" in names:
+                held_out = splits[names["validation"]]
+                head = hub_document_stream(held_out, args.text_column_name).take(args.held_out_documents)
                 validation = [record["text"] for record in head]
-            open_stream = functools.partial(hub_document_stream, splits["train"], args.text_column)
+            open_stream = functools.partial(hub_document_stream, splits["train"], args.text_column_name)
         held_out = 0 if validation is not None else args.held_out_documents
         if validation is None:  # the first documents of the stream, which training then skips
             validation = stream_head(open_stream(held_out=0), held_out)
@@ -144,7 +147,7 @@ class StreamingSource:
                 f"--dataloader_num_workers {training_args.dataloader_num_workers} exceeds the {shards_per_process} "
                 f"shard(s) each process reads: use at most {shards_per_process} (0 reads in the main process)"
             )
-        # Each process reads its own part (see mlm_suite.trainer.PickleFreeTrainer) and restores its own position.
+        # Each process reads its own part (see mlm_suite.training.trainer.PickleFreeTrainer) and restores its own position.
         training_args.accelerator_config.dispatch_batches = False
         training_args.ignore_data_skip = True
 

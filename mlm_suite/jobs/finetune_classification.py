@@ -43,8 +43,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from mlm_suite import resources
+from mlm_suite.data import resources
 from mlm_suite.errors import UsageError
+from mlm_suite.jobs.arguments import (
+    overwrite_cache_field,
+    preprocessing_num_workers_field,
+    split_description,
+    test_split_name_field,
+    validation_split_name_field,
+)
 from mlm_suite.jobs.finetuning import (
     FinetuneTrainingArguments,
     JobTrainer,
@@ -61,8 +68,10 @@ from mlm_suite.jobs.finetuning import (
     initialisation,
     label_maps,
     label_table,
+    load_config,
     load_hub_splits,
     load_model,
+    load_tokenizer,
     parse_arguments,
     read_records,
     regression_metrics,
@@ -78,12 +87,52 @@ from mlm_suite.jobs.finetuning import (
     validate_flags,
     write_card,
 )
-from mlm_suite.model_card import markdown_table
-from mlm_suite.plots import confusion_matrix, figures_section, plot_confusion_matrix
+from mlm_suite.training.cards import CardDataset, card_scores, markdown_table
+from mlm_suite.evaluation.plots import confusion_matrix, figures_section, plot_confusion_matrix
 
 SPLITS = ("train", "validation", "test")
 INTERMEDIATE_DIR = "intermediate"  # under --output_dir: the intermediate stage's checkpoints
 Example = dict[str, Any]  # text column(s) and "label" (None in a split without labels)
+
+
+@dataclass
+class TextSplit:
+    """One split as it is tokenised: its text column(s) as a ``datasets.Dataset`` and one label per row.
+
+    A Hub (or saved) dataset's split keeps its texts in Arrow, as loaded (:func:`load_text_splits`); files and
+    the embedded data are lists of :data:`Example` first (:meth:`of`). A label is None on a row without one.
+    """
+
+    texts: Any  # a datasets.Dataset with exactly the text columns
+    labels: list[Any]
+
+    @classmethod
+    def of(cls, examples: Sequence[Example], text_columns: Sequence[str]) -> TextSplit:
+        from datasets import Dataset
+
+        texts = Dataset.from_dict({name: [example[name] for example in examples] for name in text_columns})
+        return cls(texts, [example["label"] for example in examples])
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def head(self, limit: int | None) -> TextSplit:
+        """The first ``limit`` rows (all when ``limit`` is None): ``--max_*_samples``."""
+        if limit is None or limit >= len(self):
+            return self
+        return TextSplit(self.texts.select(range(limit)), self.labels[:limit])
+
+
+#: The headline scores in the card's metadata per task type: metric key → (metric type, name as the card says it).
+CARD_SCORES = {
+    "classification": {"accuracy": ("accuracy", "accuracy"), "f1": ("f1", "macro F1")},
+    "regression": {"pearson": ("pearsonr", "Pearson correlation"), "spearman": ("spearmanr", "Spearman correlation"),
+                   "mse": ("mse", "mean squared error")},
+}
+#: The embedded data of the job (no data flags), as the card's metadata names them.
+EMBEDDED_DATA = CardDataset.embedded(
+    "pang_lee_sentence_polarity", "Pang & Lee sentence polarity (built in, 80/10/10 split)"
+)
 
 
 @dataclass
@@ -110,6 +159,10 @@ class TextDataArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N training examples."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N validation examples."})
     max_predict_samples: int | None = field(default=None, metadata={"help": "Keep only the first N test examples."})
+    validation_split_name: str = validation_split_name_field()
+    test_split_name: str = test_split_name_field()
+    preprocessing_num_workers: int | None = preprocessing_num_workers_field()
+    overwrite_cache: bool = overwrite_cache_field()
     intermediate_train_file: str | None = field(
         default=None,
         metadata={
@@ -162,25 +215,31 @@ def read_examples(
 
 
 def load_text_splits(
-    args: TextDataArguments, text_columns: Sequence[str], seed: int, embedded: Callable[[], tuple[dict, str]]
-) -> tuple[dict[str, list[Example]], str]:
+    args: TextDataArguments, text_columns: Sequence[str], seed: int, embedded: Callable[[], tuple[dict, str]],
+    load_kwargs: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, list[Example] | TextSplit], str]:
     """The splits as ``{split: examples}`` and a description, from the Hub, files or ``embedded()``.
 
-    A lone ``--train_file`` is split 80/10/10 with ``random.Random(seed)``.
+    A lone ``--train_file`` is split 80/10/10 with ``random.Random(seed)``. A Hub (or saved) dataset's splits are
+    :class:`TextSplit` objects whose texts stay in Arrow (only the labels are read into lists); its validation
+    and test roles are the splits ``--validation_split_name``/``--test_split_name``, and ``load_kwargs`` go to
+    ``load_dataset``.
     """
     if args.dataset_name:
-        raw = load_hub_splits(args.dataset_name, args.dataset_config_name)
+        raw = load_hub_splits(args.dataset_name, args.dataset_config_name, validation_split_name=args.validation_split_name,
+                              test_split_name=args.test_split_name, **(load_kwargs or {}))
         labels = hub_split_labels(raw, args.label_column_name, args.dataset_name)  # None: a split without labels
         splits = {}
         for split, dataset in raw.items():
-            texts = {name: list(dataset[name]) for name in text_columns}
-            splits[split] = [
-                {**{name: texts[name][row] for name in text_columns},
-                 "label": None if labels[split] is None else labels[split][row]}
-                for row in range(len(dataset))
-            ]
+            missing = [name for name in text_columns if name not in dataset.column_names]
+            if missing:
+                raise UsageError(f"{args.dataset_name} has no column {missing[0]!r}; its columns are {dataset.column_names}")
+            splits[split] = TextSplit(dataset.select_columns(list(text_columns)),
+                                      [None] * len(dataset) if labels[split] is None else labels[split])
         saved = (Path(args.dataset_name).expanduser() / "dataset_dict.json").is_file()
-        return splits, f"{'dataset folder' if saved else 'Hub dataset'} `{args.dataset_name}`"
+        names = {"train": "train", "validation": args.validation_split_name, "test": args.test_split_name}
+        return splits, (f"{'dataset folder' if saved else 'Hub dataset'} `{args.dataset_name}`"
+                        + split_description({role: names[role] for role in raw}))
     if args.train_file:
         files = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}
         if not (args.validation_file or args.test_file):
@@ -238,13 +297,14 @@ def finetune_sequence_task(
     model_args: ModelArguments,
     data_args: TextDataArguments,
     training_args: FinetuneTrainingArguments,
-    splits: Mapping[str, list[Example]],
+    splits: Mapping[str, list[Example] | TextSplit],
     text_columns: Sequence[str],
     data_description: str,
     build_model: Callable[[str, Any, ModelArguments], Any],
     task_description: str,
     pipeline_tag: str = "text-classification",
     intermediate: tuple[list[Example], str] | None = None,
+    embedded_data: CardDataset | None = None,
 ) -> dict[str, float]:
     """Fine-tune, evaluate, save and write the card for a (pair) classification/regression task.
 
@@ -254,12 +314,11 @@ def finetune_sequence_task(
     ``data_args.intermediate_num_train_epochs``, with its own optimizer and schedule, and scored
     on the validation split (``intermediate_eval_*``); its checkpoints go to ``<output_dir>/intermediate``. A run
     that resumes the task from a checkpoint skips the intermediate stage (its result is in the checkpoint's weights;
-    its scores are then not reported again). Returns the flat metrics dictionary (what ``all_results.json`` holds).
+    its scores are then not reported again). ``embedded_data``: what the card's metadata calls the job's embedded
+    data, used when no data flag was given. Returns the flat metrics dictionary (what ``all_results.json`` holds).
     """
     from datasets import Dataset
     from transformers import (
-        AutoConfig,
-        AutoTokenizer,
         Trainer,
         set_seed,
     )
@@ -273,16 +332,17 @@ def finetune_sequence_task(
     )
     limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
               "test": data_args.max_predict_samples}
-    splits = {split: first_n(list(examples), limits.get(split)) for split, examples in splits.items() if examples}
+    splits = {split: examples.head(limits.get(split)) if isinstance(examples, TextSplit)
+              else TextSplit.of(first_n(list(examples), limits.get(split)), text_columns)
+              for split, examples in splits.items() if len(examples)}
     unlabelled = [split for split, examples in splits.items()
-                  if not split_is_labelled([example["label"] for example in examples], f"the {split} split")]
+                  if not split_is_labelled(examples.labels, f"the {split} split")]
     check_unlabelled_splits(unlabelled, training_args)
-    all_labels = [example["label"] for split, examples in splits.items() if split not in unlabelled
-                  for example in examples]
+    all_labels = [label for split, examples in splits.items() if split not in unlabelled for label in examples.labels]
     task_type = infer_task_type(all_labels, data_args.task_type)
 
     model_path = resolve_model_path(model_args.model_name_or_path, training_args)
-    config = AutoConfig.from_pretrained(model_path)
+    config = load_config(model_path, model_args)
     if model_args.classifier_pooling is not None:
         if config.model_type != "mlm_suite":
             raise ValueError(f"--classifier_pooling needs an mlm_suite model; {model_path} is {config.model_type!r}")
@@ -304,21 +364,23 @@ def finetune_sequence_task(
         if intermediate is not None:
             check_labels_listed([example["label"] for example in intermediate[0]], label_list, "the intermediate data")
 
-    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path)
+    tokenizer = load_tokenizer(model_path, model_args)
     check_max_seq_length(data_args.max_seq_length, config, model_path, tokenizer, pair=len(text_columns) == 2)
+    workers = data_args.preprocessing_num_workers
 
-    def encode(examples: list[Example]) -> Dataset:
-        raw = Dataset.from_dict({name: [example[name] for example in examples] for name in text_columns})
-        encoded = raw.map(
+    def encode(split: TextSplit) -> Dataset:
+        # Each row is tokenised alone: the same rows whatever the number of processes.
+        encoded = split.texts.map(
             lambda batch: tokenizer(*(batch[name] for name in text_columns), truncation=True,
                                     max_length=data_args.max_seq_length),
             batched=True,
             remove_columns=list(text_columns),
+            num_proc=workers if workers and workers > 1 else None,
+            load_from_cache_file=False if data_args.overwrite_cache else None,
         )
-        if examples and examples[0]["label"] is None:  # a split without labels: predicted only
+        if split.labels and split.labels[0] is None:  # a split without labels: predicted only
             return encoded
-        labels = [float(example["label"]) if task_type == "regression" else config.label2id[str(example["label"])]
-                  for example in examples]
+        labels = [float(label) if task_type == "regression" else config.label2id[str(label)] for label in split.labels]
         return encoded.add_column("labels", labels)
 
     datasets = {split: encode(examples) for split, examples in splits.items()}
@@ -352,7 +414,8 @@ def finetune_sequence_task(
             stage_args.resume_from_checkpoint = stage_checkpoint(stage_args)
             stage_args.num_train_epochs = data_args.intermediate_num_train_epochs
             stage_args.do_predict = False
-            stage_data = {"train": encode(intermediate[0]), "validation": scored_data.get("validation")}
+            stage_data = {"train": encode(TextSplit.of(intermediate[0], text_columns)),
+                          "validation": scored_data.get("validation")}
             stage = make_trainer(stage_args, stage_data["train"])
             metrics = run_trainer(stage, stage_data, stage_args, "intermediate_")
             with contextlib.suppress(OSError):
@@ -399,6 +462,11 @@ def finetune_sequence_task(
                                   **{"max_seq_length": data_args.max_seq_length, "trained layers": trainable}),
         metrics=(metric_note + "\n\n" + markdown_table(scored, ("metric", "value")) + unlabelled_note
                  + figures_section(figures)),
+        dataset=CardDataset.read_by_job(data_args.dataset_name, data_args.dataset_config_name,
+                                        (data_args.train_file, data_args.validation_file, data_args.test_file),
+                                        embedded_data, {"validation": data_args.validation_split_name,
+                                                        "test": data_args.test_split_name}),
+        scores=card_scores(flat, CARD_SCORES[task_type]),
     )
     if trainer.is_world_process_zero():
         main_metrics = ("accuracy", "f1") if task_type == "classification" else ("pearson", "spearman")
@@ -491,11 +559,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     validate_flags(model_args, data_args, training_args)  # before anything is read or written
     text_columns = [data_args.text_column_name]
     splits, description = load_text_splits(
-        data_args, text_columns, training_args.seed, lambda: pang_lee_splits(training_args.seed, text_columns[0])
+        data_args, text_columns, training_args.seed, lambda: pang_lee_splits(training_args.seed, text_columns[0]),
+        model_args.dataset_kwargs(),
     )
     finetune_sequence_task(
         model_args, data_args, training_args, splits, text_columns, description, load_sequence_classifier,
         task_description="A text-classification model", intermediate=load_intermediate(data_args, text_columns),
+        embedded_data=EMBEDDED_DATA,
     )
     return 0
 

@@ -25,7 +25,7 @@ give ``none``.
 
 Scores are word-level: evaluation data are always aligned with the ``first`` strategy (one
 label per word) whatever ``--label_strategy`` training uses, and scored with
-:func:`mlm_suite.metrics.make_compute_metrics`. Entity schemes get entity F1 in ``--metric_mode``
+:func:`mlm_suite.evaluation.entities.make_compute_metrics`. Entity schemes get entity F1 in ``--metric_mode``
 (``conlleval`` or ``strict``; F1 in both modes is reported as ``eval_conlleval_f1`` /
 ``eval_strict_f1``); scheme ``none`` gets token accuracy (``eval_accuracy``, the validation score
 for early stopping) and per-tag precision/recall/F1 with macro and micro averages
@@ -49,8 +49,14 @@ from typing import Any, Literal, NamedTuple
 import torch
 from transformers import TrainerCallback
 
-from mlm_suite import resources
-from mlm_suite.alignment import tokenize_and_align
+from mlm_suite.data import resources
+from mlm_suite.data.alignment import tokenize_and_align
+from mlm_suite.jobs.arguments import (
+    preprocessing_num_workers_field,
+    split_description,
+    test_split_name_field,
+    validation_split_name_field,
+)
 from mlm_suite.jobs.finetuning import (
     FinetuneTrainingArguments,
     JobTrainer,
@@ -65,8 +71,10 @@ from mlm_suite.jobs.finetuning import (
     initialisation,
     label_maps,
     label_table,
+    load_config,
     load_hub_splits,
     load_model,
+    load_tokenizer,
     parse_arguments,
     read_conll,
     read_json_lines,
@@ -82,7 +90,7 @@ from mlm_suite.jobs.finetuning import (
     validate_flags,
     write_card,
 )
-from mlm_suite.metrics import (
+from mlm_suite.evaluation.entities import (
     MODES,
     entity_counts,
     entity_scores,
@@ -92,9 +100,9 @@ from mlm_suite.metrics import (
     tag_scores,
     tag_sequences,
 )
-from mlm_suite.model_card import markdown_table
-from mlm_suite.plots import figures_section, plot_label_scores
-from mlm_suite.tagging import (
+from mlm_suite.training.cards import CardDataset, card_scores, markdown_table
+from mlm_suite.evaluation.plots import figures_section, plot_label_scores
+from mlm_suite.data.tagging import (
     ALLOWED_PREFIXES,
     NO_SCHEME,
     Locator,
@@ -189,6 +197,9 @@ class NerDataArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N training sentences."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N validation sentences."})
     max_predict_samples: int | None = field(default=None, metadata={"help": "Keep only the first N test sentences."})
+    validation_split_name: str = validation_split_name_field()
+    test_split_name: str = test_split_name_field()
+    preprocessing_num_workers: int | None = preprocessing_num_workers_field()
 
 
 @dataclass
@@ -246,22 +257,30 @@ def read_ner_file(path: str, text_column: str, label_column: str) -> Source:
     return Source(path, sentences, line_locator(path, lines))
 
 
-def load_sources(args: NerDataArguments) -> tuple[dict[str, Source], str]:
+def load_sources(args: NerDataArguments, load_kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, Source], str]:
     """The data as read, before any split: ``{role: Source}`` and a description.
 
-    Roles are ``train``/``validation``/``test``, or ``all`` for data still to be split 80/10/10.
+    Roles are ``train``/``validation``/``test``, or ``all`` for data still to be split 80/10/10. A Hub dataset's
+    validation and test roles are its splits ``--validation_split_name``/``--test_split_name``; ``load_kwargs`` go
+    to ``load_dataset``. Its sentences become Python lists: tags are validated, their scheme detected and
+    converted across every split (as for files) before anything is tokenised.
     """
     if args.builtin_dataset and (args.train_file or args.dataset_name):
         raise ValueError("--builtin_dataset is for runs without --train_file/--dataset_name; give one or the other")
     if args.dataset_name:
-        raw = load_hub_splits(args.dataset_name, args.dataset_config_name)
+        raw = load_hub_splits(args.dataset_name, args.dataset_config_name, validation_split_name=args.validation_split_name,
+                              test_split_name=args.test_split_name, **(load_kwargs or {}))
+        names = {"train": "train", "validation": args.validation_split_name, "test": args.test_split_name}
+        names = {role: names[role] for role in raw}
         sources = {}
         for split, dataset in raw.items():
+            name = f"{args.dataset_name}[{names[split]}]"
             # tag names; a hidden tag (-1, None) is an error, never mapped to a name
-            tag_sequences = hub_tag_sequences(dataset, args.label_column_name, f"{args.dataset_name}[{split}]")
+            tag_sequences = hub_tag_sequences(dataset, args.label_column_name, name)
             sentences = [(list(tokens), tags) for tokens, tags in zip(dataset[args.text_column_name], tag_sequences)]
-            sources[split] = Source(f"{args.dataset_name}[{split}]", sentences)
-        return sources, f"Hub dataset `{args.dataset_name}`" + (f" (`{args.dataset_config_name}`)" if args.dataset_config_name else "")
+            sources[split] = Source(name, sentences)
+        config = f" (`{args.dataset_config_name}`)" if args.dataset_config_name else ""
+        return sources, f"Hub dataset `{args.dataset_name}`{config}{split_description(names)}"
     if args.train_file:
         files = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}
         sources = {
@@ -364,8 +383,12 @@ def split_sources(sources: dict[str, Source], seed: int) -> dict[str, list[Sente
     return {role: source.sentences for role, source in sources.items()}
 
 
-def encode(sentences: Sequence[Sentence], tokenizer: Any, label2id: Mapping[str, int], strategy: str, max_length: int):
-    """A ``datasets.Dataset`` of model inputs and aligned labels, one row per window."""
+def encode(
+    sentences: Sequence[Sentence], tokenizer: Any, label2id: Mapping[str, int], strategy: str, max_length: int,
+    num_proc: int | None = None,
+):
+    """A ``datasets.Dataset`` of model inputs and aligned labels, one row per window, tokenised on ``num_proc``
+    processes (``--preprocessing_num_workers``; every sentence is tokenised alone, so the rows are the same)."""
     from datasets import Dataset
 
     raw = Dataset.from_dict({"tokens": [list(t) for t, _ in sentences], "ner_tags": [list(t) for _, t in sentences]})
@@ -376,6 +399,7 @@ def encode(sentences: Sequence[Sentence], tokenizer: Any, label2id: Mapping[str,
         batched=True,
         with_indices=True,
         remove_columns=raw.column_names,
+        num_proc=num_proc if num_proc and num_proc > 1 else None,
     )
     # Bookkeeping columns the collator cannot pad (word_ids holds None).
     return encoded.remove_columns(["word_ids", "example_id", "num_words"])
@@ -496,14 +520,14 @@ def build_trainer(
     return trainer
 
 
-def train_hf_baseline(training_args, sentences, label_list, scheme, mode, strategy, max_length):
+def train_hf_baseline(training_args, sentences, label_list, scheme, mode, strategy, max_length, num_proc=None):
     """HF ``BertForTokenClassification`` from the MiniLM weights, trained with run_ner's recipe."""
     from transformers import AutoTokenizer, BertForTokenClassification, set_seed
 
     id2label, label2id = label_maps(label_list)
     tokenizer = AutoTokenizer.from_pretrained(resources.minilm_dir())
     datasets = {
-        split: encode(data, tokenizer, label2id, strategy if split == "train" else "first", max_length)
+        split: encode(data, tokenizer, label2id, strategy if split == "train" else "first", max_length, num_proc)
         for split, data in sentences.items()
     }
     set_seed(training_args.seed)
@@ -599,7 +623,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from transformers import (
         AutoConfig,
         AutoModelForTokenClassification,
-        AutoTokenizer,
         set_seed,
     )
 
@@ -613,7 +636,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     embedded = not (data_args.train_file or data_args.dataset_name)
     compare_hf = embedded if model_args.compare_hf is None else model_args.compare_hf
 
-    sources, data_description = load_sources(data_args)
+    sources, data_description = load_sources(data_args, model_args.dataset_kwargs())
     read_scheme, scheme = settle_scheme(sources, data_args.tagging_scheme, data_args.convert_to)
     if scheme == NO_SCHEME:
         check_best_model_metric(training_args)
@@ -629,7 +652,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sentences = {split: first_n(data, limits[split]) for split, data in sentences.items() if data}
 
     model_path = resolve_model_path(model_args.model_name_or_path, training_args)
-    config = AutoConfig.from_pretrained(model_path)
+    config = load_config(model_path, model_args)
     label_list = resolve_label_list(config, data_labels, model_path, model_args.ignore_mismatched_sizes)
     checkpoint_scheme = getattr(config, "tagging_scheme", None)
     reuses_head = not has_placeholder_labels(config) and label_list == [config.id2label[i] for i in sorted(config.id2label)]
@@ -648,14 +671,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         config_updates["use_crf"] = True
     config.update(config_updates)
 
-    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path)
+    tokenizer = load_tokenizer(model_path, model_args)
     check_max_seq_length(data_args.max_seq_length, config, model_path, tokenizer)
     if compare_hf:
         check_max_seq_length(data_args.max_seq_length, AutoConfig.from_pretrained(resources.minilm_dir()),
                              "HF BERT of --compare_hf")
     datasets = {
         split: encode(data, tokenizer, label2id, data_args.label_strategy if split == "train" else "first",
-                      data_args.max_seq_length)
+                      data_args.max_seq_length, data_args.preprocessing_num_workers)
         for split, data in sentences.items()
     }
     set_seed(training_args.seed)
@@ -671,7 +694,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if compare_hf:
         baseline, baseline_trainer, baseline_data = train_hf_baseline(
             training_args, sentences, label_list, scheme, data_args.metric_mode, data_args.label_strategy,
-            data_args.max_seq_length,
+            data_args.max_seq_length, data_args.preprocessing_num_workers,
         )
         baseline["comparison"] = bootstrap_against_baseline(
             trainer, datasets, baseline_trainer, baseline_data, scheme, data_args.metric_mode, training_args.seed
@@ -706,12 +729,31 @@ def main(argv: Sequence[str] | None = None) -> int:
                "trained layers": trainable},
         ),
         metrics=ner_metrics_section(flat, data_args.metric_mode, compare_hf, scheme) + figures_section(figures),
+        dataset=card_dataset(data_args),
+        scores=card_scores(flat, card_score_names(scheme, data_args.metric_mode)),
     )
     if trainer.is_world_process_zero():
         print(ner_summary(flat, compare_hf, scheme))
         print(f"trained on {training_args.world_size} process(es); saved the model, tokenizer, model card "
               f"and all_results.json to {training_args.output_dir}")
     return 0
+
+
+def card_dataset(args: NerDataArguments) -> CardDataset | None:
+    """The data as the card's metadata names them: the Hub dataset, the files, or the built-in corpus."""
+    builtin = args.builtin_dataset or "wnut16"
+    embedded = CardDataset.embedded(builtin, f"{BUILTIN_DATASETS[builtin][0]} (built in, 80/10/10 split)")
+    return CardDataset.read_by_job(args.dataset_name, args.dataset_config_name,
+                                   (args.train_file, args.validation_file, args.test_file), embedded,
+                                   {"validation": args.validation_split_name, "test": args.test_split_name})
+
+
+def card_score_names(scheme: str | None, mode: str) -> dict[str, tuple[str, str]]:
+    """The headline scores of the card's metadata: metric key → (metric type, name as the card says it)."""
+    if scheme == NO_SCHEME:
+        return {"accuracy": ("accuracy", "token accuracy"), "macro_f1": ("f1", "macro F1 over the tags")}
+    return {"f1": ("f1", f"entity F1 ({mode})"), "precision": ("precision", f"entity precision ({mode})"),
+            "recall": ("recall", f"entity recall ({mode})"), "accuracy": ("accuracy", "token accuracy")}
 
 
 #: Scores that exist only for entity schemes (never reported for scheme none).

@@ -4,7 +4,8 @@ Inputs are ``[CLS] A [SEP] B [SEP]`` with segment ids 0/1, fed to ``MlmSuiteForP
 (HF BERT checkpoints get ``AutoModelForSequenceClassification``). Files are CSV/TSV or JSON
 lines with ``--sentence1_column``, ``--sentence2_column`` and ``--label_column_name``; labels
 that are non-integer numbers (STS scores) make it a regression, or force it with ``--task_type``.
-Hub datasets work with ``--dataset_name`` (e.g. ``nyu-mll/glue --dataset_config_name mrpc``), and so do
+Hub datasets work with ``--dataset_name`` (e.g. ``nyu-mll/glue --dataset_config_name mrpc``; MNLI with
+``--validation_split_name validation_matched --test_split_name test_matched``), and so do
 ``DatasetDict`` folders saved with ``save_to_disk``. A split without labels (GLUE's test splits, -1
 throughout) is predicted into ``predict_results_<split>.txt``, not scored, as in the single-text job.
 
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlm_suite import resources
+from mlm_suite.data import resources
 from mlm_suite.jobs.finetune_classification import (
     SPLITS,
     Example,
@@ -43,6 +44,7 @@ from mlm_suite.jobs.finetuning import (
     split_80_10_10,
     validate_flags,
 )
+from mlm_suite.training.cards import CardDataset
 
 FOLLOWS, RANDOM = "follows", "random"
 
@@ -130,12 +132,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     validate_flags(model_args, data_args, training_args)  # before anything is read or written
     text_columns = [data_args.sentence1_column, data_args.sentence2_column]
     splits, description = load_text_splits(
-        data_args, text_columns, training_args.seed, lambda: coherence_splits(data_args, training_args.seed)
+        data_args, text_columns, training_args.seed, lambda: coherence_splits(data_args, training_args.seed),
+        model_args.dataset_kwargs(),
     )
     finetune_sequence_task(
         model_args, data_args, training_args, splits, text_columns, description, load_pair_model,
         task_description="A sentence-pair classification model",
         intermediate=load_intermediate(data_args, text_columns),
+        embedded_data=CardDataset.embedded(
+            "pang_lee_review_coherence", "Pang & Lee review coherence (built in, 80/10/10 split)"
+        ),
     )
     return 0
 

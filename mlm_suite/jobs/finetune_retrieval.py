@@ -9,7 +9,7 @@ example scripts (``--model_name_or_path --train_file --max_seq_length`` and ever
 
 * ``--train_file``: CSV/TSV or JSON lines with ``--query_column`` and ``--document_column``
   (and optionally ``--negative_column``: a hard negative, or in JSON a list of them);
-* ``--corpus_file`` (``--id_column``, ``--text_column``) with ``--queries_file`` (``--query_column``,
+* ``--corpus_file`` (``--id_column``, ``--text_column_name``) with ``--queries_file`` (``--query_column``,
   ``--document_id_column``: the relevant document's id, or in JSON a list of ids): the validation
   set, scored during training and at the end; ``--test_corpus_file`` with ``--test_queries_file``:
   the test set.
@@ -23,7 +23,7 @@ glosses of its synsets::
     python examples/finetune_retrieval.py --train_file pairs.jsonl --corpus_file corpus.jsonl --queries_file dev.jsonl
 
 Negatives come from the batch, so a larger batch gives harder training; ``--mini_batch_size``
-reaches large batches in little memory (gradient caching, see :mod:`mlm_suite.retrieval`).
+reaches large batches in little memory (gradient caching, see :mod:`mlm_suite.training.retrieval`).
 ``--gradient_accumulation_steps`` averages the loss correctly over the accumulated queries but
 does not add negatives.
 
@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mlm_suite.errors import UsageError
+from mlm_suite.jobs.arguments import renamed
 from mlm_suite.jobs.finetuning import (
     FinetuneTrainingArguments,
     ModelArguments,
@@ -50,7 +51,9 @@ from mlm_suite.jobs.finetuning import (
     early_stopping,
     first_n,
     initialisation,
+    load_config,
     load_model,
+    load_tokenizer,
     mlm_suite_checkpoint,
     parse_arguments,
     read_numbered_records,
@@ -63,9 +66,13 @@ from mlm_suite.jobs.finetuning import (
     validate_flags,
     write_card,
 )
-from mlm_suite.model_card import markdown_table
+from mlm_suite.training.cards import CardDataset, card_scores, markdown_table
 
 METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")
+#: The embedded task (no data flags), as the card's metadata names it.
+EMBEDDED_DATA = CardDataset.embedded(
+    "wordnet_gloss_retrieval", "WordNet 3.0 gloss retrieval (built in, 80/10/10 split)"
+)
 
 
 @dataclass
@@ -119,7 +126,9 @@ class RetrievalDataArguments:
         default="negative", metadata={"help": "Optional column of hard negatives: a text, or in JSON a list of texts."}
     )
     id_column: str = field(default="id", metadata={"help": "Column of a corpus document's id."})
-    text_column: str = field(default="text", metadata={"help": "Column of a corpus document's text."})
+    text_column_name: str = field(
+        default="text", metadata=renamed("--text_column", help="Column of a corpus document's text.")
+    )
     document_id_column: str = field(
         default="document_id", metadata={"help": "Column of a query's relevant document id (JSON: or a list of ids)."}
     )
@@ -185,7 +194,7 @@ def read_retrieval_split(corpus_path: str, queries_path: str, args: RetrievalDat
     index: dict[str, tuple[int, int]] = {}  # document id -> (position in the corpus, line)
     corpus = []
     for line, row in read_numbered_records(corpus_path):
-        document_id, text = required_texts(row, (args.id_column, args.text_column), corpus_path, line)
+        document_id, text = required_texts(row, (args.id_column, args.text_column_name), corpus_path, line)
         if document_id in index:
             raise UsageError(f"{corpus_path} line {line}: duplicate document id {document_id!r} (first on line {index[document_id][1]})")
         index[document_id] = (len(corpus), line)
@@ -216,7 +225,7 @@ def wordnet_gloss_splits(seed: int) -> tuple[list[Pair], dict[str, RetrievalSpli
     """
     from collections import Counter
 
-    from mlm_suite.wordnet import WordNet
+    from mlm_suite.analysis.wordnet import WordNet
 
     synsets = sorted((s for s in WordNet(pos=("n", "v", "a", "r")).synsets.values() if s.examples),
                      key=lambda s: (s.pos, s.offset))
@@ -262,17 +271,11 @@ def load_data(args: RetrievalDataArguments, seed: int) -> tuple[list[Pair], dict
 # The job
 # --------------------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
-    from transformers import AutoConfig, AutoTokenizer, set_seed
+    from transformers import set_seed
 
     from mlm_suite import MlmSuiteForSentenceEmbedding
-    from mlm_suite.retrieval import (
-        RetrievalCollator,
-        RetrievalMetrics,
-        RetrievalTrainer,
-        retrieval_eval_dataset,
-        tokenize_texts,
-        write_sentence_transformers_files,
-    )
+    from mlm_suite.training.retrieval import RetrievalCollator, RetrievalTrainer, write_sentence_transformers_files
+    from mlm_suite.evaluation.retrieval import RetrievalMetrics, retrieval_eval_dataset, tokenize_texts
 
     model_args, data_args, training_args = parse_arguments(
         (RetrievalModelArguments, RetrievalDataArguments, RetrievalTrainingArguments), argv
@@ -287,14 +290,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     limits = {"validation": data_args.max_eval_samples, "test": data_args.max_predict_samples}
     splits = {name: split.limited(limits[name]) for name, split in splits.items()}
 
-    model_path = mlm_suite_checkpoint(resolve_model_path(model_args.model_name_or_path, training_args))
-    config = AutoConfig.from_pretrained(model_path)
+    model_path = mlm_suite_checkpoint(resolve_model_path(model_args.model_name_or_path, training_args),
+                                      **model_args.pretrained_kwargs())
+    config = load_config(model_path, model_args)
     config.update(dict(
         sentence_pooling=model_args.sentence_pooling, normalize_embeddings=model_args.normalize_embeddings,
         contrastive_temperature=model_args.temperature, learn_temperature=model_args.learn_temperature,
         contrastive_symmetric=model_args.symmetric_loss,
     ))
-    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path)
+    tokenizer = load_tokenizer(model_path, model_args)
     check_max_seq_length(data_args.max_seq_length, config, model_path, tokenizer)
 
     def tokenized_pairs() -> list[dict[str, Any]]:
@@ -372,6 +376,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics=("Recall@k, MRR@10 and nDCG@10 (cosine similarity, the whole corpus of the split ranked for each "
                  "query), before (zero-shot) and after fine-tuning.\n\n" + "\n".join(table)) if scored_runs else
                 "Not evaluated: the run had no evaluation split (--corpus_file with --queries_file).",
+        dataset=CardDataset.read_by_job(None, None, (data_args.train_file, data_args.corpus_file, data_args.queries_file,
+                                                     data_args.test_corpus_file, data_args.test_queries_file),
+                                        EMBEDDED_DATA),
+        scores=card_scores(flat, {name: (name, f"{name} (cosine similarity)") for name in METRICS}),  # fine-tuned only
     )
     if trainer.is_world_process_zero():
         for split in dict.fromkeys(split for split, _, _ in scored_runs):

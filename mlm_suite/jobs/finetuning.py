@@ -1,11 +1,14 @@
 """Shared pieces of the fine-tuning jobs (``finetune_ner``, ``finetune_classification``, ``finetune_pair``).
 
 * the default model: the real all-MiniLM-L6-v2 weights converted once into an mlm_suite folder;
-* data: CoNLL column files, JSON lines, CSV, Hub datasets, fixed-seed 80/10/10 splits;
+* flags: transformers' example-script names (``run_glue.py``, ``run_ner.py``), the Hub ones (``--config_name
+  --cache_dir --model_revision --token --trust_remote_code``) included (:mod:`mlm_suite.jobs.arguments`);
+* data: CoNLL column files, JSON lines, CSV, Hub datasets (any split as validation/test:
+  ``--validation_split_name``, ``--test_split_name``), fixed-seed 80/10/10 splits;
 * labels: ``id2label``/``label2id`` for the config, checked against a fine-tuned checkpoint's;
 * training arguments with the jobs' defaults, saving (model, tokenizer, metrics, model card) and
   ``--push_to_hub`` once the folder is complete (:func:`write_card`), all through
-  :class:`mlm_suite.trainer.JobTrainer`, which writes no pickle (``training_args.json``).
+  :class:`mlm_suite.training.trainer.JobTrainer`, which writes no pickle (``training_args.json``).
 """
 
 from __future__ import annotations
@@ -28,16 +31,25 @@ from typing import Any, Literal
 import numpy as np
 from transformers import AutoConfig, PretrainedConfig, Trainer, TrainerCallback, TrainingArguments
 
-from mlm_suite import resources
+from mlm_suite.data import resources
 from mlm_suite.convert import convert_bert_checkpoint
 from mlm_suite.errors import UsageError
+from mlm_suite.jobs.arguments import HubArguments, JobArgumentParser, hub_split_names, pretrained_kwargs
 from mlm_suite.jobs.checkpoints import JobTrainingArguments, resume_checkpoint, stage_checkpoint
-from mlm_suite.freezing import freeze_encoder
+from mlm_suite.training.freezing import freeze_encoder
 from mlm_suite.model import MlmSuiteConfig
 from mlm_suite.model.modeling_mlm_suite import has_placeholder_labels
-from mlm_suite.model_card import base_model_fields, markdown_table, usage_fields, write_model_card
-from mlm_suite.trainer import JobTrainer, training_arguments_as_json
-from mlm_suite.training import early_stopping_callback
+from mlm_suite.training.cards import (
+    CardDataset,
+    CardScore,
+    base_model_fields,
+    markdown_table,
+    model_card_data,
+    usage_fields,
+    write_model_card,
+)
+from mlm_suite.training.trainer import JobTrainer, training_arguments_as_json
+from mlm_suite.training.controls import early_stopping_callback
 
 
 # --------------------------------------------------------------------------------------------
@@ -53,19 +65,39 @@ def resolve_model_path(model_name_or_path: str | None, training_args: TrainingAr
 
 def load_model(model_class: Any, path: str, config: Any, model_args: ModelArguments) -> Any:
     """``model_class`` (a model or ``AutoModelFor*`` class) with ``path``'s weights and ``config``'s labels, or,
-    with ``--init random``, the same architecture newly initialised (call ``set_seed`` first)."""
+    with ``--init random``, the same architecture newly initialised (call ``set_seed`` first). The Hub flags
+    (``--cache_dir --model_revision --token --trust_remote_code``) go to ``from_pretrained``."""
     if model_args.init == "random":
-        return model_class.from_config(config) if hasattr(model_class, "from_config") else model_class(config)
-    return model_class.from_pretrained(path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes)
+        if not hasattr(model_class, "from_config"):
+            return model_class(config)
+        remote = {"trust_remote_code": True} if getattr(model_args, "trust_remote_code", False) else {}
+        return model_class.from_config(config, **remote)
+    return model_class.from_pretrained(
+        path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **pretrained_kwargs(model_args)
+    )
 
 
-def mlm_suite_checkpoint(model_name_or_path: str) -> str:
+def load_config(model_path: str, model_args: ModelArguments) -> PretrainedConfig:
+    """The config of ``--config_name`` (else of the model), loaded with the Hub flags."""
+    return AutoConfig.from_pretrained(model_args.config_name or model_path, **pretrained_kwargs(model_args))
+
+
+def load_tokenizer(model_path: str, model_args: ModelArguments) -> Any:
+    """The tokenizer of ``--tokenizer_name`` (else of the model), loaded with the Hub flags."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path, **pretrained_kwargs(model_args))
+
+
+def mlm_suite_checkpoint(model_name_or_path: str, **pretrained: Any) -> str:
     """An mlm_suite folder holding ``model_name_or_path``: the folder itself, or a BERT folder converted.
 
     A BERT checkpoint (``BertModel``, ``BertForMaskedLM``, ``BertForPreTraining``) is converted with
     :func:`~mlm_suite.convert.convert_bert_checkpoint` into a temporary folder, removed when the process exits.
+    ``pretrained`` (the Hub flags, :meth:`~mlm_suite.jobs.arguments.HubArguments.pretrained_kwargs`) go to
+    ``AutoConfig.from_pretrained``.
     """
-    config = AutoConfig.from_pretrained(model_name_or_path)
+    config = AutoConfig.from_pretrained(model_name_or_path, **pretrained)
     if isinstance(config, MlmSuiteConfig):
         return model_name_or_path
     if config.model_type != "bert":
@@ -130,13 +162,14 @@ class FinetuneTrainingArguments(JobTrainingArguments):
 
 
 @dataclass
-class ModelArguments:
-    """Which checkpoint to fine-tune and how much of it to train."""
+class ModelArguments(HubArguments):
+    """Which checkpoint to fine-tune and how much of it to train (and the Hub flags of :class:`HubArguments`)."""
 
     model_name_or_path: str | None = field(
         default=None,
         metadata={"help": "Model folder (mlm_suite or HF BERT). Default: all-MiniLM-L6-v2 converted to mlm_suite."},
     )
+    config_name: str | None = field(default=None, metadata={"help": "Config folder or Hub id, if not the model's."})
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer folder, if not the model's."})
     train_last_k_layers: int | None = field(
         default=None,
@@ -168,13 +201,12 @@ def argument_parser(dataclass_types: Sequence[type], **kwargs: Any) -> Any:
     Its ``prog`` is :func:`~mlm_suite.jobs.distributed.command_prog` (``mlm-suite finetune-ner``,
     ``python -m mlm_suite.jobs.finetune_ner``, or the script's name). On a bad flag it prints a
     one-line usage and the error instead of the hundred-odd flags of ``TrainingArguments``
-    (``--help`` still lists them all).
+    (``--help`` still lists them all). Flags renamed to transformers' names keep their old names
+    (:class:`~mlm_suite.jobs.arguments.JobArgumentParser`).
     """
-    from transformers import HfArgumentParser
-
     from mlm_suite.jobs.distributed import command_prog
 
-    parser = HfArgumentParser(dataclass_types, prog=command_prog(), **kwargs)
+    parser = JobArgumentParser(dataclass_types, prog=command_prog(), **kwargs)
     parser.format_usage = lambda: f"usage: {parser.prog} [options]  ({parser.prog} --help lists them)\n"
     return parser
 
@@ -259,7 +291,7 @@ _AT_LEAST = {
     **dict.fromkeys(
         ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps", "batch_size",
          "max_seq_length", "max_train_samples", "max_eval_samples", "max_predict_samples", "max_lemmas", "n_pairs",
-         "early_stopping_patience", "mini_batch_size"),
+         "early_stopping_patience", "mini_batch_size", "preprocessing_num_workers"),
         1,
     ),
     # pairs come in positive/negative twos; anisotropy compares pairs of sentences
@@ -279,7 +311,7 @@ _UNIT_INTERVAL = {
 _INPUT_FILES = ("train_file", "validation_file", "test_file", "intermediate_train_file", "corpus_file", "queries_file",
                 "test_corpus_file", "test_queries_file")
 # A folder or a Hub id; a value written as a path ("/...", "./...", "~/...", "a/b/c") must exist.
-_MODEL_SOURCES = ("model_name_or_path", "tokenizer_name", "tokenizer")
+_MODEL_SOURCES = ("model_name_or_path", "config_name", "tokenizer_name")
 
 
 def validate_flags(*arguments: Any) -> None:
@@ -376,7 +408,7 @@ def read_conll(
 
     With ``with_lines``, returns ``(sentences, lines)`` where ``lines[i][j]`` is the 1-based line
     number of token ``j`` of sentence ``i``, for error messages that point into the file
-    (:func:`mlm_suite.tagging.line_locator`).
+    (:func:`mlm_suite.data.tagging.line_locator`).
 
     Raises:
         ValueError: a non-blank line with fewer than two columns, as ``"<path> line <n>: ..."``.
@@ -454,9 +486,26 @@ def column(records: Sequence[Mapping[str, Any]], name: str, source: str) -> list
     return [record[name] for record in records]
 
 
-def load_hub_splits(dataset_name: str, dataset_config_name: str | None) -> dict[str, Any]:
+def load_hub_splits(
+    dataset_name: str,
+    dataset_config_name: str | None,
+    *,
+    validation_split_name: str = "validation",
+    test_split_name: str | None = "test",
+    require_train: bool = False,
+    **load_kwargs: Any,
+) -> dict[str, Any]:
     """Train/validation/test splits of a Hub dataset (needs network access to the Hub), or of a
-    ``DatasetDict`` saved on disk (``save_to_disk``; ``dataset_name`` is then its folder)."""
+    ``DatasetDict`` saved on disk (``save_to_disk``; ``dataset_name`` is then its folder), keyed by role.
+
+    The validation and test roles are played by the splits ``validation_split_name`` and ``test_split_name``
+    (``--validation_split_name validation_matched`` for MNLI; ``test_split_name`` None: no test role), checked by
+    :func:`~mlm_suite.jobs.arguments.hub_split_names`. ``load_kwargs`` go to ``load_dataset`` (``cache_dir``,
+    ``token``). The splits stay ``datasets.Dataset`` objects (Arrow), as loaded.
+
+    Raises:
+        UsageError: a split name the dataset lacks (naming the splits it has); no train split with ``require_train``.
+    """
     from datasets import load_dataset, load_from_disk
 
     if (Path(dataset_name).expanduser() / "dataset_dict.json").is_file():
@@ -464,8 +513,11 @@ def load_hub_splits(dataset_name: str, dataset_config_name: str | None) -> dict[
             raise UsageError(f"--dataset_config_name is for Hub datasets; {dataset_name} is a saved dataset folder")
         raw = load_from_disk(str(Path(dataset_name).expanduser()))
     else:
-        raw = load_dataset(dataset_name, dataset_config_name)
-    return {split: raw[split] for split in ("train", "validation", "test") if split in raw}
+        raw = load_dataset(dataset_name, dataset_config_name, **load_kwargs)
+    names = hub_split_names(raw, dataset_name, validation_split_name, test_split_name)
+    if require_train and "train" not in names:
+        raise UsageError(f"{dataset_name} has no train split (splits: {list(raw)})")
+    return {role: raw[name] for role, name in names.items()}
 
 
 def class_label_names(dataset: Any, column_name: str) -> list[str] | None:
@@ -738,6 +790,8 @@ def write_card(
     training: str,
     metrics: str,
     extra_fields: Mapping[str, object] | None = None,
+    dataset: CardDataset | None = None,
+    scores: Sequence[CardScore] = (),
 ) -> Path | None:
     """Write the model card ``README.md``, then, with ``--push_to_hub``, upload the output folder.
 
@@ -746,8 +800,11 @@ def write_card(
     id (None for a random initialisation); the card's ``base_model`` metadata is a Hub id or absent (:func:`base_model_fields`), and its
     usage snippet loads the pushed repository, else ``--hub_model_id``, else the output folder.
     ``extra_fields`` fill the placeholders of a job's own template (``JobTrainer.card_template``).
+    ``dataset`` (the data trained on and scored) and ``scores`` (the headline results) go into the card's metadata
+    with the licence, task and base model (:func:`~mlm_suite.training.cards.model_card_data`).
     Returns the card's path on the main process, else None.
     """
+    metadata: dict[str, Any] = dict(pipeline_tag=pipeline_tag, base_model=base_model, dataset=dataset, scores=scores)
     fields: dict[str, object] = dict(
         pipeline_tag=pipeline_tag,
         task_description=task_description,
@@ -762,12 +819,15 @@ def write_card(
     output_dir = trainer.args.output_dir
     if isinstance(trainer, JobTrainer):
         trainer.model_card_fields = fields
+        trainer.model_card_metadata = metadata
         trainer.publish()
     else:
         if trainer.args.push_to_hub:
             raise TypeError("--push_to_hub needs a JobTrainer: a stock Trainer uploads its own card, not this one")
         if trainer.is_world_process_zero():
-            write_model_card(output_dir, "finetuned", model_name=Path(output_dir).name, **fields, **usage_fields(trainer))
+            name = Path(output_dir).name
+            write_model_card(output_dir, "finetuned", model_card_data("finetuned", model_name=name, **metadata),
+                             model_name=name, **fields, **usage_fields(trainer))
     return Path(output_dir) / "README.md" if trainer.is_world_process_zero() else None
 
 
@@ -825,7 +885,9 @@ __all__ = [
     "is_missing_label",
     "label_maps",
     "label_table",
+    "load_config",
     "load_hub_splits",
+    "load_tokenizer",
     "mlm_suite_checkpoint",
     "parse_arguments",
     "parse_flags",

@@ -1,11 +1,11 @@
 """Tokenise (and pack) pretraining documents once into Arrow shards, for ``mlm-suite pretrain --prepared_data``.
 
-    mlm-suite prepare-data --train_file corpus/*.txt --tokenizer outputs/pretrain --output_dir data/corpus-128 \\
-        --max_seq_length 128 --packing --num_proc 8
+    mlm-suite prepare-data --train_file corpus/*.txt --tokenizer_name outputs/pretrain --output_dir data/corpus-128 \\
+        --max_seq_length 128 --packing --preprocessing_num_workers 8
     mlm-suite pretrain --prepared_data data/corpus-128 --max_steps 100000 --output_dir runs/big
 
 The files are read as the pretraining job reads ``--train_file`` (blank-line-separated text blocks, or JSON lines
-with ``--text_column``), written to Arrow as they are read, never held in memory whole. The held-out documents are
+with ``--text_column_name``), written to Arrow as they are read, never held in memory whole. The held-out documents are
 ``--validation_file`` or a seeded ``--validation_split_percentage`` of the documents: with the same documents and
 flags, the rows written are exactly the rows ``mlm-suite pretrain`` builds in memory (``mlm_suite.data.prepared``).
 The folder records its tokenizer; ``pretrain`` refuses the folder with another one. It prints the throughput.
@@ -19,28 +19,40 @@ from types import SimpleNamespace
 
 from transformers import AutoTokenizer
 
-from ..data.corpus import HELD_OUT_SEED
-from ..data.masking import check_mlm_tokenizer
-from ..data.packing import MIN_PACKING_LENGTH, check_row_layout
-from ..data.prepared import prepare_data
-from ..errors import UsageError
-from .finetuning import argument_parser, parse_flags, validate_flags
+from mlm_suite.data.corpus import HELD_OUT_SEED
+from mlm_suite.data.masking import check_mlm_tokenizer
+from mlm_suite.data.packing import MIN_PACKING_LENGTH, check_row_layout
+from mlm_suite.data.prepared import prepare_data
+from mlm_suite.errors import UsageError
+from mlm_suite.jobs.arguments import HubArguments, renamed
+from mlm_suite.jobs.finetuning import argument_parser, parse_flags, validate_flags
 
 @dataclass
 class PrepareDataArguments:
     train_file: list[str] = field(metadata={"help": "text or JSON-lines files (one or more; read in this order)"})
-    tokenizer: str = field(metadata={"help": "the tokenizer folder (or Hub id) pretraining will use"})
+    tokenizer_name: str = field(
+        metadata=renamed("--tokenizer", help="the tokenizer folder (or Hub id) pretraining will use")
+    )
     output_dir: str = field(metadata={"help": "the prepared folder to write (must not exist, or be empty)"})
     validation_file: str | None = field(default=None, metadata={"help": "held-out documents, same formats"})
     validation_split_percentage: float = field(
         default=5.0, metadata={"help": "without --validation_file: share of the documents held out (seeded, as pretrain)"}
     )
-    text_column: str = field(default="text", metadata={"help": "field holding the text (JSON lines)"})
+    text_column_name: str = field(
+        default="text", metadata=renamed("--text_column", help="field holding the text (JSON lines)")
+    )
     max_seq_length: int = field(default=64, metadata={"help": "longest row, special tokens included"})
     packing: bool = field(default=False, metadata={"help": "pack documents into full rows; position ids restart per document"})
-    num_proc: int = field(default=1, metadata={"help": "processes that read (one per file) and tokenise"})
+    preprocessing_num_workers: int = field(
+        default=1, metadata=renamed("--num_proc", help="processes that read (one per file) and tokenise")
+    )
     num_shards: int | None = field(
-        default=None, metadata={"help": "Arrow shards of the training rows (default: one per 500 MB, at least --num_proc)"}
+        default=None,
+        metadata={"help": "Arrow shards of the training rows (default: one per 500 MB, at least "
+                          "--preprocessing_num_workers)"},
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "write only the first N training rows (pretrain --max_train_samples keeps the same)"}
     )
 
 
@@ -48,7 +60,8 @@ def validate(args: PrepareDataArguments) -> None:
     """Flag checks that need no data; a UsageError names the offending flag."""
     validate_flags(
         SimpleNamespace(
-            validation_file=args.validation_file, tokenizer=args.tokenizer, max_seq_length=args.max_seq_length,
+            validation_file=args.validation_file, tokenizer_name=args.tokenizer_name, max_seq_length=args.max_seq_length,
+            max_train_samples=args.max_train_samples,
         )
     )  # fmt: skip
     for path in map(Path, args.train_file):
@@ -56,7 +69,7 @@ def validate(args: PrepareDataArguments) -> None:
             raise UsageError(f"--train_file {path}: no such file")
     if not 0.0 < args.validation_split_percentage < 100.0:
         raise UsageError(f"--validation_split_percentage must lie in (0, 100), got {args.validation_split_percentage}")
-    for name in ("num_proc", "num_shards"):
+    for name in ("preprocessing_num_workers", "num_shards"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name} must be at least 1, got {getattr(args, name)}")
     output = Path(args.output_dir)
@@ -64,11 +77,16 @@ def validate(args: PrepareDataArguments) -> None:
         raise UsageError(f"--output_dir {output} exists and is not an empty folder: choose another")
 
 
+def parse_arguments(argv: list[str] | None = None) -> tuple[PrepareDataArguments, HubArguments]:
+    """The job's flags: what to prepare, and where the tokenizer comes from (``--cache_dir``, ``--model_revision`` ...)."""
+    parser = argument_parser([PrepareDataArguments, HubArguments], description=__doc__.split("\n\n")[0])
+    return parse_flags(parser, argv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argument_parser([PrepareDataArguments], description=__doc__.split("\n\n")[0])
-    (args,) = parse_flags(parser, argv)
+    args, hub_args = parse_arguments(argv)
     validate(args)
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name, **hub_args.pretrained_kwargs())
     check_mlm_tokenizer(tokenizer)
     if not tokenizer.is_fast:
         raise UsageError(f"a fast tokenizer is needed (word ids, batched encoding); {type(tokenizer).__name__} is not")
@@ -83,9 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         validation_file=args.validation_file,
         validation_split_percentage=args.validation_split_percentage,
         split_seed=HELD_OUT_SEED,  # the pretraining job's split: the same documents held out
-        text_column=args.text_column,
-        num_proc=args.num_proc,
+        text_column=args.text_column_name,
+        num_proc=args.preprocessing_num_workers,
         num_shards=args.num_shards,
+        max_train_samples=args.max_train_samples,
     )
     print(
         f"wrote {metadata['train_rows']:,} training rows ({metadata['train_tokens']:,} tokens, {metadata['train_shards']} "
@@ -97,6 +116,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from .distributed import run_job
+    from mlm_suite.jobs.distributed import run_job
 
     raise SystemExit(run_job(main))

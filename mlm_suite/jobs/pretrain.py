@@ -5,18 +5,18 @@
     python examples/pretrain_mlm.py --train_file corpus.txt --output_dir runs/mine --masking whole_word
     mlm-suite pretrain --train_file docs.jsonl --objective mlm_nsp --max_steps -1 --num_train_epochs 3
     mlm-suite pretrain --prepared_data data/corpus-128 --max_steps 100000 --output_dir runs/big   # see prepare-data
-    mlm-suite pretrain --streaming --train_file big.txt --tokenizer outputs/pretrain --max_steps 100000
+    mlm-suite pretrain --streaming --train_file big.txt --tokenizer_name outputs/pretrain --max_steps 100000
     mlm-suite pretrain --model_name_or_path bert-folder --head_warmup_steps 50 --max_seq_length 128 --output_dir dapt
     accelerate launch --config_file examples/accelerate_configs/ddp_single_node.yaml examples/pretrain_mlm.py ...
     accelerate launch --multi_gpu --num_processes 2 examples/pretrain_mlm.py --use_cpu true ...   # 2 CPU processes (gloo)
 
-(``accelerate launch --cpu --num_processes 2`` starts a single process unless MPI is set up; README.md lists the
+(``accelerate launch --cpu --num_processes 2`` starts a single process unless MPI is set up; docs/data.md lists the
 launch recipes of ``examples/accelerate_configs/``: DDP on one or several nodes, FSDP2, CPU processes.)
 
 Data: ``--train_file`` (plain text with one document per blank-line-separated block, or JSON
 lines with a ``text`` field when the name ends in ``.json``/``.jsonl``), ``--dataset_name`` (a
 ``datasets.load_dataset`` name, for machines that reach the Hub), or, with neither, the embedded
-default: the 1,500 Pang & Lee movie reviews (``mlm_suite.resources.pang_lee_reviews``). The
+default: the 1,500 Pang & Lee movie reviews (``mlm_suite.data.resources.pang_lee_reviews``). The
 held-out documents are ``--validation_file`` or a seeded ``--validation_split_percentage`` of the
 training documents. Corpora larger than memory: ``--prepared_data`` (rows tokenised once by
 ``mlm-suite prepare-data``, memory-mapped) or ``--streaming`` (tokenised on the fly; see
@@ -39,12 +39,12 @@ BERT's 15 %), so eval numbers compare across runs and recipes.
 
 Evaluation reports accuracy at ``[MASK]`` positions (the headline), at random-token and kept
 positions, top-5 accuracy and the most-frequent-token baseline at ``[MASK]`` positions, and the MLM
-loss (``mlm_suite.mlm_metrics``); a fill-mask probe shows the top-5 answers on held-out sentences.
+loss (``mlm_suite.evaluation.masked_lm``); a fill-mask probe shows the top-5 answers on held-out sentences.
 ``--max_train_minutes`` trains for a wall-clock budget with a schedule that ends there
 (``mlm_suite.training.TimeBudgetCallback``); ``--early_stopping_patience`` stops when the ``[MASK]``
 accuracy stops improving and keeps the best model.
 
-Modern pretraining controls (``mlm_suite.training_schedules``; none is on by default):
+Modern pretraining controls (``mlm_suite.training.schedules``; none is on by default):
 
     mlm-suite pretrain --mlm_probability 0.3 --mlm_probability_schedule linear --mlm_probability_end 0.15
     mlm-suite pretrain --mlm_probability_schedule 0.3,0.15@0.6,0.05@0.9      # mmBERT-style inverse phases
@@ -93,24 +93,26 @@ from transformers import (
     set_seed,
 )
 
-from .. import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining, resources
-from ..data.corpus import HELD_OUT_SEED, hold_out, iter_documents
-from ..data.masking import (
+from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining
+from mlm_suite.data import resources
+from mlm_suite.data.corpus import HELD_OUT_SEED, hold_out, iter_documents
+from mlm_suite.data.masking import (
     DataCollatorForMaskedLM,
     MaskingEpochCallback,
     check_mlm_tokenizer,
     count_tokens,
     tokenize_for_mlm,
 )
-from ..data.nsp import build_nsp_examples, split_sentences
-from ..data.packing import packing_map_function
-from ..mlm_metrics import fill_mask_probe, make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics, probe_sentences
-from ..model_card import architecture_rows, base_model_fields, markdown_table
-from ..plots import figures_section, plot_pretraining_curves
-from ..tokenization import train_wordpiece_tokenizer
-from ..trainer import JobTrainer
-from ..training import early_stopping_callback, rows_per_step
-from ..training_schedules import (
+from mlm_suite.data.nsp import build_nsp_examples, split_sentences
+from mlm_suite.data.packing import packing_map_function
+from mlm_suite.data.prepared import build_rows
+from mlm_suite.evaluation.masked_lm import fill_mask_probe, make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics, probe_sentences
+from mlm_suite.training.cards import CardDataset, architecture_rows, base_model_fields, card_scores, markdown_table
+from mlm_suite.evaluation.plots import figures_section, plot_pretraining_curves
+from mlm_suite.data.tokenization import train_wordpiece_tokenizer
+from mlm_suite.training.trainer import JobTrainer
+from mlm_suite.training.controls import early_stopping_callback, rows_per_step
+from mlm_suite.training.schedules import (
     ScheduledRowsMixin,
     control_card_rows,
     describe_controls,
@@ -120,9 +122,25 @@ from ..training_schedules import (
     row_schedule,
     time_budget_callback,
 )
-from .checkpoints import JobTrainingArguments, resume_checkpoint
-from .corpus_sources import open_corpus_source
-from .finetuning import argument_parser, flag_given, flags_given, mlm_suite_checkpoint, parse_flags, validate_flags
+from mlm_suite.jobs.checkpoints import JobTrainingArguments, resume_checkpoint
+from mlm_suite.jobs.corpus_sources import open_corpus_source
+from mlm_suite.jobs.arguments import (
+    HubArguments,
+    overwrite_cache_field,
+    preprocessing_num_workers_field,
+    renamed,
+    split_description,
+    validation_split_name_field,
+)
+from mlm_suite.jobs.finetuning import (
+    argument_parser,
+    flag_given,
+    flags_given,
+    load_hub_splits,
+    mlm_suite_checkpoint,
+    parse_flags,
+    validate_flags,
+)
 
 # Seeds that do not follow --seed, so that the held-out split, its NSP pairs and its masks are the
 # same in every run and eval numbers can be compared across runs.
@@ -186,21 +204,33 @@ NEW_MODEL_OPTIONS = ("config_preset", "norm_position", "position_embedding_type"
 
 
 @dataclass
-class PretrainingArguments:
-    """Data, tokenizer and model arguments (the training loop is configured by ``TrainingArguments``)."""
+class PretrainingArguments(HubArguments):
+    """Data, tokenizer and model arguments (the training loop is configured by ``TrainingArguments``; where models,
+    tokenizers and Hub datasets come from by :class:`~mlm_suite.jobs.arguments.HubArguments`)."""
 
     train_file: str | None = field(
         default=None,
         metadata={"help": "text file (documents separated by blank lines) or .json/.jsonl lines with a text field"},
     )
     validation_file: str | None = field(default=None, metadata={"help": "held-out documents, same formats"})
-    dataset_name: str | None = field(default=None, metadata={"help": "a datasets.load_dataset name (needs the Hub)"})
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "a datasets.load_dataset name (needs the Hub), or a folder saved with DatasetDict.save_to_disk"},
+    )
     dataset_config_name: str | None = field(default=None, metadata={"help": "configuration of --dataset_name"})
-    text_column: str = field(default="text", metadata={"help": "field holding the text (JSON lines, datasets)"})
+    validation_split_name: str = validation_split_name_field()
+    text_column_name: str = field(
+        default="text", metadata=renamed("--text_column", help="field holding the text (JSON lines, datasets)")
+    )
     validation_split_percentage: float = field(
         default=5.0, metadata={"help": "without a validation file/split: share of training documents held out"}
     )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "train on at most the first N rows (after tokenising and packing)"}
+    )
     max_eval_samples: int | None = field(default=None, metadata={"help": "evaluate on at most this many rows"})
+    preprocessing_num_workers: int | None = preprocessing_num_workers_field()
+    overwrite_cache: bool = overwrite_cache_field()
     objective: Literal["mlm", "mlm_nsp"] = field(
         default="mlm", metadata={"help": "mlm, or mlm_nsp (MLM + next-sentence prediction on sentence pairs)"}
     )
@@ -234,18 +264,26 @@ class PretrainingArguments:
             "no graph break. Default: on when training on a GPU, off on CPU (where it buys nothing)"
         },
     )
-    tokenizer: str | None = field(
-        default=None, metadata={"help": "tokenizer folder (default: --model_name_or_path's, else a trained one)"}
+    tokenizer_name: str | None = field(
+        default=None,
+        metadata=renamed("--tokenizer", help="tokenizer folder (default: --model_name_or_path's, else a trained one)"),
     )
     train_tokenizer: bool | None = field(
         default=None,
         metadata={
-            "help": "train a WordPiece vocabulary on the training documents; default: yes unless --tokenizer or "
+            "help": "train a WordPiece vocabulary on the training documents; default: yes unless --tokenizer_name or "
             "--model_name_or_path gives one. false: use the MiniLM (bert-base-uncased) vocabulary instead"
         },
     )
     vocab_size: int | None = field(
         default=None, metadata={"help": f"size of the trained vocabulary (implies --train_tokenizer; default {DEFAULT_TRAINED_VOCAB_SIZE})"}
+    )
+    config_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "an mlm_suite config (folder or Hub id) to build the model from instead of --config_preset, "
+            "or to load --model_name_or_path with"
+        },
     )
     config_preset: str = field(default="tiny", metadata={"help": "tiny, mini, small, base or large"})
     norm_position: Literal["pre", "post"] = field(
@@ -310,14 +348,14 @@ class PretrainingArguments:
         default=False,
         metadata={
             "help": "read --train_file or --dataset_name as a stream, tokenised on the fly, each process its own part; "
-            "needs --max_steps and a fixed tokenizer (--tokenizer, --model_name_or_path or --train_tokenizer false)"
+            "needs --max_steps and a fixed tokenizer (--tokenizer_name, --model_name_or_path or --train_tokenizer false)"
         },
     )
     held_out_documents: int = field(
         default=500,
         metadata={"help": "--streaming without a validation file/split: the first N documents, held out for evaluation"},
     )
-    # Modern pretraining controls (issue 27, mlm_suite.training_schedules).
+    # Modern pretraining controls (issue 27, mlm_suite.training.schedules).
     mlm_probability_schedule: str = field(
         default="constant",
         metadata={
@@ -394,7 +432,7 @@ def parse_arguments(argv: list[str] | None) -> tuple[PretrainingArguments, Train
             args.defaults_applied[name] = CONTINUED
         else:
             args.defaults_applied[name] = FROM_SCRATCH
-    if args.model_name_or_path:
+    if args.model_name_or_path or args.config_name:
         args.defaults_applied.update((name, GIVEN) for name in NEW_MODEL_OPTIONS if name in named)
     if args.max_train_minutes is not None and "max_steps" not in named:
         # The budget decides when to stop; the job's default step count must not cut it short.
@@ -425,7 +463,8 @@ def default_source(args: PretrainingArguments, name: str) -> str:
 def describe_configuration(args: PretrainingArguments, training_args: TrainingArguments) -> str:
     """The job's configuration as it prints it at the start: the values that depend on whether a checkpoint is
     continued, each with where it came from, then the shared ones (plain text)."""
-    mode = f"continuing {args.model_name_or_path}" if args.model_name_or_path else f"from scratch, preset {args.config_preset}"
+    new_model = f"config {args.config_name}" if args.config_name else f"preset {args.config_preset}"
+    mode = f"continuing {args.model_name_or_path}" if args.model_name_or_path else f"from scratch, {new_model}"
     lines = [f"pretraining configuration ({mode}; flags given on the command line win):"]
     values = {
         "learning_rate": f"{training_args.learning_rate:g}",
@@ -439,10 +478,11 @@ def describe_configuration(args: PretrainingArguments, training_args: TrainingAr
         f"{training_args.weight_decay:g}, adam_beta2 {training_args.adam_beta2:g}, batch {rows_per_step(training_args)} "
         f"x {args.max_seq_length} tokens, eval masks {args.eval_mlm_probability:g}"
     )
-    if args.model_name_or_path:
+    if args.model_name_or_path or args.config_name:
         ignored = [f"--{name}" for name in NEW_MODEL_OPTIONS if args.defaults_applied.get(name) == GIVEN]
+        whose = "--config_name's" if args.config_name else "the checkpoint's"
         lines.append(
-            "  architecture and dropout: the checkpoint's (--config_overrides changes them)"
+            f"  architecture and dropout: {whose} (--config_overrides changes them)"
             + (f"; ignored: {', '.join(ignored)} (options of a new model)" if ignored else "")
         )
     return "\n".join(lines)
@@ -469,8 +509,11 @@ def validate_arguments(args: PretrainingArguments) -> None:
         raise ValueError(f"--max_eval_samples must be positive, got {args.max_eval_samples}")
     if args.objective == "mlm_nsp" and args.packing:
         raise ValueError("--packing cannot be combined with --objective mlm_nsp: NSP pairs are rows of their own")
-    if args.tokenizer and (args.train_tokenizer or args.vocab_size):
-        raise ValueError("give either --tokenizer or --train_tokenizer/--vocab_size, not both")
+    if args.tokenizer_name and (args.train_tokenizer or args.vocab_size):
+        raise ValueError("give either --tokenizer_name or --train_tokenizer/--vocab_size, not both")
+    if args.streaming and args.max_train_samples is not None:
+        raise ValueError("--max_train_samples counts rows, which a stream does not have: bound a --streaming run "
+                         "with --max_steps")
     if args.train_tokenizer is False and args.vocab_size:
         raise ValueError("--vocab_size sets the size of a trained vocabulary; it contradicts --train_tokenizer false")
     if args.vocab_size is not None and args.vocab_size < 16:
@@ -497,47 +540,70 @@ def read_documents(path: str | Path, text_column: str = "text") -> list[str]:
     return documents
 
 
-def load_text_splits(args: PretrainingArguments) -> tuple[DatasetDict, str]:
-    """``train`` and ``validation`` splits with one ``text`` column, and a description of the data."""
-    validation = read_documents(args.validation_file, args.text_column) if args.validation_file else None
-    if args.dataset_name:
-        from datasets import load_dataset
+def hub_documents(dataset: Dataset, args: PretrainingArguments, name: str) -> Dataset:
+    """The non-blank texts of a Hub (or saved) split as a ``datasets.Dataset`` with one ``text`` column, in order.
 
-        raw = load_dataset(args.dataset_name, args.dataset_config_name)
-        if "train" not in raw:
-            raise ValueError(f"{args.dataset_name} has no train split (splits: {list(raw)})")
-        if args.text_column not in raw["train"].column_names:
-            raise ValueError(f"{args.dataset_name} has no column {args.text_column!r}; pass --text_column")
-        documents = [text for text in raw["train"][args.text_column] if text and text.strip()]
+    The split stays in Arrow: the text column is selected and filtered there (``--preprocessing_num_workers``
+    processes), never copied into a Python list.
+    """
+    column = args.text_column_name
+    if column not in dataset.column_names:
+        raise ValueError(f"{name} has no column {column!r} (columns: {dataset.column_names}); pass --text_column_name")
+    texts = dataset.select_columns([column])
+    if column != "text":
+        texts = texts.rename_column(column, "text")
+    workers = args.preprocessing_num_workers
+    return texts.filter(
+        lambda batch: [bool(text and text.strip()) for text in batch["text"]], batched=True,
+        num_proc=workers if workers and workers > 1 else None,
+        load_from_cache_file=False if args.overwrite_cache else None, desc=f"dropping blank documents of {name}",
+    )  # fmt: skip
+
+
+def load_text_splits(args: PretrainingArguments) -> tuple[DatasetDict, str]:
+    """``train`` and ``validation`` splits with one ``text`` column, and a description of the data.
+
+    A Hub (or saved) dataset's splits stay in Arrow (:func:`hub_documents`); its held-out documents are the split
+    ``--validation_split_name`` when it has one.
+    """
+    validation = read_documents(args.validation_file, args.text_column_name) if args.validation_file else None
+    if args.dataset_name:
+        raw = load_hub_splits(args.dataset_name, args.dataset_config_name, validation_split_name=args.validation_split_name,
+                              test_split_name=None, require_train=True, **args.dataset_kwargs())
+        documents = hub_documents(raw["train"], args, f"{args.dataset_name}[train]")
+        split_names = {"train": "train"}
         if validation is None and "validation" in raw:
-            validation = [text for text in raw["validation"][args.text_column] if text and text.strip()]
-        source = f"`{args.dataset_name}`" + (f" ({args.dataset_config_name})" if args.dataset_config_name else "")
+            validation = hub_documents(raw["validation"], args, f"{args.dataset_name}[{args.validation_split_name}]")
+            split_names["validation"] = args.validation_split_name
+        source = (f"`{args.dataset_name}`" + (f" ({args.dataset_config_name})" if args.dataset_config_name else "")
+                  + split_description(split_names))
     elif args.train_file:
-        documents = read_documents(args.train_file, args.text_column)
+        documents = read_documents(args.train_file, args.text_column_name)
         source = f"`{Path(args.train_file).name}`"
     else:
         documents = [text for _, text in resources.pang_lee_reviews()]
         source = "the Pang & Lee (2004) polarity corpus: 1,500 English movie reviews (text only)"
-    if not documents:
+    if not len(documents):
         raise ValueError(f"{source} holds no training text")
 
-    train = Dataset.from_dict({"text": documents})
+    train = documents if isinstance(documents, Dataset) else Dataset.from_dict({"text": documents})
     if validation is not None:
-        return DatasetDict(train=train, validation=Dataset.from_dict({"text": validation})), source
+        held_out = validation if isinstance(validation, Dataset) else Dataset.from_dict({"text": validation})
+        return DatasetDict(train=train, validation=held_out), source
     return hold_out(train, args.validation_split_percentage, SPLIT_SEED), source
 
 
 def load_tokenizer(args: PretrainingArguments, train_texts: list[str]) -> PreTrainedTokenizerBase:
-    """``--tokenizer``, the checkpoint's, a WordPiece vocabulary trained on ``train_texts``, or MiniLM's."""
+    """``--tokenizer_name``, the checkpoint's, a WordPiece vocabulary trained on ``train_texts``, or MiniLM's."""
     train = args.train_tokenizer
     if train is None:
         # A small vocabulary fitted to the data learns faster than a general 30k one (see JOB_DEFAULTS).
-        train = bool(args.vocab_size) or not (args.tokenizer or args.model_name_or_path)
+        train = bool(args.vocab_size) or not (args.tokenizer_name or args.model_name_or_path)
     if train:
         tokenizer = train_wordpiece_tokenizer(train_texts, vocab_size=args.vocab_size or DEFAULT_TRAINED_VOCAB_SIZE)
     else:
-        source = args.tokenizer or args.model_name_or_path or str(resources.minilm_dir())
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        source = args.tokenizer_name or args.model_name_or_path or str(resources.minilm_dir())
+        tokenizer = AutoTokenizer.from_pretrained(source, **args.pretrained_kwargs())
     check_mlm_tokenizer(tokenizer)
     if not tokenizer.is_fast:
         raise ValueError(f"a fast tokenizer is needed (word ids, batched encoding); {type(tokenizer).__name__} is not")
@@ -547,7 +613,13 @@ def load_tokenizer(args: PretrainingArguments, train_texts: list[str]) -> PreTra
 def build_features(
     texts: Dataset, tokenizer: PreTrainedTokenizerBase, args: PretrainingArguments, seed: int, split: str
 ) -> Dataset:
-    """Model rows of one split: tokenised (or packed) documents, or NSP pairs; plus ``example_index``."""
+    """Model rows of one split: tokenised (or packed) documents, or NSP pairs; plus ``example_index``.
+
+    Documents are tokenised on ``--preprocessing_num_workers`` processes (NSP pairs, which draw their random B from
+    the whole split, in this one); the rows do not depend on their number.
+    """
+    workers = args.preprocessing_num_workers if args.preprocessing_num_workers and args.preprocessing_num_workers > 1 else None
+    cache = {"load_from_cache_file": False} if args.overwrite_cache else {}
     if args.objective == "mlm_nsp":
         documents = [split_sentences(text) for text in texts["text"]]
         try:
@@ -560,9 +632,12 @@ def build_features(
         except ValueError as error:
             raise ValueError(f"{split} documents: {error}") from None
         features = Dataset.from_dict(pairs)
+    elif args.packing and workers:
+        # Tokenised on the workers, packed in one process in batches of the same size: the same rows as below.
+        features = build_rows(texts, tokenizer, args.max_seq_length, True, workers).remove_columns("example_index")
     elif args.packing:
         pack = packing_map_function(tokenizer, args.max_seq_length)
-        features = texts.map(pack, batched=True, remove_columns=texts.column_names, desc=f"packing {split}")
+        features = texts.map(pack, batched=True, remove_columns=texts.column_names, desc=f"packing {split}", **cache)
     else:
         features = texts.map(
             tokenize_for_mlm,
@@ -570,6 +645,8 @@ def build_features(
             remove_columns=texts.column_names,
             fn_kwargs={"tokenizer": tokenizer, "max_length": args.max_seq_length},
             desc=f"tokenizing {split}",
+            num_proc=workers,  # one document at a time: the same rows for any number of processes
+            **cache,
         )
     if len(features) == 0:
         raise ValueError(f"the {split} documents produced no rows")
@@ -590,9 +667,17 @@ def most_frequent_token(features: Dataset, tokenizer: PreTrainedTokenizerBase) -
 def build_config(
     args: PretrainingArguments, tokenizer: PreTrainedTokenizerBase, checkpoint: str | None = None
 ) -> MlmSuiteConfig:
-    """The model's configuration: ``checkpoint``'s (an mlm_suite folder), else a preset sized to ``tokenizer``."""
-    if checkpoint:
-        config = AutoConfig.from_pretrained(checkpoint)
+    """The model's configuration: ``--config_name``'s, else ``checkpoint``'s (an mlm_suite folder), else a preset sized
+    to ``tokenizer``."""
+    if args.config_name:
+        config = AutoConfig.from_pretrained(args.config_name, **args.pretrained_kwargs())
+        if not isinstance(config, MlmSuiteConfig):
+            raise ValueError(
+                f"--config_name {args.config_name} holds a {config.model_type!r} config; pretraining builds mlm_suite "
+                "models (a BERT model: pass its folder as --model_name_or_path)"
+            )
+    elif checkpoint:
+        config = AutoConfig.from_pretrained(checkpoint, **args.pretrained_kwargs())
     else:
         config = MlmSuiteConfig.preset(
             args.config_preset,
@@ -601,7 +686,7 @@ def build_config(
             norm_position=args.norm_position,
             position_embedding_type=args.position_embedding_type,
             # MLM alone never trains [CLS] (no loss reads it; NSP's does): a classifier fine-tuned from this model
-            # reads the mean of the states MLM trained (README: why the main job's encoder does not help sentiment).
+            # reads the mean of the states MLM trained (docs/results.md: why the main job's encoder does not help sentiment).
             classifier_pooling="mean" if args.objective == "mlm" else "cls",
         )
     if args.config_overrides:
@@ -639,7 +724,9 @@ def build_model(
     model_class = MlmSuiteForPreTraining if args.objective == "mlm_nsp" else MlmSuiteForMaskedLM
     if not checkpoint:
         return model_class(config), []
-    model, loading = model_class.from_pretrained(checkpoint, config=config, output_loading_info=True)
+    model, loading = model_class.from_pretrained(
+        checkpoint, config=config, output_loading_info=True, **args.pretrained_kwargs()
+    )
     return model, sorted(loading["missing_keys"])
 
 
@@ -700,7 +787,7 @@ def probe_table(probe: list[dict]) -> str:
 class PretrainingTrainer(ScheduledRowsMixin, JobTrainer):
     """A ``Trainer`` that evaluates with its own fixed-mask collator and writes mlm_suite's model card.
 
-    ``create_model_card`` (:class:`~mlm_suite.trainer.JobTrainer`) is what ``push_to_hub`` calls, so the
+    ``create_model_card`` (:class:`~mlm_suite.training.trainer.JobTrainer`) is what ``push_to_hub`` calls, so the
     card uploaded is the one written here (set ``model_card_fields`` first). It writes no pickle:
     ``training_args.json``, and checkpoints in safetensors and JSON.
     """
@@ -816,6 +903,29 @@ def _model_card_fields(
     }
 
 
+#: The held-out scores in the card's metadata: metric key (after ``eval_``) → (metric type, name as the card says it).
+_CARD_SCORES = {
+    "mask_accuracy": ("accuracy", "accuracy at [MASK] positions"),
+    "mask_top5_accuracy": ("top5_accuracy", "top-5 accuracy at [MASK] positions"),
+    "perplexity": ("perplexity", "perplexity"),
+    "nsp_accuracy": ("accuracy", "next-sentence accuracy"),
+}
+
+
+def _model_card_metadata(args: PretrainingArguments, eval_metrics: dict[str, float]) -> dict[str, object]:
+    """What the card's metadata is built from (:func:`~mlm_suite.training.cards.model_card_data`): the checkpoint
+    continued from, the data (a Hub dataset, files, a prepared folder or the embedded reviews) and the held-out scores."""
+    embedded = CardDataset.embedded(
+        "pang_lee_movie_reviews", "Pang & Lee movie reviews (built in, held-out split)"
+    )
+    dataset = CardDataset.read_by_job(args.dataset_name, args.dataset_config_name,
+                                      (args.prepared_data, args.train_file, args.validation_file), embedded,
+                                      {"validation": args.validation_split_name})
+    metrics = {**eval_metrics, "eval_perplexity": eval_metrics["perplexity"]}
+    scores = card_scores(metrics, _CARD_SCORES, splits=(("eval", "validation"),))
+    return {"base_model": args.model_name_or_path, "dataset": dataset, "scores": scores}
+
+
 # ------------------------------------------------------------------------------------------------
 # Entry point
 # ------------------------------------------------------------------------------------------------
@@ -834,12 +944,14 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = load_tokenizer(args, texts["train"]["text"] if "train" in texts else [])
     if large:
         large.check_tokenizer(tokenizer)  # a prepared folder's rows are ids of one tokenizer
-    checkpoint = mlm_suite_checkpoint(args.model_name_or_path) if args.model_name_or_path else None
+    checkpoint = mlm_suite_checkpoint(args.model_name_or_path, **args.pretrained_kwargs()) if args.model_name_or_path else None
     config = build_config(args, tokenizer, checkpoint or args.decay_from_checkpoint)
     if large:
         train_features = large.train_rows(tokenizer)
     else:
         train_features = build_features(texts["train"], tokenizer, args, training_args.seed, "training")
+    if args.max_train_samples is not None and len(train_features) > args.max_train_samples:
+        train_features = train_features.select(range(args.max_train_samples))  # the first rows, as run_mlm.py
     eval_features = build_features(texts["validation"], tokenizer, args, EVAL_SEED, "validation")
     if args.max_eval_samples is not None and len(eval_features) > args.max_eval_samples:
         eval_features = eval_features.select(range(args.max_eval_samples))
@@ -920,6 +1032,7 @@ def main(argv: list[str] | None = None) -> int:
         args, training_args, trainer.model, tokenizer, data, train_metrics, eval_metrics, probe
     )
     trainer.model_card_fields["metrics"] += figures_section([(CURVES_CAPTION, CURVES_PNG)])
+    trainer.model_card_metadata = _model_card_metadata(args, eval_metrics)
     trainer.publish()  # the card, then with --push_to_hub the upload of the complete folder
 
     if trainer.is_world_process_zero():
@@ -932,6 +1045,6 @@ __all__ = ["CONTINUED_DEFAULTS", "JOB_DEFAULTS", "PretrainingArguments", "main",
 
 
 if __name__ == "__main__":
-    from .distributed import run_job
+    from mlm_suite.jobs.distributed import run_job
 
     raise SystemExit(run_job(main))

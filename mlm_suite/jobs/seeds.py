@@ -28,7 +28,7 @@ from pathlib import Path
 from mlm_suite.cli import SUBCOMMANDS
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.distributed import command_prog, running_as
-from mlm_suite.plots import figures_section, plot_seed_scores
+from mlm_suite.evaluation.plots import figures_section, plot_seed_scores
 
 # job (an mlm-suite subcommand) → the score its results are summarised by
 JOB_METRICS = {"finetune-ner": "f1", "finetune-cls": "accuracy", "finetune-pair": "accuracy", "finetune-retrieval": "mrr@10"}

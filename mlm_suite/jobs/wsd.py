@@ -2,7 +2,7 @@
 
 Trains a nearest-centroid classifier (one centroid per word sense, cosine) on sense-labelled
 word instances and compares it with the most-frequent-sense baseline. The default data are
-the WordNet 3.0 example sentences (see :mlm_suite.wordnet:); your own data are JSON lines
+the WordNet 3.0 example sentences (see :mlm_suite.analysis.wordnet:); your own data are JSON lines
 ``{"tokens": [...], "target": index, "sense": "...", "lemma": "..." (optional)}``.
 
     mlm-suite wsd                                   # WordNet data, real MiniLM-L6
@@ -17,12 +17,12 @@ from pathlib import Path
 
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-from mlm_suite import resources
-from mlm_suite.embeddings import ContextualEmbedder, save_json
+from mlm_suite.data import resources
+from mlm_suite.analysis.embeddings import ContextualEmbedder, save_json
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.distributed import command_prog
 from mlm_suite.jobs.finetuning import validate_flags
-from mlm_suite.wordnet import WSDSplit, evaluate_wsd, limit_lemmas, read_jsonl, wordnet_wsd_dataset
+from mlm_suite.analysis.wordnet import WSDSplit, evaluate_wsd, limit_lemmas, read_jsonl, wordnet_wsd_dataset
 
 
 def parse_layers(value: str) -> str | list[int]:

@@ -153,7 +153,7 @@ class MlmSuiteConfig(PreTrainedConfig):
 
         Attention dropout is 0 unless overridden (as in ModernBERT and Cramming): the varlen flash kernel, the
         fast attention path on CUDA, has no dropout, so 0.1 (BERT's, and ``MlmSuiteConfig()``'s) would send every
-        training step through the padded grid; on the held-out split it costs nothing (README, "Defaults").
+        training step through the padded grid; on the held-out split it costs nothing (docs/performance.md).
         """
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")

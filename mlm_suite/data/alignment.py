@@ -39,7 +39,7 @@ from typing import Any, Union
 import numpy as np
 import torch
 
-from mlm_suite.tagging import entity_spans
+from mlm_suite.data.tagging import entity_spans
 
 ALIGN_STRATEGIES = ("first", "all", "all_b_to_i")
 PREDICTION_STRATEGIES = ("first", "mean", "max")

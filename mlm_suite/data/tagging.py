@@ -17,7 +17,7 @@ the type is non-empty; the type may itself contain hyphens (``"B-geo-loc"``).
 
 ``"none"`` (:data:`NO_SCHEME`) names tag sets that are not entity schemes, e.g. Penn-Treebank
 part-of-speech tags (``NN``, ``PRP$``, ``,``): every non-empty tag is valid in any order, there are
-no entities, and such data are scored token by token (:func:`mlm_suite.metrics.tag_scores`).
+no entities, and such data are scored token by token (:func:`mlm_suite.evaluation.entities.tag_scores`).
 It is accepted by :func:`validate_tags` and returned by :func:`detect_scheme`, but not by the
 entity functions (:func:`entity_spans`, :func:`convert_tags` to or from an entity scheme).
 

@@ -33,9 +33,9 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import TrainerCallback, TrainingArguments
 
-from .data.schedules import BatchSizeWarmup, MaskRateSchedule, ScheduledBatchSampler, TaggedRows
-from .errors import UsageError
-from .training import TimeBudgetCallback
+from mlm_suite.data.schedules import BatchSizeWarmup, MaskRateSchedule, ScheduledBatchSampler, TaggedRows
+from mlm_suite.errors import UsageError
+from mlm_suite.training.controls import TimeBudgetCallback
 
 __all__ = [
     "DEFAULT_LR_DECAY",
@@ -234,8 +234,8 @@ def _resolve_decay_run(args: Any, training_args: TrainingArguments, argv: Sequen
     training_args.lr_scheduler_type = WSD
     # With no warmup the stable phase is num_training_steps - num_decay_steps = the checkpoint's steps.
     training_args.lr_scheduler_kwargs = {"num_decay_steps": decay, "decay_type": args.lr_decay_type}
-    if not (args.tokenizer or args.train_tokenizer or args.vocab_size):
-        args.tokenizer = str(folder)  # the stable run's vocabulary, saved with the checkpoint
+    if not (args.tokenizer_name or args.train_tokenizer or args.vocab_size):
+        args.tokenizer_name = str(folder)  # the stable run's vocabulary, saved with the checkpoint
     args.schedules_applied["learning-rate schedule"] = lr_schedule_summary(training_args, args)
 
 

@@ -66,9 +66,9 @@ from transformers.utils import (
     is_torch_xla_available,
 )
 
-from .data.streaming import ProcessStream
-from .model_card import usage_fields, write_model_card
-from .training import StepRateCallback, rows_per_step
+from mlm_suite.data.streaming import ProcessStream
+from mlm_suite.training.cards import model_card_data, update_card_data, usage_fields, write_model_card
+from mlm_suite.training.controls import StepRateCallback, rows_per_step
 
 TRAINING_ARGS_JSON = "training_args.json"
 OPTIMIZER_TENSORS = "optimizer.safetensors"
@@ -469,9 +469,11 @@ class PickleFreeTrainer(transformers.Trainer):
 class JobTrainer(PickleFreeTrainer):
     """Writes the model card from ``model_cards/<card_template>.md`` with ``model_card_fields``.
 
-    The card's usage snippet loads :func:`mlm_suite.model_card.card_model_id` (the Hub repository
+    The card's usage snippet loads :func:`mlm_suite.training.cards.card_model_id` (the Hub repository
     when pushing, else ``--hub_model_id``, else the output folder). Set ``model_card_fields`` (every
-    other placeholder of the template), then call :meth:`publish`. With ``keep_predictions=True`` it keeps
+    other placeholder of the template) and ``model_card_metadata`` (what its front matter is built from, see
+    :func:`mlm_suite.training.cards.model_card_data`; ``push_to_hub(license=..., tags=..., ...)`` updates it),
+    then call :meth:`publish`. With ``keep_predictions=True`` it keeps
     what each evaluation scored (:attr:`kept_predictions`), for the job's plots.
     """
 
@@ -482,6 +484,9 @@ class JobTrainer(PickleFreeTrainer):
         self.step_rate = StepRateCallback()
         self.add_callback(self.step_rate)
         self.model_card_fields: dict[str, object] = {}
+        #: What the card's metadata is built from: keyword arguments of
+        #: :func:`~mlm_suite.training.cards.model_card_data` (``pipeline_tag``, ``base_model``, ``dataset``, ``scores`` ...).
+        self.model_card_metadata: dict[str, Any] = {}
         #: With ``keep_predictions``: the predictions and labels of the latest evaluation per metric key prefix
         #: (``"eval"``, ``"test"``, ...), as ``compute_metrics`` saw them (gathered from every process), so a job
         #: can plot what it scored without predicting again.
@@ -536,10 +541,17 @@ class JobTrainer(PickleFreeTrainer):
         super().save_model(output_dir, _internal_call=True)
 
     def create_model_card(self, model_name: str | None = None, **kwargs: Any) -> None:
+        """Write mlm_suite's card; ``kwargs`` are the stock method's (``license``, ``tags``, ``language``,
+        ``finetuned_from``, ``tasks``, ``dataset_tags``, ``dataset``, ``dataset_args``, as ``push_to_hub(**kwargs)``
+        passes them on) and update its metadata (:func:`~mlm_suite.training.cards.update_card_data`)."""
         if not self.is_world_process_zero():
             return
-        fields = {"model_name": model_name or Path(self.args.output_dir).name, **self.model_card_fields}
-        write_model_card(self.args.output_dir, self.card_template, **{**fields, **usage_fields(self)})
+        name = model_name or Path(self.args.output_dir).name
+        metadata = update_card_data(
+            model_card_data(self.card_template, model_name=name, **self.model_card_metadata), **kwargs
+        )
+        fields = {"model_name": name, **self.model_card_fields}
+        write_model_card(self.args.output_dir, self.card_template, metadata, **{**fields, **usage_fields(self)})
 
     def publish(self) -> None:
         """Write the model card; with ``--push_to_hub``, then upload the output folder (every process calls this)."""

@@ -112,8 +112,8 @@ def plot_label_scores(
 
     Args:
         scores: ``{label: {"precision", "recall", "f1", ...}}``, the ``per_type`` of
-            :func:`mlm_suite.metrics.entity_scores` or the ``per_tag`` of :func:`mlm_suite.metrics.tag_scores`.
-        counts: ``{label: {"gold", "predicted"}}`` (:func:`mlm_suite.metrics.label_counts`); its labels, in
+            :func:`mlm_suite.evaluation.entities.entity_scores` or the ``per_tag`` of :func:`mlm_suite.evaluation.entities.tag_scores`.
+        counts: ``{label: {"gold", "predicted"}}`` (:func:`mlm_suite.evaluation.entities.label_counts`); its labels, in
             order, are the bars.
         unit: what the counts count (``"entities"``, ``"tokens"``), for the axis.
     """
@@ -149,7 +149,7 @@ def plot_pretraining_curves(log_history: Sequence[Mapping[str, float]], path: st
     """Train and eval loss (left) and held-out ``[MASK]`` accuracy, top-5 and the baseline (right) per step.
 
     ``log_history`` is the Trainer's (``trainer.state.log_history``): ``loss`` at each logging step, the
-    ``eval_*`` metrics of :mod:`mlm_suite.mlm_metrics` at each evaluation.
+    ``eval_*`` metrics of :mod:`mlm_suite.evaluation.masked_lm` at each evaluation.
     """
 
     def series(key: str) -> list[tuple[float, float]]:

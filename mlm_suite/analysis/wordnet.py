@@ -26,8 +26,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from mlm_suite import resources
-from mlm_suite.embeddings import (
+from mlm_suite.data import resources
+from mlm_suite.analysis.embeddings import (
     WORD_PATTERN,
     ContextualEmbedder,
     SenseCentroidClassifier,
@@ -82,7 +82,7 @@ class WordNet:
     Args:
         pos: parts of speech to load (``"n"``, ``"v"``, ``"a"``, ``"r"``).
         reader: ``filename -> text`` of a WordNet database file; default: the WordNet 3.0 copy
-            of :func:`mlm_suite.resources.wordnet_file` (``data.noun`` comes as two halves there).
+            of :func:`mlm_suite.data.resources.wordnet_file` (``data.noun`` comes as two halves there).
     """
 
     def __init__(self, pos: Iterable[str] = ("n", "v"), reader=None) -> None:
@@ -163,7 +163,7 @@ def inflections(lemma: str) -> set[str]:
 
 
 def tokenize(text: str) -> list[str]:
-    """Words and punctuation marks of ``text`` (the split of :func:`mlm_suite.embeddings.split_words`)."""
+    """Words and punctuation marks of ``text`` (the split of :func:`mlm_suite.analysis.embeddings.split_words`)."""
     return WORD_PATTERN.findall(text)
 
 

@@ -1,12 +1,12 @@
 """Token accuracy and per-tag precision, recall and F1 of tag sets without entities (POS): an ``evaluate`` module.
 
-The scores are :func:`mlm_suite.metrics.tag_scores`; this script only declares the inputs.
+The scores are :func:`mlm_suite.evaluation.entities.tag_scores`; this script only declares the inputs.
 """
 
 import datasets
 import evaluate
 
-from mlm_suite.metrics import tag_scores
+from mlm_suite.evaluation.entities import tag_scores
 
 _DESCRIPTION = """\
 Token-level scores of tag sequences whose tags are not an entity scheme (part-of-speech tags such as NN, VBZ,
@@ -28,7 +28,7 @@ Returns:
     per_tag: {tag: {"precision", "recall", "f1", "support"}} for every tag in references or predictions,
         sorted, support being the number of gold tokens. Undefined ratios (0/0) are 0.
 Examples:
-    >>> from mlm_suite.metrics import load_metric
+    >>> from mlm_suite.evaluation.entities import load_metric
     >>> token_accuracy = load_metric("token_accuracy")
     >>> results = token_accuracy.compute(predictions=[["DT", "NN", "VBZ"], ["NN", "NN"]],
     ...                                  references=[["DT", "NN", "VBZ"], ["PRP", "VBD"]])

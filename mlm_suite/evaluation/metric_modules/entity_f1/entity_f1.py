@@ -1,12 +1,12 @@
 """Entity-level precision, recall and F1 (conlleval-exact or strict), overall and per type: an ``evaluate`` module.
 
-The scores are :func:`mlm_suite.metrics.entity_scores`; this script only declares the inputs.
+The scores are :func:`mlm_suite.evaluation.entities.entity_scores`; this script only declares the inputs.
 """
 
 import datasets
 import evaluate
 
-from mlm_suite.metrics import MODES, entity_scores
+from mlm_suite.evaluation.entities import MODES, entity_scores
 
 _DESCRIPTION = """\
 Entity-level micro precision, recall and F1 of tag sequences, macro F1 over the entity types, the scores of
@@ -33,7 +33,7 @@ Returns:
     per_type: {type: {"precision", "recall", "f1", "support"}} for every type in references or predictions,
         support being the number of gold entities. Undefined ratios (0/0) are 0.
 Examples:
-    >>> from mlm_suite.metrics import load_metric
+    >>> from mlm_suite.evaluation.entities import load_metric
     >>> entity_f1 = load_metric("entity_f1")
     >>> predictions = [["B-PER", "I-PER", "O", "B-LOC"], ["I-ORG", "O"]]
     >>> references = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]

@@ -1,0 +1,9 @@
+"""Scoring what the models predict.
+
+* :mod:`~mlm_suite.evaluation.entities`: entity- and token-level scores (conlleval and strict seqeval), a
+  ``compute_metrics`` for token classification, the paired bootstrap;
+* :mod:`~mlm_suite.evaluation.masked_lm`: masked-language-model accuracy per corruption kind, the fill-mask probe;
+* :mod:`~mlm_suite.evaluation.retrieval`: recall@k, MRR@10, nDCG@10, reranking;
+* :mod:`~mlm_suite.evaluation.metric_modules`: the same metrics as ``evaluate`` modules;
+* :mod:`~mlm_suite.evaluation.plots`: the plots the jobs write next to their results.
+"""

@@ -1,0 +1,15 @@
+"""Training with the HF ``Trainer``: the jobs' ``Trainer`` subclasses and callbacks, and what they write.
+
+* :mod:`~mlm_suite.training.trainer`: ``JobTrainer`` (loss normalisation, sampling, pickle-free checkpoints);
+* :mod:`~mlm_suite.training.controls`: a wall-clock budget, early stopping, the steady step rate;
+* :mod:`~mlm_suite.training.schedules`: masking-rate schedules, batch-size warmup, warmup-stable-decay,
+  context extension (``mlm-suite pretrain``);
+* :mod:`~mlm_suite.training.freezing`: freezing the encoder of a fine-tuning model;
+* :mod:`~mlm_suite.training.retrieval`: the bi-encoder's batches, gradient caching and sentence-transformers files;
+* :mod:`~mlm_suite.training.cards`: the model cards the jobs write next to the weights.
+"""
+
+# mlm_suite.training was the module of the training controls before the regrouping: its names stay importable here.
+from mlm_suite.training.controls import StepRateCallback, TimeBudgetCallback, early_stopping_callback, rows_per_step
+
+__all__ = ["StepRateCallback", "TimeBudgetCallback", "early_stopping_callback", "rows_per_step"]

@@ -1,0 +1,233 @@
+"""Model-card metadata: huggingface_hub's own card checks, offline, and the licence, data and results it records.
+
+:func:`assert_valid_model_card` is what the tests of every job family run on the card of their tiny run
+(``test_pretrain``, ``test_finetune``, ``test_retrieval``, ``test_job_defaults``, ``test_outputs`` with
+``push_to_hub(license=..., tags=...)``). ``ModelCard.validate()`` asks the Hub, which the tests cannot
+reach, and huggingface_hub has no local schema check; so the card must parse as ``huggingface_hub.ModelCard``,
+its results round-trip through ``model_index_to_eval_results``/``eval_results_to_model_index``, its metadata
+re-create itself through ``ModelCardData``, and its ``model-index`` have the structure the Hub's validator
+requires. The tests below check what the metadata says, without training anything.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from huggingface_hub import ModelCard, ModelCardData
+from huggingface_hub.repocard_data import eval_results_to_model_index, model_index_to_eval_results
+
+from mlm_suite.training.cards import (
+    MINILM_HUB_ID,
+    PROJECT_LICENSE,
+    CardDataset,
+    CardScore,
+    base_model_license,
+    card_scores,
+    front_matter,
+    model_card_data,
+    render_model_card,
+    update_card_data,
+)
+
+PIPELINE_TAGS = {"fill-mask", "token-classification", "text-classification", "sentence-similarity"}
+
+
+def assert_valid_model_card(text: str) -> dict:
+    """Check a card as huggingface_hub would, offline; return its metadata (the front matter, as YAML loads it)."""
+    match = re.match(r"---\n(.*?)\n---\n", text, flags=re.S)
+    assert match, "the card does not start with a front matter block"
+    metadata = yaml.safe_load(match.group(1))
+    assert isinstance(metadata, dict), metadata
+
+    card = ModelCard(text)  # parses the metadata into ModelCardData; a model-index it cannot read raises
+    assert card.data.to_dict() == metadata  # nothing lost or changed in the parsing
+    assert ModelCardData(**card.data.to_dict()).to_dict() == metadata  # re-created from its own dict
+
+    # The structure the Hub's validator requires of a model-index.
+    index = metadata["model-index"]
+    assert isinstance(index, list) and len(index) == 1, index
+    assert isinstance(index[0]["name"], str) and index[0]["name"]
+    assert isinstance(index[0]["results"], list) and index[0]["results"]
+    metric_types = set()
+    for result in index[0]["results"]:
+        assert isinstance(result["task"]["type"], str) and result["task"]["type"] in PIPELINE_TAGS, result
+        assert isinstance(result["dataset"]["name"], str) and result["dataset"]["name"], result
+        assert isinstance(result["dataset"]["type"], str) and result["dataset"]["type"], result
+        assert isinstance(result["dataset"].get("split"), str) and result["dataset"]["split"], result
+        assert isinstance(result["metrics"], list) and result["metrics"], result
+        for metric in result["metrics"]:
+            assert isinstance(metric["type"], str) and metric["type"], metric
+            assert isinstance(metric["value"], float) and math.isfinite(metric["value"]), metric
+            metric_types.add(metric["type"])
+    # The results round-trip: the model-index is what huggingface_hub writes of the results it reads from it.
+    name, results = model_index_to_eval_results(index)
+    assert name == index[0]["name"] and results == card.data.eval_results
+    assert eval_results_to_model_index(name, card.data.eval_results) == index
+
+    assert metadata["library_name"] in ("transformers", "sentence-transformers")
+    assert metadata["pipeline_tag"] in PIPELINE_TAGS
+    assert isinstance(metadata["license"], str) and metadata["license"]
+    assert isinstance(metadata["tags"], list) and {"mlm_suite", "custom_code"} <= set(metadata["tags"])
+    assert set(metadata["metrics"]) == metric_types
+    for key in ("language", "datasets"):
+        assert key not in metadata or (isinstance(metadata[key], list) and all(isinstance(v, str) for v in metadata[key]))
+    assert "base_model" not in metadata or isinstance(metadata["base_model"], str)
+    return metadata
+
+
+def results_of(metadata: dict) -> dict[tuple[str, str], float]:
+    """``{(split, metric name): value}`` of a card's model-index."""
+    return {(result["dataset"]["split"], metric["name"]): metric["value"]
+            for result in metadata["model-index"][0]["results"] for metric in result["metrics"]}
+
+
+def card_text(**metadata) -> str:
+    """A whole finetuned card with the given metadata arguments (``model_card_data``'s; a text classifier unless told)."""
+    metadata.setdefault("pipeline_tag", "text-classification")
+    fields = dict(model_name="m", task_description="A model", auto_class="AutoModel", model_id='"m"', labels="",
+                  data="", training="", metrics="", base_model_text="")
+    return render_model_card("finetuned", model_card_data("finetuned", model_name="m", **metadata), **fields)
+
+
+SCORES = [CardScore("validation", "accuracy", 0.75, "accuracy"), CardScore("validation", "f1", 0.5, "macro F1"),
+          CardScore("test", "accuracy", 0.625, "accuracy")]
+
+
+# --------------------------------------------------------------------------------------------
+# Licence
+# --------------------------------------------------------------------------------------------
+def test_the_licence_is_the_base_models_where_its_card_says_one_else_the_projects(tmp_path):
+    with_card = tmp_path / "with-card"
+    with_card.mkdir()
+    (with_card / "README.md").write_text("---\nlicense: mit\n---\n# a model\n", encoding="utf-8")
+    assert base_model_license(with_card) == {"license": "mit"}
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "README.md").write_text("---\nlicense: other\nlicense_name: tiny\nlicense_link: LICENSE.md\n---\n")
+    assert base_model_license(other) == {"license": "other", "license_name": "tiny", "license_link": "LICENSE.md"}
+    converted = tmp_path / "minilm-l6-mlm_suite"  # the folder name of resources.converted_minilm_dir()
+    converted.mkdir()
+    (converted / "config.json").write_text("{}")
+    assert base_model_license(converted) == {"license": "apache-2.0"}  # all-MiniLM-L6-v2's card
+    for silent in ("no card", "no licence", "not yaml"):
+        folder = tmp_path / silent
+        folder.mkdir()
+        if silent != "no card":
+            (folder / "README.md").write_text("---\ntags: [a]\n---\n" if silent == "no licence" else "---\n: [\n---\n")
+        assert base_model_license(folder) == {}
+
+    assert PROJECT_LICENSE == "apache-2.0"
+    licence = {base: assert_valid_model_card(card_text(base_model=base, dataset=CardDataset("local", "x"), scores=SCORES))
+               ["license"] for base in (None, with_card, converted, tmp_path / "no card")}
+    assert licence == {None: "apache-2.0", with_card: "mit", converted: "apache-2.0", tmp_path / "no card": "apache-2.0"}
+    metadata = assert_valid_model_card(card_text(base_model=other, dataset=CardDataset("local", "x"), scores=SCORES))
+    assert (metadata["license"], metadata["license_name"], metadata["license_link"]) == ("other", "tiny", "LICENSE.md")
+
+
+def test_the_project_licence_is_declared_once_and_the_same_everywhere():
+    repo = Path(__file__).resolve().parents[1]
+    assert "Apache License\n                           Version 2.0" in (repo / "LICENSE").read_text(encoding="utf-8")
+    pyproject = (repo / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'license = "Apache-2.0"' in pyproject and 'license-files = ["LICENSE"]' in pyproject
+    assert PROJECT_LICENSE == "apache-2.0"  # the Hub's identifier of the same licence
+
+
+def test_a_hub_base_models_licence_is_read_from_the_local_hub_cache_only(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    snapshot = tmp_path / "models--someone--some-bert" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("abc")
+    (snapshot / "README.md").write_text("---\nlicense: cc-by-4.0\n---\n", encoding="utf-8")
+    assert base_model_license("someone/some-bert") == {"license": "cc-by-4.0"}
+    assert base_model_license("someone/not-downloaded") == {}  # and the Hub is not asked
+    metadata = assert_valid_model_card(card_text(base_model="someone/some-bert", dataset=CardDataset("local", "x"),
+                                                 scores=SCORES))
+    assert (metadata["license"], metadata["base_model"]) == ("cc-by-4.0", "someone/some-bert")
+
+
+# --------------------------------------------------------------------------------------------
+# Data and results
+# --------------------------------------------------------------------------------------------
+def test_datasets_name_a_hub_dataset_only_and_the_embedded_data_are_english(tmp_path):
+    hub = CardDataset.read_by_job("nyu-mll/glue", "mrpc", ("ignored.jsonl",), None)
+    assert (hub.type, hub.name, hub.config, hub.hub_id, hub.language) == ("nyu-mll/glue", "nyu-mll/glue (mrpc)", "mrpc",
+                                                                         "nyu-mll/glue", None)
+    metadata = assert_valid_model_card(card_text(pipeline_tag="text-classification", dataset=hub, scores=SCORES))
+    assert metadata["datasets"] == ["nyu-mll/glue"] and "language" not in metadata
+    assert {result["dataset"]["config"] for result in metadata["model-index"][0]["results"]} == {"mrpc"}
+    mnli = CardDataset.read_by_job("nyu-mll/glue", "mnli", (), None, {"validation": "validation_matched", "test": "test"})
+    metadata = assert_valid_model_card(card_text(dataset=mnli, scores=SCORES))
+    assert [result["dataset"]["split"] for result in metadata["model-index"][0]["results"]] == ["validation_matched", "test"]
+
+    saved = tmp_path / "saved"
+    (saved / "dataset_dict.json").parent.mkdir()
+    (saved / "dataset_dict.json").write_text("{}")
+    for dataset in (CardDataset.read_by_job(str(saved), None, (), None),
+                    CardDataset.read_by_job(None, None, (str(tmp_path / "train.jsonl"), None, "dev.jsonl"), None)):
+        metadata = assert_valid_model_card(card_text(pipeline_tag="text-classification", dataset=dataset, scores=SCORES))
+        assert "datasets" not in metadata and "language" not in metadata and str(tmp_path) not in json.dumps(metadata)
+        assert {result["dataset"]["type"] for result in metadata["model-index"][0]["results"]} == {"local"}
+
+    embedded = CardDataset.embedded("pang_lee_sentence_polarity", "Pang & Lee")
+    assert CardDataset.read_by_job(None, None, (None, None), embedded) is embedded
+    metadata = assert_valid_model_card(card_text(pipeline_tag="text-classification", dataset=embedded, scores=SCORES))
+    assert metadata["language"] == ["en"] and "datasets" not in metadata
+
+
+def test_the_model_index_holds_each_splits_scores_under_the_jobs_task():
+    metrics = {"eval_accuracy": 0.75, "eval_f1": 0.5, "test_accuracy": 0.625, "test_f1": float("nan"),
+               "hf_eval_accuracy": 0.1, "intermediate_eval_accuracy": 0.2}
+    scores = card_scores(metrics, {"accuracy": ("accuracy", "accuracy"), "f1": ("f1", "macro F1")})
+    assert scores == SCORES  # NaN, other models' and other stages' scores left out
+    metadata = assert_valid_model_card(card_text(pipeline_tag="text-classification", base_model=None,
+                                                 dataset=CardDataset("local", "x"), scores=scores))
+    assert metadata["metrics"] == ["accuracy", "f1"]
+    task = {(r["task"]["type"], r["task"]["name"]) for r in metadata["model-index"][0]["results"]}
+    assert task == {("text-classification", "Text Classification")}
+    assert results_of(metadata) == {("validation", "accuracy"): 0.75, ("validation", "macro F1"): 0.5,
+                                    ("test", "accuracy"): 0.625}
+    # Without results there is no model-index (nor a stray model_name).
+    text = card_text(pipeline_tag="text-classification", dataset=CardDataset("local", "x"))
+    assert "model-index" not in text and "model_name" not in text and "metrics:" not in text.split("---")[1]
+
+
+def test_front_matter_keeps_its_reading_order_and_the_body_its_text():
+    text = card_text(pipeline_tag="token-classification", base_model=None, dataset=CardDataset("local", "x"),
+                     scores=SCORES)
+    keys = [line.split(":")[0] for line in text.split("---\n")[1].splitlines() if line and line[0] not in " -"]
+    assert keys == ["library_name", "pipeline_tag", "license", "tags", "metrics", "model-index"]
+    assert text.split("---\n", 2)[2].startswith("\n# m\n\nA model, fine-tuned with mlm_suite")
+
+
+# --------------------------------------------------------------------------------------------
+# push_to_hub(license=..., tags=..., ...): Trainer.create_model_card's arguments
+# --------------------------------------------------------------------------------------------
+def test_create_model_card_arguments_update_the_metadata():
+    data = model_card_data("pretraining", model_name="m", base_model=None, dataset=CardDataset("local", "x"),
+                           scores=SCORES[:1])
+    updated = update_card_data(data, license="mit", tags=["x", "mlm_suite"], language="fr", finetuned_from="someone/bert",
+                               dataset_tags="conll2003", dataset="CoNLL-2003", dataset_args="conll2003")
+    assert data.license == PROJECT_LICENSE and data.tags == ["mlm_suite", "masked-language-modeling", "custom_code"]
+    assert updated.license == "mit" and updated.tags == ["mlm_suite", "masked-language-modeling", "custom_code", "x"]
+    assert updated.language == ["fr"] and updated.base_model == "someone/bert" and updated.datasets == ["conll2003"]
+    result = updated.eval_results[0]
+    assert (result.dataset_type, result.dataset_name, result.dataset_config) == ("conll2003", "CoNLL-2003", "conll2003")
+    assert result.task_type == "fill-mask"
+    metadata = assert_valid_model_card("---\n" + front_matter(updated) + "\n---\n# m\n")
+    assert metadata["license"] == "mit" and "x" in metadata["tags"]
+    # Several datasets do not say which one the results were scored on: the model-index stays.
+    several = update_card_data(data, dataset_tags=["a/b", "c/d"], tasks="text-classification")
+    assert several.datasets == ["a/b", "c/d"] and several.eval_results[0].dataset_type == "local"
+    assert several.eval_results[0].task_type == "text-classification"
+    with pytest.raises(TypeError):
+        update_card_data(data, licence="mit")
+    assert update_card_data(data).to_dict() == data.to_dict()
+    assert model_card_data("finetuned", model_name="m", base_model=MINILM_HUB_ID).base_model == MINILM_HUB_ID

@@ -1,0 +1,438 @@
+"""Every job takes the flags of transformers' example scripts (``run_mlm.py``, ``run_glue.py``, ``run_ner.py``).
+
+Parse-level checks for every job (the transformers names parse, the old names still do and print a one-line note,
+``--help`` shows the new names), then one tiny run per family: ``--max_train_samples`` limits the training rows,
+``--validation_split_name`` picks a split of another name from a ``DatasetDict`` saved on disk (how the tests feed
+``--dataset_name`` offline), and the Hub flags reach ``from_pretrained``. Hub splits stay Arrow and give the same rows
+as the same data read from files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import pytest
+from datasets import ClassLabel, Dataset, DatasetDict, Features, List, Value, load_from_disk
+from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+from mlm_suite.jobs import (
+    finetune_classification,
+    finetune_ner,
+    finetune_pair,
+    finetune_retrieval,
+    finetuning,
+    prepare_data,
+    pretrain,
+)
+from mlm_suite.jobs.checkpoints import JobTrainingArguments
+from mlm_suite.jobs.distributed import run_job
+from test_finetune import FAST, tiny_model  # noqa: F401  (a fixture: a random 2-layer encoder with the MiniLM tokenizer)
+from test_pretrain import job_args as pretrain_args
+from test_pretrain import make_documents, write_text
+
+FINETUNING = {
+    "finetune-ner": finetune_ner,
+    "finetune-cls": finetune_classification,
+    "finetune-pair": finetune_pair,
+    "finetune-retrieval": finetune_retrieval,
+}
+JOBS = ["pretrain", "prepare-data", *FINETUNING]
+PREPARE_REQUIRED = ["--train_file", "corpus.txt", "--output_dir", "prepared"]
+HUB_KEYS = ("cache_dir", "revision", "token", "trust_remote_code")
+WORDS = "the cat sleeps on a warm mat while the dog runs in the park near a big old tree".split()
+
+
+def sentence(i: int) -> str:
+    return " ".join(WORDS[(i + k) % len(WORDS)] for k in range(4 + i % 3))
+
+
+class _Captured(Exception):
+    pass
+
+
+def finetuning_dataclasses(module) -> tuple:
+    """The dataclasses a fine-tuning job's ``main`` parses its flags into (its call of ``parse_arguments``)."""
+    captured = []
+
+    def capture(types, argv):
+        captured.extend(types)
+        raise _Captured
+
+    original = module.parse_arguments
+    module.parse_arguments = capture
+    try:
+        with pytest.raises(_Captured):
+            module.main([])
+    finally:
+        module.parse_arguments = original
+    return tuple(captured)
+
+
+def parse(job: str, argv: list[str]) -> tuple:
+    """``argv`` parsed as ``mlm-suite <job>`` parses it: the job's argument objects."""
+    if job == "pretrain":
+        return pretrain.parse_arguments(argv)
+    if job == "prepare-data":
+        tokenizer = [] if any(flag.startswith("--tokenizer") for flag in argv) else ["--tokenizer_name", "tok"]
+        return prepare_data.parse_arguments(PREPARE_REQUIRED + tokenizer + argv)
+    return finetuning.parse_arguments(finetuning_dataclasses(FINETUNING[job]), argv)
+
+
+def parser_of(job: str) -> argparse.ArgumentParser:
+    if job == "pretrain":
+        return finetuning.argument_parser((pretrain.PretrainingArguments, JobTrainingArguments))
+    if job == "prepare-data":
+        return finetuning.argument_parser([prepare_data.PrepareDataArguments, prepare_data.HubArguments])
+    return finetuning.argument_parser(finetuning_dataclasses(FINETUNING[job]))
+
+
+def value(parsed: tuple, name: str):
+    for arguments in parsed:
+        if hasattr(arguments, name):
+            return getattr(arguments, name)
+    raise AssertionError(f"no argument object has {name!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# Flags
+# --------------------------------------------------------------------------------------------
+HUB = ["cache_dir", "model_revision", "token", "trust_remote_code", "use_fast_tokenizer"]
+FINETUNING_DATA = ["dataset_name", "dataset_config_name", "train_file", "validation_file", "test_file",
+                   "label_column_name", "max_seq_length", "preprocessing_num_workers", "max_train_samples",
+                   "max_eval_samples", "max_predict_samples", "validation_split_name", "test_split_name"]
+#: The transformers flags each job takes (the others do not apply to it: see the job's docstring).
+TRANSFORMERS_FLAGS = {
+    "pretrain": HUB + ["model_name_or_path", "config_name", "tokenizer_name", "dataset_name", "dataset_config_name",
+                       "train_file", "validation_file", "text_column_name", "max_seq_length", "preprocessing_num_workers",
+                       "overwrite_cache", "max_train_samples", "max_eval_samples", "validation_split_percentage",
+                       "validation_split_name"],
+    "prepare-data": HUB + ["tokenizer_name", "train_file", "validation_file", "text_column_name", "max_seq_length",
+                           "preprocessing_num_workers", "max_train_samples", "validation_split_percentage"],
+    "finetune-ner": HUB + ["model_name_or_path", "config_name", "tokenizer_name", "text_column_name", *FINETUNING_DATA],
+    "finetune-cls": HUB + ["model_name_or_path", "config_name", "tokenizer_name", "text_column_name", "overwrite_cache",
+                           *FINETUNING_DATA],
+    "finetune-pair": HUB + ["model_name_or_path", "config_name", "tokenizer_name", "overwrite_cache", *FINETUNING_DATA],
+    "finetune-retrieval": HUB + ["model_name_or_path", "config_name", "tokenizer_name", "train_file",
+                                 "text_column_name", "max_seq_length", "max_train_samples", "max_eval_samples",
+                                 "max_predict_samples"],
+}
+# flag -> (command-line value, parsed value)
+SAMPLE_VALUES = {
+    "cache_dir": ("hf-cache", "hf-cache"), "model_revision": ("v1.0", "v1.0"), "token": ("hf_abc", "hf_abc"),
+    "trust_remote_code": ("true", True), "use_fast_tokenizer": ("false", False), "model_name_or_path": ("m", "m"),
+    "config_name": ("cfg", "cfg"), "tokenizer_name": ("tok", "tok"), "dataset_name": ("glue", "glue"),
+    "dataset_config_name": ("mnli", "mnli"), "train_file": ("train.txt", "train.txt"),
+    "validation_file": ("dev.txt", "dev.txt"), "test_file": ("test.txt", "test.txt"),
+    "text_column_name": ("body", "body"), "label_column_name": ("tags", "tags"), "max_seq_length": ("48", 48),
+    "preprocessing_num_workers": ("3", 3), "overwrite_cache": ("true", True), "max_train_samples": ("7", 7),
+    "max_eval_samples": ("5", 5), "max_predict_samples": ("4", 4), "validation_split_percentage": ("10", 10.0),
+    "validation_split_name": ("validation_matched", "validation_matched"),
+    "test_split_name": ("test_matched", "test_matched"),
+}
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_every_job_takes_the_transformers_flags(job):
+    flags = TRANSFORMERS_FLAGS[job]
+    argv = [item for name in flags for item in (f"--{name}", SAMPLE_VALUES[name][0])]
+    parsed = parse(job, argv)
+    for name in flags:
+        expected = SAMPLE_VALUES[name][1]
+        if job == "prepare-data" and name == "train_file":
+            expected = [expected]
+        assert value(parsed, name) == expected, name
+    defaults = parse(job, [])
+    assert value(defaults, "model_revision") == "main" and value(defaults, "trust_remote_code") is False
+    assert value(defaults, "cache_dir") is None and value(defaults, "token") is None
+
+
+# (job, old flag, new flag, value, parsed value)
+RENAMED = [
+    ("pretrain", "--tokenizer", "--tokenizer_name", "some/tok", "some/tok"),
+    ("pretrain", "--text_column", "--text_column_name", "body", "body"),
+    ("prepare-data", "--tokenizer", "--tokenizer_name", "tok", "tok"),
+    ("prepare-data", "--text_column", "--text_column_name", "body", "body"),
+    ("prepare-data", "--num_proc", "--preprocessing_num_workers", "3", 3),
+    ("finetune-retrieval", "--text_column", "--text_column_name", "body", "body"),
+]
+
+
+@pytest.mark.parametrize("job, old, new, given, expected", RENAMED)
+def test_old_flag_names_parse_alike_and_warn(job, old, new, given, expected, capsys):
+    assert value(parse(job, [new, given]), new[2:]) == expected
+    assert capsys.readouterr().err == ""
+    for spelling in (old, "--" + old[2:].replace("_", "-"), f"{old}={given}"):
+        argv = [spelling] if "=" in spelling else [spelling, given]
+        assert value(parse(job, argv), new[2:]) == expected, spelling
+        notes = capsys.readouterr().err.strip().splitlines()
+        assert len(notes) == 1 and f"{spelling.split('=')[0]} is deprecated; use {new}" in notes[0], notes
+
+
+@pytest.mark.parametrize("job", sorted({job for job, *_ in RENAMED}))
+def test_help_shows_the_new_names_only(job):
+    parser = parser_of(job)
+    text = parser.format_help()
+    for renamed_job, old, new, _, _ in RENAMED:
+        if renamed_job != job:
+            continue
+        assert f"  {new} " in text and f"(formerly {old})" in " ".join(text.split())
+        assert parser._option_string_actions[old].help == argparse.SUPPRESS
+        assert not re.search(rf"^\s+{old}[ ,]", text, re.MULTILINE) and f"[{old} " not in text
+
+
+def test_a_json_file_of_flags_takes_the_old_names_too(tmp_path, capsys):
+    flags = tmp_path / "flags.json"
+    flags.write_text(json.dumps({"text_column": "body", "max_train_samples": 3, "output_dir": str(tmp_path / "o")}))
+    parsed = finetuning.parse_arguments(finetuning_dataclasses(finetune_retrieval), [str(flags)])
+    assert value(parsed, "text_column_name") == "body" and value(parsed, "max_train_samples") == 3
+    assert "--text_column is deprecated; use --text_column_name" in capsys.readouterr().err
+
+
+def test_a_required_flag_given_by_its_old_name_counts(capsys):
+    args, _ = prepare_data.parse_arguments([*PREPARE_REQUIRED, "--tokenizer", "tok"])
+    assert args.tokenizer_name == "tok"
+    with pytest.raises(SystemExit) as exit_info:
+        prepare_data.parse_arguments(PREPARE_REQUIRED)
+    assert exit_info.value.code == 2
+    assert "the following arguments are required: --tokenizer_name" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# Tiny runs
+# --------------------------------------------------------------------------------------------
+@pytest.fixture
+def recorded(monkeypatch) -> list[tuple[str, str, dict]]:
+    """``(class, path, Hub keyword arguments)`` of every config, tokenizer and sequence-model ``from_pretrained``.
+
+    The calls then go on without ``trust_remote_code`` (the tests' folders would otherwise load their own copy of
+    the modelling code), so only the plumbing is under test.
+    """
+    calls = []
+    depth = [0]  # calls made inside a recorded call (AutoTokenizer loads its config) are the library's, not the job's
+    for cls in (AutoConfig, AutoTokenizer, AutoModelForSequenceClassification):
+        original = cls.from_pretrained
+
+        def from_pretrained(path, *args, _original=original, _name=cls.__name__, **kwargs):
+            if depth[0] == 0:
+                calls.append((_name, str(path), {key: kwargs.get(key) for key in HUB_KEYS}))
+            kwargs.pop("trust_remote_code", None)
+            depth[0] += 1
+            try:
+                return _original(path, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+
+        monkeypatch.setattr(cls, "from_pretrained", from_pretrained)
+    return calls
+
+
+HUB_FLAGS = ["--cache_dir", "{cache}", "--model_revision", "main", "--trust_remote_code", "true"]
+
+
+def hub_flags(tmp_path: Path) -> list[str]:
+    return [flag.format(cache=tmp_path / "hf-cache") for flag in HUB_FLAGS]
+
+
+def assert_hub_flags_reached(calls, tmp_path: Path, classes: set[str]) -> None:
+    expected = {"cache_dir": str(tmp_path / "hf-cache"), "revision": "main", "token": None, "trust_remote_code": True}
+    assert {name for name, _, _ in calls} >= classes, calls
+    for name, path, kwargs in calls:
+        if "minilm" in path.lower() or "all-MiniLM" in path:
+            continue  # the job's own resources (the default tokenizer of a trained vocabulary ...) are not the user's
+        assert kwargs == expected, (name, path, kwargs)
+
+
+def save_classification_data(folder: Path) -> Path:
+    """Splits train (20), validation (3), validation_matched (5) and test_matched (6); ClassLabel labels."""
+    features = Features({"text": Value("string"), "label": ClassLabel(names=["neg", "pos"])})
+    sizes = {"train": 20, "validation": 3, "validation_matched": 5, "test_matched": 6}
+    splits, start = {}, 0
+    for name, size in sizes.items():
+        rows = range(start, start + size)
+        splits[name] = Dataset.from_dict({"text": [sentence(i) for i in rows], "label": [i % 2 for i in rows]},
+                                         features=features)
+        start += size
+    DatasetDict(splits).save_to_disk(str(folder))
+    return folder
+
+
+def test_classification_split_names_sample_limits_and_hub_flags(tiny_model, tmp_path, recorded):
+    data = save_classification_data(tmp_path / "data")
+    out = tmp_path / "out"
+    finetune_classification.main([
+        "--model_name_or_path", str(tiny_model), "--dataset_name", str(data), "--output_dir", str(out),
+        "--validation_split_name", "validation_matched", "--test_split_name", "test_matched",
+        "--max_train_samples", "8", "--max_predict_samples", "4", *hub_flags(tmp_path), *FAST,
+    ])  # fmt: skip
+    metrics = json.loads((out / "all_results.json").read_text())
+    assert metrics["train_samples"] == 8
+    assert metrics["eval_n_examples"] == 5  # validation_matched, not validation (3 rows)
+    assert metrics["test_n_examples"] == 4  # test_matched (6 rows) cut to --max_predict_samples
+    assert_hub_flags_reached(recorded, tmp_path, {"AutoConfig", "AutoTokenizer", "AutoModelForSequenceClassification"})
+
+
+def test_a_split_name_the_dataset_lacks_is_a_one_line_user_error(tiny_model, tmp_path, capsys):
+    data = save_classification_data(tmp_path / "data")
+    argv = ["--model_name_or_path", str(tiny_model), "--dataset_name", str(data), "--output_dir", str(tmp_path / "o"),
+            "--validation_split_name", "validation_mismatched"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        run_job(finetune_classification.main, argv, prog="mlm-suite finetune-cls", debug=False)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1, err
+    assert err[0] == (f"mlm-suite finetune-cls: error: --validation_split_name validation_mismatched: {data} has no such "
+                      "split; its splits are ['train', 'validation', 'validation_matched', 'test_matched']")
+    assert not (tmp_path / "o").exists()
+
+
+def test_hub_splits_stay_arrow_and_equal_the_same_rows_read_from_files(tmp_path):
+    data = save_classification_data(tmp_path / "data")
+    args = finetuning.parse_arguments(finetuning_dataclasses(finetune_classification),
+                                      ["--dataset_name", str(data), "--test_split_name", "test_matched"])[1]
+    splits, description = finetune_classification.load_text_splits(args, ["text"], 0, lambda: None)
+    assert description.endswith("(test split `test_matched`)"), description
+    assert isinstance(splits["train"], finetune_classification.TextSplit)
+    assert isinstance(splits["train"].texts, Dataset) and splits["train"].texts.column_names == ["text"]
+    files = {}
+    for split in ("train", "validation", "test_matched"):
+        rows = [{"text": row["text"], "label": ["neg", "pos"][row["label"]]} for row in load_from_disk(str(data))[split]]
+        files[split] = tmp_path / f"{split}.jsonl"
+        files[split].write_text("".join(json.dumps(row) + "\n" for row in rows))
+    file_args = finetuning.parse_arguments(finetuning_dataclasses(finetune_classification), [
+        "--train_file", str(files["train"]), "--validation_file", str(files["validation"]),
+        "--test_file", str(files["test_matched"])])[1]  # fmt: skip
+    from_files, _ = finetune_classification.load_text_splits(file_args, ["text"], 0, lambda: None)
+    for split in ("train", "validation", "test"):
+        listed = finetune_classification.TextSplit.of(from_files[split], ["text"])
+        assert splits[split].texts["text"] == listed.texts["text"] and splits[split].labels == listed.labels
+        assert splits[split].head(2).texts["text"] == listed.texts["text"][:2]
+
+
+def save_ner_data(folder: Path) -> Path:
+    tags = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    features = Features({"tokens": List(Value("string")), "ner_tags": List(ClassLabel(names=tags))})
+    rows = [("john lives in paris".split(), [1, 0, 0, 3]), ("mary smith works in new york".split(), [1, 2, 0, 0, 3, 4]),
+            ("the cat sleeps".split(), [0, 0, 0]), ("anna met john in berlin".split(), [1, 0, 1, 0, 3])]
+    splits = {"train": rows * 3, "dev": rows[:2], "heldout": rows[1:]}
+    DatasetDict({name: Dataset.from_dict({"tokens": [t for t, _ in part], "ner_tags": [g for _, g in part]},
+                                         features=features) for name, part in splits.items()}).save_to_disk(str(folder))
+    return folder
+
+
+def test_ner_split_names_and_sample_limits(tiny_model, tmp_path):
+    data = save_ner_data(tmp_path / "data")
+    out = tmp_path / "out"
+    finetune_ner.main(["--model_name_or_path", str(tiny_model), "--dataset_name", str(data), "--output_dir", str(out),
+                       "--validation_split_name", "dev", "--test_split_name", "heldout", "--max_train_samples", "5",
+                       "--compare_hf", "false", *FAST])
+    metrics = json.loads((out / "all_results.json").read_text())
+    assert metrics["train_samples"] == 5
+    assert metrics["eval_n_sentences"] == 2 and metrics["test_n_sentences"] == 3
+
+
+def test_tokenising_on_several_processes_gives_the_same_rows(tokenizer):
+    sentences = [(sentence(i).split(), ["O"] * len(sentence(i).split())) for i in range(40)]
+    one = finetune_ner.encode(sentences, tokenizer, {"O": 0}, "first", 6)
+    two = finetune_ner.encode(sentences, tokenizer, {"O": 0}, "first", 6, num_proc=2)
+    assert one.to_dict() == two.to_dict() and len(one) > len(sentences)  # windows: several rows per sentence
+
+    args, _ = pretrain.parse_arguments(["--packing", "--max_seq_length", "24", "--output_dir", "unused"])
+    texts = Dataset.from_dict({"text": make_documents(60, seed=3)})
+    alone = pretrain.build_features(texts, tokenizer, args, 0, "training")
+    args.preprocessing_num_workers = 2
+    parallel = pretrain.build_features(texts, tokenizer, args, 0, "training")
+    assert parallel.column_names == alone.column_names
+    for column in alone.column_names:
+        assert parallel[column] == alone[column], column
+
+
+def test_pretrain_split_names_sample_limits_old_flags_and_hub_flags(tmp_path, minilm_dir, recorded, capsys):
+    data = tmp_path / "data"
+    DatasetDict({
+        "train": Dataset.from_dict({"body": make_documents(30, seed=1), "id": list(range(30))}),
+        "heldout": Dataset.from_dict({"body": make_documents(6, seed=2), "id": list(range(6))}),
+    }).save_to_disk(str(data))  # fmt: skip
+    out = tmp_path / "out"
+    assert pretrain.main(pretrain_args(
+        out, "--dataset_name", str(data), "--validation_split_name", "heldout", "--text_column", "body",
+        "--tokenizer", str(minilm_dir), "--max_train_samples", "5", "--max_steps", "1", "--eval_strategy", "no",
+        "--fill_mask_probes", "0", *hub_flags(tmp_path),
+    )) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert "--tokenizer is deprecated; use --tokenizer_name" in err and "--text_column is deprecated" in err
+    assert json.loads((out / "train_results.json").read_text())["train_samples"] == 5
+    tokenizer_calls = [kwargs for name, path, kwargs in recorded if name == "AutoTokenizer" and path == str(minilm_dir)]
+    assert tokenizer_calls == [{"cache_dir": str(tmp_path / "hf-cache"), "revision": "main", "token": None,
+                                "trust_remote_code": True}]
+    args, _ = pretrain.parse_arguments(pretrain_args(out, "--dataset_name", str(data), "--validation_split_name",
+                                                     "heldout", "--text_column_name", "body"))
+    held_out = pretrain.load_text_splits(args)[0]["validation"]
+    assert held_out["text"] == make_documents(6, seed=2)  # the split named, not 5 % of train
+    rows = pretrain.build_features(held_out, AutoTokenizer.from_pretrained(minilm_dir), args, pretrain.EVAL_SEED, "v")
+    assert json.loads((out / "eval_results.json").read_text())["eval_samples"] == len(rows)
+
+
+def test_pretrain_hub_documents_equal_the_same_documents_from_a_file(tmp_path):
+    documents = make_documents(20, seed=4)
+    data = tmp_path / "data"
+    DatasetDict({"train": Dataset.from_dict({"text": documents[:10] + ["  ", ""] + documents[10:]})}).save_to_disk(str(data))
+    hub, _ = pretrain.load_text_splits(pretrain.parse_arguments(["--dataset_name", str(data)])[0])
+    local, _ = pretrain.load_text_splits(pretrain.parse_arguments(["--train_file", str(write_text(tmp_path / "c.txt", documents))])[0])
+    for split in ("train", "validation"):
+        assert hub[split]["text"] == local[split]["text"], split  # blank documents dropped, same seeded hold-out
+
+
+def test_prepare_data_old_flags_sample_limit_and_hub_flags(tmp_path, minilm_dir, recorded, capsys):
+    corpus = write_text(tmp_path / "corpus.txt", make_documents(40, seed=5))
+    output = tmp_path / "prepared"
+    assert prepare_data.main(["--train_file", str(corpus), "--tokenizer", str(minilm_dir), "--output_dir", str(output),
+                              "--num_proc", "1", "--max_seq_length", "32", "--max_train_samples", "3",
+                              *hub_flags(tmp_path)]) == 0
+    assert "--num_proc is deprecated; use --preprocessing_num_workers" in capsys.readouterr().err
+    metadata = json.loads((output / "mlm_suite_data.json").read_text())
+    assert metadata["train_rows"] == 3
+    assert [kwargs for name, _, kwargs in recorded if name == "AutoTokenizer"] == [
+        {"cache_dir": str(tmp_path / "hf-cache"), "revision": "main", "token": None, "trust_remote_code": True}]
+
+
+def test_retrieval_old_column_flag_sample_limit_and_hub_flags(tiny_model, tmp_path, recorded):
+    texts = [sentence(i) for i in range(12)]
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"query": texts[i], "document": texts[i + 1]}) + "\n" for i in range(10)))
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "body": text}) + "\n" for i, text in enumerate(texts)))
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join(json.dumps({"query": texts[i], "document_id": str(i + 1)}) + "\n" for i in range(4)))
+    out = tmp_path / "out"
+    finetune_retrieval.main([
+        "--model_name_or_path", str(tiny_model), "--train_file", str(train), "--corpus_file", str(corpus),
+        "--queries_file", str(queries), "--text_column", "body", "--max_train_samples", "6", "--output_dir", str(out),
+        *hub_flags(tmp_path), *FAST,
+    ])  # fmt: skip
+    metrics = json.loads((out / "all_results.json").read_text())
+    assert metrics["train_samples"] == 6
+    assert_hub_flags_reached(recorded, tmp_path, {"AutoConfig", "AutoTokenizer"})
+
+
+def test_config_name_is_the_config_a_fine_tuning_job_loads(tiny_model, tmp_path, recorded):
+    config_folder = tmp_path / "config"
+    AutoConfig.from_pretrained(tiny_model).save_pretrained(config_folder)
+    recorded.clear()
+    args = finetuning.parse_arguments(finetuning_dataclasses(finetune_classification),
+                                      ["--model_name_or_path", str(tiny_model), "--config_name", str(config_folder)])[0]
+    finetuning.load_config(str(tiny_model), args)
+    assert [path for name, path, _ in recorded if name == "AutoConfig"] == [str(config_folder)]
+
+
+def test_pretrain_builds_the_model_of_config_name(tiny_model, tmp_path, minilm_dir, tokenizer, capsys):
+    args, training_args = pretrain.parse_arguments(["--config_name", str(tiny_model), "--config_preset", "mini"])
+    config = pretrain.build_config(args, tokenizer)
+    assert (config.num_hidden_layers, config.hidden_size) == (2, 32)  # tiny_model's, not the preset's
+    described = pretrain.describe_configuration(args, training_args)
+    assert f"from scratch, config {tiny_model}" in described and "ignored: --config_preset" in described
+    args, _ = pretrain.parse_arguments(["--config_name", str(minilm_dir)])
+    with pytest.raises(ValueError, match="holds a 'bert' config"):
+        pretrain.build_config(args, tokenizer)
