@@ -40,7 +40,7 @@ tests=(
     tests/test_tokenization.py tests/test_alignment.py tests/test_large_corpora.py
     tests/test_modeling.py tests/test_heads.py
     tests/test_pretrain.py tests/test_finetune.py tests/test_resume.py tests/test_training_semantics.py tests/test_pretraining_schedules.py
-    tests/test_metric_modules.py tests/test_plots.py
+    tests/test_metric_modules.py tests/test_plots.py tests/test_model_cards.py tests/test_run_conventions.py tests/test_layout.py
 )
 
 start=$SECONDS
