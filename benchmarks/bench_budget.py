@@ -33,7 +33,10 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling, TrainingArguments
 
+from mlm_suite.data.pretraining import EVAL_SEED, build_features, most_frequent_row_token
+from mlm_suite.data.readers import load_pretraining_documents
 from mlm_suite.jobs import pretrain
+from mlm_suite.jobs.pretraining_setup import build_config
 from mlm_suite.evaluation.masked_lm import (
     fill_mask_probe,
     make_mlm_compute_metrics,
@@ -41,6 +44,8 @@ from mlm_suite.evaluation.masked_lm import (
     probe_sentences,
 )
 from mlm_suite.training.controls import TimeBudgetCallback
+from mlm_suite.training.pretraining import PretrainingTrainer, evaluation_collator
+from mlm_suite.training.schedules import UNBOUNDED_STEPS
 
 HF_INPUTS = ("input_ids", "attention_mask", "special_tokens_mask")
 
@@ -59,14 +64,14 @@ def run_mlm_suite(output_dir: Path, minutes: float, job_args: list[str]) -> dict
 def run_hf(output_dir: Path, tokenizer_dir: Path, minutes: float, job_args: list[str]) -> dict:
     """HF BERT on the rows, masks and probes the mlm_suite job used (rebuilt from the same arguments)."""
     args, job_training_args = pretrain.parse_arguments(["--output_dir", str(output_dir), *job_args])
-    texts, _ = pretrain.load_text_splits(args)
+    texts, _ = load_pretraining_documents(args)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    train_features = pretrain.build_features(texts["train"], tokenizer, args, job_training_args.seed, "training")
-    eval_features = pretrain.build_features(texts["validation"], tokenizer, args, pretrain.EVAL_SEED, "validation")
-    baseline_token_id = pretrain.most_frequent_token(train_features, tokenizer)
+    train_features = build_features(texts["train"], tokenizer, args, job_training_args.seed, "training")
+    eval_features = build_features(texts["validation"], tokenizer, args, EVAL_SEED, "validation")
+    baseline_token_id = most_frequent_row_token(train_features, tokenizer)
     probes = probe_sentences(texts["validation"]["text"], tokenizer, args.fill_mask_probes)
 
-    ours = pretrain.build_config(args, tokenizer)
+    ours = build_config(args, tokenizer)
     config = BertConfig(
         vocab_size=len(tokenizer),
         hidden_size=ours.hidden_size,
@@ -81,7 +86,7 @@ def run_hf(output_dir: Path, tokenizer_dir: Path, minutes: float, job_args: list
     hf_collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
     training_args = TrainingArguments(
         output_dir=str(output_dir),
-        max_steps=pretrain.UNBOUNDED_STEPS,
+        max_steps=UNBOUNDED_STEPS,
         per_device_train_batch_size=job_training_args.per_device_train_batch_size,
         per_device_eval_batch_size=job_training_args.per_device_eval_batch_size,
         learning_rate=job_training_args.learning_rate,
@@ -99,11 +104,11 @@ def run_hf(output_dir: Path, tokenizer_dir: Path, minutes: float, job_args: list
         remove_unused_columns=False,
         include_for_metrics=["inputs"],
     )
-    trainer = pretrain.PretrainingTrainer(
+    trainer = PretrainingTrainer(
         model=model,
         args=training_args,
         data_collator=lambda features: hf_collator([{key: row[key] for key in HF_INPUTS} for row in features]),
-        eval_data_collator=pretrain.evaluation_collator(tokenizer, args),
+        eval_data_collator=evaluation_collator(tokenizer, args),
         train_dataset=train_features,
         eval_dataset=eval_features,
         processing_class=tokenizer,

@@ -64,7 +64,7 @@ from typing import Any
 from mlm_suite.data import resources
 from mlm_suite.data.subsets import balanced_nested_subsets
 from mlm_suite.jobs import finetune_classification, pretrain
-from mlm_suite.jobs.finetuning import split_80_10_10
+from mlm_suite.data.readers import split_80_10_10
 
 STARTS = {
     "random": "(a) random init, main architecture",

@@ -46,9 +46,12 @@ from pathlib import Path
 from transformers import AutoTokenizer, TrainingArguments
 
 from mlm_suite import MlmSuiteForMaskedLM
+from mlm_suite.data.pretraining import EVAL_SEED, build_features, first_rows, most_frequent_row_token
+from mlm_suite.data.readers import load_pretraining_documents
 from mlm_suite.jobs import pretrain
 from mlm_suite.evaluation.masked_lm import make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
+from mlm_suite.training.pretraining import PretrainingTrainer, evaluation_collator
 
 TODAY = "today's recipe"
 COMBINED = "best combination"
@@ -70,7 +73,7 @@ def shared_tokenizer(folder: Path, job_args: list[str]) -> Path:
     """The vocabulary the job would train on the training documents, trained once for every run."""
     if not (folder / "tokenizer.json").is_file():
         args, _ = pretrain.parse_arguments(["--output_dir", str(folder), *job_args])
-        texts, _ = pretrain.load_text_splits(args)
+        texts, _ = load_pretraining_documents(args)
         vocabulary = args.vocab_size or pretrain.DEFAULT_TRAINED_VOCAB_SIZE
         train_wordpiece_tokenizer(texts["train"]["text"], vocab_size=vocabulary).save_pretrained(folder)
     return folder
@@ -122,24 +125,23 @@ def evaluate_at_job_rows(folder: Path, job_args: list[str]) -> dict:
     if saved.is_file():
         return json.loads(saved.read_text())
     args, _ = pretrain.parse_arguments(["--output_dir", str(folder / "eval"), *job_args])
-    texts, _ = pretrain.load_text_splits(args)
+    texts, _ = load_pretraining_documents(args)
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    train_features = pretrain.build_features(texts["train"], tokenizer, args, 0, "training")
-    eval_features = pretrain.build_features(texts["validation"], tokenizer, args, pretrain.EVAL_SEED, "validation")
-    if args.max_eval_samples is not None and len(eval_features) > args.max_eval_samples:
-        eval_features = eval_features.select(range(args.max_eval_samples))
+    train_features = build_features(texts["train"], tokenizer, args, 0, "training")
+    eval_features = build_features(texts["validation"], tokenizer, args, EVAL_SEED, "validation")
+    eval_features = first_rows(eval_features, args.max_eval_samples)
     training_args = TrainingArguments(
         output_dir=str(folder / "eval"), per_device_eval_batch_size=64, report_to="none", disable_tqdm=True,
         remove_unused_columns=False, include_for_metrics=["inputs"],
     )  # fmt: skip
-    trainer = pretrain.PretrainingTrainer(
+    trainer = PretrainingTrainer(
         model=MlmSuiteForMaskedLM.from_pretrained(folder),
         args=training_args,
-        eval_data_collator=pretrain.evaluation_collator(tokenizer, args),
+        eval_data_collator=evaluation_collator(tokenizer, args),
         eval_dataset=eval_features,
         processing_class=tokenizer,
         compute_metrics=make_mlm_compute_metrics(
-            tokenizer.mask_token_id, pretrain.most_frequent_token(train_features, tokenizer)
+            tokenizer.mask_token_id, most_frequent_row_token(train_features, tokenizer)
         ),
         preprocess_logits_for_metrics=preprocess_logits_for_mlm_metrics,
     )

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from mlm_suite.data import resources
 from mlm_suite.jobs import finetune_classification, finetune_pair, pretrain
-from mlm_suite.jobs.finetuning import split_80_10_10
+from mlm_suite.data.readers import split_80_10_10
 
 TASKS = {"sentiment": finetune_classification, "coherence": finetune_pair}
 STARTS = ("mlm", "mlm_nsp", "random")

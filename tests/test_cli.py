@@ -26,7 +26,7 @@ from mlm_suite.data import resources
 from mlm_suite.cli import SUBCOMMANDS, main
 from mlm_suite.errors import FetchError, UsageError, is_user_error
 from mlm_suite.jobs.distributed import command_prog, run_job
-from mlm_suite.jobs.finetuning import validate_flags
+from mlm_suite.jobs.arguments import validate_flags
 
 
 

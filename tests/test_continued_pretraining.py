@@ -15,14 +15,10 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining
-from mlm_suite.jobs.pretrain import (
-    PretrainingArguments,
-    build_config,
-    build_model,
-    evaluation_collator,
-    main,
-    mlm_suite_checkpoint,
-)
+from mlm_suite.jobs.finetuning import mlm_suite_checkpoint
+from mlm_suite.jobs.pretrain import PretrainingArguments, main
+from mlm_suite.jobs.pretraining_setup import build_config, build_model
+from mlm_suite.training.pretraining import evaluation_collator
 from test_pretrain import job_args, make_documents, write_text
 
 NEW_MLM_HEAD = ["lm_head.decoder.bias", "lm_head.dense.bias", "lm_head.dense.weight", "lm_head.norm.bias", "lm_head.norm.weight"]

@@ -27,6 +27,7 @@ import json, sys
 import torch.distributed as dist
 
 from mlm_suite.data.masking import DataCollatorForMaskedLM
+from mlm_suite.data.pretraining import EVAL_SEED
 from mlm_suite.jobs import pretrain
 from mlm_suite.jobs.distributed import run_job
 
@@ -35,7 +36,7 @@ collate = DataCollatorForMaskedLM.__call__
 
 
 def noting(self, features):
-    if self.seed != pretrain.EVAL_SEED:  # training batches only
+    if self.seed != EVAL_SEED:  # training batches only
         with open(f"{record}/rank{dist.get_rank()}.jsonl", "a") as out:
             for feature in features:
                 out.write(json.dumps([feature["epoch"], feature["input_ids"]]) + "\\n")

@@ -25,13 +25,10 @@ from transformers import (
 from mlm_suite import MlmSuiteConfig, MlmSuiteForTokenClassification, MlmSuiteModel
 from mlm_suite.data import resources
 from mlm_suite.jobs import finetune_classification, finetune_ner, finetune_pair, seeds
-from mlm_suite.jobs.finetuning import (
-    infer_task_type,
-    read_conll,
-    save_everything,
-    split_80_10_10,
-)
-from mlm_suite.data.tagging import InvalidTagSequenceError, validate_tags
+from mlm_suite.data.labels import infer_task_type
+from mlm_suite.data.readers import Source, read_conll, split_80_10_10
+from mlm_suite.jobs.finetuning import save_everything
+from mlm_suite.data.tagging import InvalidTagSequenceError, settle_scheme, validate_tags
 from test_distributed import launch_two_processes
 from test_model_cards import assert_valid_model_card, results_of
 from test_plots import assert_linked_png
@@ -195,8 +192,8 @@ def test_iob1_file_is_detected_and_converted(tiny_model, tmp_path):
     assert config["tagging_scheme"] == "BIO"
     assert set(config["label2id"]) == {"O", "B-LOC", "I-LOC", "B-PER", "I-PER"}
     assert "converted from IOB1" in (tmp_path / "out" / "README.md").read_text()
-    sources = {"train": finetune_ner.Source("f", [(words, list(tags)) for words, tags in IOB1])}
-    assert finetune_ner.settle_scheme(sources, None, "BIO") == ("IOB1", "BIO")
+    sources = {"train": Source("f", [(words, list(tags)) for words, tags in IOB1])}
+    assert settle_scheme(sources, None, "BIO") == ("IOB1", "BIO")
     assert sources["train"].sentences[1][1] == ["B-LOC", "B-LOC", "O", "O"]
 
 

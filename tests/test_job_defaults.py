@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from mlm_suite.jobs.finetuning import feed_the_device, gpu_loader_workers
+from mlm_suite.jobs.arguments import feed_the_device, gpu_loader_workers
 from mlm_suite.jobs.pretrain import parse_arguments
 
 
@@ -113,7 +113,7 @@ def test_flags_given_win_over_the_continued_pretraining_defaults(flags):
 
 
 def test_a_time_budget_lifts_the_continued_step_default_but_not_a_given_one():
-    from mlm_suite.jobs.pretrain import UNBOUNDED_STEPS
+    from mlm_suite.training.schedules import UNBOUNDED_STEPS
 
     args, training_args = parse_arguments([*CONTINUING, "--max_train_minutes", "5"])
     assert training_args.max_steps == UNBOUNDED_STEPS and training_args.learning_rate == 3e-4
@@ -122,7 +122,7 @@ def test_a_time_budget_lifts_the_continued_step_default_but_not_a_given_one():
 
 
 def test_the_printed_configuration_says_which_defaults_applied():
-    from mlm_suite.jobs.pretrain import describe_configuration
+    from mlm_suite.jobs.pretraining_setup import describe_configuration
 
     shown = describe_configuration(*parse_arguments([*CONTINUING, "--max_steps", "200", "--config_preset", "base"]))
     assert "continuing some/checkpoint" in shown

@@ -18,7 +18,7 @@ from conftest import load_benchmark
 from mlm_suite import MlmSuiteConfig, MlmSuiteModel
 from mlm_suite.data import resources
 from mlm_suite.data.subsets import balanced_nested_subsets, class_quotas
-from mlm_suite.jobs.finetuning import split_80_10_10
+from mlm_suite.data.readers import split_80_10_10
 
 SIZES = [32, 64, 128, 256, 512, 1024]
 

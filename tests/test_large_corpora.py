@@ -24,8 +24,10 @@ from mlm_suite.data import DataCollatorForMaskedLM
 from mlm_suite.data.corpus import document_stream, hold_out, iter_documents
 from mlm_suite.data.prepared import load_prepared, pretraining_rows_function, tokenizer_fingerprint
 from mlm_suite.data.streaming import ProcessStream, split_for_processes, stream_rows
-from mlm_suite.jobs import pretrain
-from mlm_suite.jobs.pretrain import build_features, load_text_splits, main, parse_arguments
+from mlm_suite.data.pretraining import EVAL_SEED, build_features, most_frequent_row_token
+from mlm_suite.data.readers import load_pretraining_documents
+from mlm_suite.jobs.pretrain import main, parse_arguments
+from mlm_suite.training import pretraining
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
 from mlm_suite.training.trainer import PickleFreeTrainer
 from test_pretrain import TINY_MODEL, job_args, make_documents, max_difference, read_json, weights, write_text
@@ -102,7 +104,7 @@ def test_prepared_shards_hold_the_rows_the_job_builds_in_memory(tmp_path, tokeni
 
     args, _ = parse_arguments(["--train_file", str(train), "--max_seq_length", str(MAX_LENGTH), "--output_dir", "x"]
                               + (["--packing"] if packing else []))  # fmt: skip
-    texts, _ = load_text_splits(args)
+    texts, _ = load_pretraining_documents(args)
     in_memory = build_features(texts["train"], tokenizer, args, 0, "training")
     assert prepared.train.column_names == in_memory.column_names
     assert prepared.train.num_rows == in_memory.num_rows > 2000
@@ -111,7 +113,7 @@ def test_prepared_shards_hold_the_rows_the_job_builds_in_memory(tmp_path, tokeni
     assert prepared.validation["text"] == texts["validation"]["text"]
     metadata = prepared.metadata
     assert metadata["train_tokens"] == sum(map(len, in_memory["input_ids"]))
-    assert metadata["baseline_token_id"] == pretrain.most_frequent_token(in_memory, tokenizer)
+    assert metadata["baseline_token_id"] == most_frequent_row_token(in_memory, tokenizer)
     assert metadata["tokenizer"]["fingerprint"] == tokenizer_fingerprint(tokenizer)
 
 
@@ -299,7 +301,7 @@ class RecordingCollator(DataCollatorForMaskedLM):
     batches: list[list[tuple[int, int]]] = []
 
     def __call__(self, features):
-        if self.seed != pretrain.EVAL_SEED:
+        if self.seed != EVAL_SEED:
             RecordingCollator.batches.append([(int(f.get("epoch", self.epoch)), int(f["example_index"])) for f in features])
         return super().__call__(features)
 
@@ -308,7 +310,7 @@ def record_run(monkeypatch, argv: list[str]) -> list[list[tuple[int, int]]]:
     """Run the job in this process; the batches its training collator masked (one more than trained: accelerate
     reads a batch ahead)."""
     RecordingCollator.batches = []
-    monkeypatch.setattr(pretrain, "DataCollatorForMaskedLM", RecordingCollator)
+    monkeypatch.setattr(pretraining, "DataCollatorForMaskedLM", RecordingCollator)  # the training collator's class
     assert main(argv) == 0
     return RecordingCollator.batches
 

@@ -15,7 +15,7 @@ from transformers import AutoModelForTokenClassification, AutoTokenizer
 from mlm_suite import MlmSuiteConfig, MlmSuiteModel
 from mlm_suite.data import resources
 from mlm_suite.jobs import finetune_ner
-from mlm_suite.jobs.finetuning import read_conll
+from mlm_suite.data.readers import read_conll, read_ner_file
 from mlm_suite.evaluation.entities import entity_scores, make_compute_metrics, paired_bootstrap, tag_scores
 from mlm_suite.data.tagging import (
     NO_SCHEME,
@@ -25,6 +25,7 @@ from mlm_suite.data.tagging import (
     detect_scheme,
     line_locator,
     normalize_scheme,
+    settle_scheme,
     validate_tags,
 )
 from test_plots import assert_linked_png
@@ -240,9 +241,9 @@ def test_json_lines_errors_name_line_and_token(tmp_path):
     path = tmp_path / "dev.jsonl"
     path.write_text('{"tokens": ["a", "b"], "ner_tags": ["O", "B-PER"]}\n\n'
                     '{"tokens": ["c", "d", "e"], "ner_tags": ["O", "O", "I-PER"]}\n', encoding="utf-8")
-    source = finetune_ner.read_ner_file(str(path), "tokens", "ner_tags")
+    source = read_ner_file(str(path), "tokens", "ner_tags")
     with pytest.raises(InvalidTagSequenceError, match=rf"^{path} line 3, token 3: I-PER after O is not allowed in BIO"):
-        finetune_ner.settle_scheme({"train": source}, "BIO", None)
+        settle_scheme({"train": source}, "BIO", None)
     locate = line_locator("f.txt", [[4, 5, 6]])
     assert locate(0, 2) == "f.txt line 6"
     with pytest.raises(InvalidTagSequenceError, match=r"^f.txt line 5: I-PER after O"):

@@ -18,7 +18,9 @@ import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, List, Value, load_from_disk
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
+from mlm_suite.data import readers
 from mlm_suite.jobs import (
+    arguments,
     finetune_classification,
     finetune_ner,
     finetune_pair,
@@ -27,8 +29,10 @@ from mlm_suite.jobs import (
     prepare_data,
     pretrain,
 )
+from mlm_suite.data.pretraining import EVAL_SEED, build_features
 from mlm_suite.jobs.checkpoints import JobTrainingArguments
 from mlm_suite.jobs.distributed import run_job
+from mlm_suite.jobs.pretraining_setup import build_config, describe_configuration
 from test_finetune import FAST, tiny_model  # noqa: F401  (a fixture: a random 2-layer encoder with the MiniLM tokenizer)
 from test_pretrain import job_args as pretrain_args
 from test_pretrain import make_documents, write_text
@@ -78,21 +82,21 @@ def parse(job: str, argv: list[str]) -> tuple:
     if job == "prepare-data":
         tokenizer = [] if any(flag.startswith("--tokenizer") for flag in argv) else ["--tokenizer_name", "tok"]
         return prepare_data.parse_arguments(PREPARE_REQUIRED + tokenizer + argv)
-    return finetuning.parse_arguments(finetuning_dataclasses(FINETUNING[job]), argv)
+    return arguments.parse_arguments(finetuning_dataclasses(FINETUNING[job]), argv)
 
 
 def parser_of(job: str) -> argparse.ArgumentParser:
     if job == "pretrain":
-        return finetuning.argument_parser((pretrain.PretrainingArguments, JobTrainingArguments))
+        return arguments.argument_parser((pretrain.PretrainingArguments, JobTrainingArguments))
     if job == "prepare-data":
-        return finetuning.argument_parser([prepare_data.PrepareDataArguments, prepare_data.HubArguments])
-    return finetuning.argument_parser(finetuning_dataclasses(FINETUNING[job]))
+        return arguments.argument_parser([prepare_data.PrepareDataArguments, prepare_data.HubArguments])
+    return arguments.argument_parser(finetuning_dataclasses(FINETUNING[job]))
 
 
 def value(parsed: tuple, name: str):
-    for arguments in parsed:
-        if hasattr(arguments, name):
-            return getattr(arguments, name)
+    for group in parsed:
+        if hasattr(group, name):
+            return getattr(group, name)
     raise AssertionError(f"no argument object has {name!r}")
 
 
@@ -186,7 +190,7 @@ def test_help_shows_the_new_names_only(job):
 def test_a_json_file_of_flags_takes_the_old_names_too(tmp_path, capsys):
     flags = tmp_path / "flags.json"
     flags.write_text(json.dumps({"text_column": "body", "max_train_samples": 3, "output_dir": str(tmp_path / "o")}))
-    parsed = finetuning.parse_arguments(finetuning_dataclasses(finetune_retrieval), [str(flags)])
+    parsed = arguments.parse_arguments(finetuning_dataclasses(finetune_retrieval), [str(flags)])
     assert value(parsed, "text_column_name") == "body" and value(parsed, "max_train_samples") == 3
     assert "--text_column is deprecated; use --text_column_name" in capsys.readouterr().err
 
@@ -290,23 +294,23 @@ def test_a_split_name_the_dataset_lacks_is_a_one_line_user_error(tiny_model, tmp
 
 def test_hub_splits_stay_arrow_and_equal_the_same_rows_read_from_files(tmp_path):
     data = save_classification_data(tmp_path / "data")
-    args = finetuning.parse_arguments(finetuning_dataclasses(finetune_classification),
+    args = arguments.parse_arguments(finetuning_dataclasses(finetune_classification),
                                       ["--dataset_name", str(data), "--test_split_name", "test_matched"])[1]
-    splits, description = finetune_classification.load_text_splits(args, ["text"], 0, lambda: None)
+    splits, description = readers.load_labelled_text_splits(args, ["text"], 0, lambda: None)
     assert description.endswith("(test split `test_matched`)"), description
-    assert isinstance(splits["train"], finetune_classification.TextSplit)
+    assert isinstance(splits["train"], readers.TextSplit)
     assert isinstance(splits["train"].texts, Dataset) and splits["train"].texts.column_names == ["text"]
     files = {}
     for split in ("train", "validation", "test_matched"):
         rows = [{"text": row["text"], "label": ["neg", "pos"][row["label"]]} for row in load_from_disk(str(data))[split]]
         files[split] = tmp_path / f"{split}.jsonl"
         files[split].write_text("".join(json.dumps(row) + "\n" for row in rows))
-    file_args = finetuning.parse_arguments(finetuning_dataclasses(finetune_classification), [
+    file_args = arguments.parse_arguments(finetuning_dataclasses(finetune_classification), [
         "--train_file", str(files["train"]), "--validation_file", str(files["validation"]),
         "--test_file", str(files["test_matched"])])[1]  # fmt: skip
-    from_files, _ = finetune_classification.load_text_splits(file_args, ["text"], 0, lambda: None)
+    from_files, _ = readers.load_labelled_text_splits(file_args, ["text"], 0, lambda: None)
     for split in ("train", "validation", "test"):
-        listed = finetune_classification.TextSplit.of(from_files[split], ["text"])
+        listed = readers.TextSplit.of(from_files[split], ["text"])
         assert splits[split].texts["text"] == listed.texts["text"] and splits[split].labels == listed.labels
         assert splits[split].head(2).texts["text"] == listed.texts["text"][:2]
 
@@ -341,9 +345,9 @@ def test_tokenising_on_several_processes_gives_the_same_rows(tokenizer):
 
     args, _ = pretrain.parse_arguments(["--packing", "--max_seq_length", "24", "--output_dir", "unused"])
     texts = Dataset.from_dict({"text": make_documents(60, seed=3)})
-    alone = pretrain.build_features(texts, tokenizer, args, 0, "training")
+    alone = build_features(texts, tokenizer, args, 0, "training")
     args.preprocessing_num_workers = 2
-    parallel = pretrain.build_features(texts, tokenizer, args, 0, "training")
+    parallel = build_features(texts, tokenizer, args, 0, "training")
     assert parallel.column_names == alone.column_names
     for column in alone.column_names:
         assert parallel[column] == alone[column], column
@@ -369,9 +373,9 @@ def test_pretrain_split_names_sample_limits_old_flags_and_hub_flags(tmp_path, mi
                                 "trust_remote_code": True}]
     args, _ = pretrain.parse_arguments(pretrain_args(out, "--dataset_name", str(data), "--validation_split_name",
                                                      "heldout", "--text_column_name", "body"))
-    held_out = pretrain.load_text_splits(args)[0]["validation"]
+    held_out = readers.load_pretraining_documents(args)[0]["validation"]
     assert held_out["text"] == make_documents(6, seed=2)  # the split named, not 5 % of train
-    rows = pretrain.build_features(held_out, AutoTokenizer.from_pretrained(minilm_dir), args, pretrain.EVAL_SEED, "v")
+    rows = build_features(held_out, AutoTokenizer.from_pretrained(minilm_dir), args, EVAL_SEED, "v")
     assert json.loads((out / "eval_results.json").read_text())["eval_samples"] == len(rows)
 
 
@@ -379,8 +383,8 @@ def test_pretrain_hub_documents_equal_the_same_documents_from_a_file(tmp_path):
     documents = make_documents(20, seed=4)
     data = tmp_path / "data"
     DatasetDict({"train": Dataset.from_dict({"text": documents[:10] + ["  ", ""] + documents[10:]})}).save_to_disk(str(data))
-    hub, _ = pretrain.load_text_splits(pretrain.parse_arguments(["--dataset_name", str(data)])[0])
-    local, _ = pretrain.load_text_splits(pretrain.parse_arguments(["--train_file", str(write_text(tmp_path / "c.txt", documents))])[0])
+    hub, _ = readers.load_pretraining_documents(pretrain.parse_arguments(["--dataset_name", str(data)])[0])
+    local, _ = readers.load_pretraining_documents(pretrain.parse_arguments(["--train_file", str(write_text(tmp_path / "c.txt", documents))])[0])
     for split in ("train", "validation"):
         assert hub[split]["text"] == local[split]["text"], split  # blank documents dropped, same seeded hold-out
 
@@ -421,7 +425,7 @@ def test_config_name_is_the_config_a_fine_tuning_job_loads(tiny_model, tmp_path,
     config_folder = tmp_path / "config"
     AutoConfig.from_pretrained(tiny_model).save_pretrained(config_folder)
     recorded.clear()
-    args = finetuning.parse_arguments(finetuning_dataclasses(finetune_classification),
+    args = arguments.parse_arguments(finetuning_dataclasses(finetune_classification),
                                       ["--model_name_or_path", str(tiny_model), "--config_name", str(config_folder)])[0]
     finetuning.load_config(str(tiny_model), args)
     assert [path for name, path, _ in recorded if name == "AutoConfig"] == [str(config_folder)]
@@ -429,10 +433,10 @@ def test_config_name_is_the_config_a_fine_tuning_job_loads(tiny_model, tmp_path,
 
 def test_pretrain_builds_the_model_of_config_name(tiny_model, tmp_path, minilm_dir, tokenizer, capsys):
     args, training_args = pretrain.parse_arguments(["--config_name", str(tiny_model), "--config_preset", "mini"])
-    config = pretrain.build_config(args, tokenizer)
+    config = build_config(args, tokenizer)
     assert (config.num_hidden_layers, config.hidden_size) == (2, 32)  # tiny_model's, not the preset's
-    described = pretrain.describe_configuration(args, training_args)
+    described = describe_configuration(args, training_args)
     assert f"from scratch, config {tiny_model}" in described and "ignored: --config_preset" in described
     args, _ = pretrain.parse_arguments(["--config_name", str(minilm_dir)])
     with pytest.raises(ValueError, match="holds a 'bert' config"):
-        pretrain.build_config(args, tokenizer)
+        build_config(args, tokenizer)

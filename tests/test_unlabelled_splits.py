@@ -16,7 +16,8 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs import finetune_classification, finetune_pair
 from mlm_suite.jobs.distributed import run_job
-from mlm_suite.jobs.finetuning import hub_split_labels, hub_tag_sequences
+from mlm_suite.data.labels import hub_split_labels, hub_tag_sequences
+from mlm_suite.data.readers import read_examples
 from test_finetune import tiny_model  # noqa: F401  (a fixture: a random 2-layer encoder with the MiniLM tokenizer)
 
 FAST = ["--max_steps", "2", "--report_to", "none", "--per_device_eval_batch_size", "4", "--disable_tqdm", "true"]
@@ -99,7 +100,7 @@ def test_local_test_file_without_labels_is_predicted(tiny_model, tmp_path, capsy
     for rows in ([{"text": "the cat", "label": None}] * 2, [{"text": "the cat"}] * 2):
         path = tmp_path / "unlabelled.jsonl"
         path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-        examples = finetune_classification.read_examples(str(path), ["text"], "label", "test", labels_optional=True)
+        examples = read_examples(str(path), ["text"], "label", "test", labels_optional=True)
         assert [example["label"] for example in examples] == [None, None]
 
 

@@ -1,5 +1,6 @@
 """Data pipeline for MLM pretraining: tokenisation with word ids, dynamic masking, NSP pairs, packing; fast
-padding collators for fine-tuning."""
+padding collators for fine-tuning. The jobs' input files and Hub datasets are read in :mod:`mlm_suite.data.readers`,
+their labels resolved in :mod:`mlm_suite.data.labels`."""
 
 from mlm_suite.data.masking import (
     WORD_ID_SENTINEL,

@@ -24,11 +24,17 @@ entity functions (:func:`entity_spans`, :func:`convert_tags` to or from an entit
 Errors name where a bad tag is: ``"sentence 3, position 5: ..."`` (both 0-based) by default, or
 whatever a *locator* says, e.g. ``"data/train.txt line 57: ..."`` for a file read with its line
 numbers (:func:`line_locator`).
+
+For a data set read from several files or splits, :func:`settle_scheme` validates or detects the scheme of
+all of them together and converts the tags if asked, :func:`scheme_labels` lists the complete tag set of a
+scheme and :func:`check_tags_in` checks the data against a given label list.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import bisect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from seqeval.metrics.sequence_labeling import get_entities
 
@@ -330,3 +336,91 @@ def detect_scheme(sequences: Iterable[Sequence[str]], locate: Locator | None = N
             continue
         return scheme
     raise InvalidTagSequenceError("no tag scheme fits all sequences: " + "; ".join(problems))
+
+
+# --------------------------------------------------------------------------------------------
+# Tagged corpora: settling the scheme of a data set and its label set (``mlm-suite finetune-ner``)
+# --------------------------------------------------------------------------------------------
+def _across(sources: Mapping[str, Any]) -> Locator:
+    """A locator over the sentences of all ``sources`` numbered one after the other, in order."""
+    ordered = list(sources.values())
+    starts = []
+    total = 0
+    for source in ordered:
+        starts.append(total)
+        total += len(source.sentences)
+
+    def locate(index: int, position: int) -> str:
+        which = bisect.bisect_right(starts, index) - 1
+        return ordered[which].where(index - starts[which], position)
+
+    return locate
+
+
+def settle_scheme(sources: dict[str, Any], given: str | None, convert_to: str | None) -> tuple[str, str]:
+    """Validate (or detect) the scheme of every sequence and convert if asked; return ``(read, final)`` schemes.
+
+    ``sources`` map a role to the sentences of one file or split as read (a ``NamedTuple`` with ``name``,
+    ``sentences`` (``(tokens, tags)`` pairs) and ``where(index, position)``, the place of a tag in words);
+    converted sentences replace them (``_replace``). ``given`` and ``convert_to`` are ``--tagging_scheme`` and
+    ``--convert_to``, which the errors name. Errors name the file and line (CoNLL and JSON-lines files) or the
+    source and the 0-based sentence and position (Hub splits, built-in data).
+    """
+    if given is not None:
+        scheme = normalize_scheme(given, allow_none=True)
+        for source in sources.values():
+            for index, (_, tags) in enumerate(source.sentences):
+                try:
+                    validate_tags(tags, scheme, sentence_index=index, locate=source.where)
+                except ValueError as error:
+                    raise type(error)(f"{error} (--tagging_scheme {scheme})") from None
+    else:
+        try:
+            scheme = detect_scheme(
+                (tags for source in sources.values() for _, tags in source.sentences), locate=_across(sources)
+            )
+        except ValueError as error:
+            names = ", ".join(source.name for source in sources.values())
+            raise type(error)(
+                f"could not detect the tagging scheme of {names}: {error}. Check the data or give --tagging_scheme"
+            ) from None
+    target = normalize_scheme(convert_to, allow_none=True) if convert_to else scheme
+    if target != scheme:
+        if NO_SCHEME in (scheme, target):
+            raise ValueError(
+                f"--convert_to {convert_to}: the tags are {scheme}; tags without entity scheme ('none') cannot be "
+                "converted to or from an entity scheme"
+            )
+        for role, source in sources.items():
+            converted = [(tokens, convert_tags(tags, scheme, target)) for tokens, tags in source.sentences]
+            sources[role] = source._replace(sentences=converted)
+    return scheme, target
+
+
+def scheme_labels(sentences: Sequence[tuple[Sequence[str], Sequence[str]]], scheme: str) -> list[str]:
+    """``O`` and, for every entity type in the data, every tag the scheme has for it (B before I, E, S).
+
+    Listing the complete tag set (not only the tags seen) keeps the CRF constraints and the
+    ``all_b_to_i`` strategy well defined, e.g. when a type only ever occurs as a one-word entity.
+    For scheme ``none`` the labels are the tags seen, sorted.
+    """
+    if scheme == NO_SCHEME:
+        return sorted({tag for _, tags in sentences for tag in tags})
+    types = sorted({parse_tag(tag)[1] for _, tags in sentences for tag in tags if tag != "O"})
+    prefixes = [prefix for prefix in "BIES" if prefix in ALLOWED_PREFIXES[scheme]]
+    return ["O"] + [f"{prefix}-{type_}" for type_ in types for prefix in prefixes]
+
+
+def check_tags_in(labels: Sequence[str], sources: Mapping[str, Any]) -> None:
+    """Every tag of the data must be a label; the error names file and line (or sentence and position).
+
+    ``sources`` as for :func:`settle_scheme`.
+    """
+    known = set(labels)
+    for source in sources.values():
+        for index, (_, tags) in enumerate(source.sentences):
+            for position, tag in enumerate(tags):
+                if tag not in known:
+                    raise ValueError(
+                        f"{source.where(index, position)}: tag {tag!r} is not in the label list {list(labels)}"
+                    )

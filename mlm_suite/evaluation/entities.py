@@ -225,6 +225,18 @@ def flat_tag_scores(scores: Mapping[str, Any]) -> dict[str, float]:
     return flat
 
 
+def per_tag_rows(metrics: Mapping[str, float], prefix: str) -> dict[str, dict[str, float]]:
+    """``{tag: {"precision", "recall", "f1", "support"}}`` from the flat ``<prefix>_tag_<TAG>_<stat>`` scores
+    (:func:`flat_tag_scores` as the Trainer reports them, e.g. with ``prefix`` ``eval`` or ``hf_test``)."""
+    rows: dict[str, dict[str, float]] = {}
+    start = f"{prefix}_tag_"
+    for key, value in metrics.items():
+        if key.startswith(start):
+            tag, _, stat = key[len(start):].rpartition("_")
+            rows.setdefault(tag, {})[stat] = value
+    return dict(sorted(rows.items()))
+
+
 def make_compute_metrics(
     id2label: Mapping[int, str] | Sequence[str], scheme: str | None = "BIO", mode: str = "conlleval"
 ) -> Callable[[Any], dict[str, float]]:

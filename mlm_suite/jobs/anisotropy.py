@@ -26,7 +26,7 @@ from mlm_suite.data import resources  # noqa: E402
 from mlm_suite.analysis.embeddings import ContextualEmbedder, layerwise_anisotropy, save_json, split_words  # noqa: E402
 from mlm_suite.errors import UsageError  # noqa: E402
 from mlm_suite.jobs.distributed import command_prog  # noqa: E402
-from mlm_suite.jobs.finetuning import validate_flags  # noqa: E402
+from mlm_suite.jobs.arguments import validate_flags  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:

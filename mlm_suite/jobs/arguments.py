@@ -1,4 +1,5 @@
-"""The flags of transformers' example scripts (``run_mlm.py``, ``run_glue.py``, ``run_ner.py``) that every job takes.
+"""The flags of the jobs: transformers' example-script names (``run_mlm.py``, ``run_glue.py``, ``run_ner.py``),
+how a job parses them and the checks of their values.
 
 Users who know those scripts can type the same flags here:
 
@@ -7,11 +8,15 @@ Users who know those scripts can type the same flags here:
   and ``load_dataset`` (:meth:`HubArguments.dataset_kwargs`);
 * the data flags, declared by each job's data dataclass with the fields made here
   (:func:`preprocessing_num_workers_field`, :func:`overwrite_cache_field`, :func:`validation_split_name_field`,
-  :func:`test_split_name_field`), and :func:`hub_split_names`, which checks the split names against a dataset;
+  :func:`test_split_name_field`); :func:`~mlm_suite.data.readers.hub_split_names` checks the split names against
+  a dataset;
 * :func:`renamed`: the metadata of a field whose flag took transformers' name (``--tokenizer`` became
   ``--tokenizer_name``). :class:`JobArgumentParser`, the ``HfArgumentParser`` every job parses with
-  (:func:`mlm_suite.jobs.finetuning.argument_parser`), still accepts the old flags (also as keys of a ``.json``
-  file of flags), hides them from ``--help`` and prints a one-line note naming the new flag when one is used.
+  (:func:`argument_parser`), still accepts the old flags (also as keys of a ``.json``
+  file of flags), hides them from ``--help`` and prints a one-line note naming the new flag when one is used;
+* parsing (:func:`parse_arguments`, :func:`parse_flags`, with the device's data-loading defaults of
+  :func:`feed_the_device`), which flags the command line gave (:func:`flag_given`, :func:`flags_given`) and the
+  checks of their values before anything is read or written (:func:`validate_flags`).
 """
 
 from __future__ import annotations
@@ -19,14 +24,17 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import os
 import sys
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from transformers import HfArgumentParser
+from transformers import HfArgumentParser, TrainingArguments
 
+from mlm_suite.data.readers import hub_split_names, split_description  # the split flags' helpers, kept importable here
 from mlm_suite.errors import UsageError
 
 #: Field metadata key: the flags a field was called before it took transformers' name.
@@ -192,47 +200,199 @@ def test_split_name_field() -> Any:
     )
 
 
-def hub_split_names(
-    available: Iterable[str], dataset_name: str, validation_split_name: str = "validation",
-    test_split_name: str | None = "test",
-) -> dict[str, str]:
-    """``{role: split}`` for the roles ``train``, ``validation`` and ``test`` that ``available`` has.
+# --------------------------------------------------------------------------------------------
+# Parsing a job's flags (and applying the device's defaults); checking their values
+# --------------------------------------------------------------------------------------------
+def argument_parser(dataclass_types: Sequence[type], **kwargs: Any) -> Any:
+    """An ``HfArgumentParser`` named after the command that runs the job.
 
-    A role whose split is missing is left out when the split has its default name (a dataset without a test
-    split); a name given with ``--validation_split_name``/``--test_split_name`` must exist.
+    Its ``prog`` is :func:`~mlm_suite.jobs.distributed.command_prog` (``mlm-suite finetune-ner``,
+    ``python -m mlm_suite.jobs.finetune_ner``, or the script's name). On a bad flag it prints a
+    one-line usage and the error instead of the hundred-odd flags of ``TrainingArguments``
+    (``--help`` still lists them all). Flags renamed to transformers' names keep their old names
+    (:class:`JobArgumentParser`).
+    """
+    from mlm_suite.jobs.distributed import command_prog
+
+    parser = JobArgumentParser(dataclass_types, prog=command_prog(), **kwargs)
+    parser.format_usage = lambda: f"usage: {parser.prog} [options]  ({parser.prog} --help lists them)\n"
+    return parser
+
+
+def parse_flags(parser: Any, argv: Sequence[str] | None) -> tuple:
+    """``parser.parse_args_into_dataclasses(argv)``; an unknown flag is an argparse error (exit status 2).
+
+    ``TrainingArguments`` get the data-loading defaults of their device (:func:`feed_the_device`).
+    """
+    *parsed, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    if remaining:
+        parser.error(f"unrecognized arguments: {' '.join(remaining)}")
+    for arguments in parsed:
+        if isinstance(arguments, TrainingArguments):
+            feed_the_device(arguments, sys.argv[1:] if argv is None else argv)
+    return tuple(parsed)
+
+
+def flag_given(name: str, argv: Sequence[str]) -> bool:
+    """Whether ``--name`` (or ``--name=value``) is among the command-line flags ``argv``."""
+    return any(item.split("=")[0] == f"--{name}" for item in argv)
+
+
+def flags_given(parser: Any, argv: list[str], names: list[str]) -> set[str]:
+    """Which of the options ``names`` the command line ``argv`` sets, however it spells them.
+
+    Unlike :func:`flag_given` this asks the parser itself, so ``--name value``,
+    ``--name=value`` and the prefixes argparse accepts (``--learning_r 1e-3``) all count: a value given always wins
+    over a mode's default. Call it after a successful parse (``--help`` and bad values have exited by then).
+    """
+    unset = object()
+    saved = {name: parser.get_default(name) for name in names}
+    parser.set_defaults(**dict.fromkeys(names, unset))
+    try:
+        namespace, _ = parser.parse_known_args(argv)
+    finally:
+        parser.set_defaults(**saved)
+    return {name for name in names if getattr(namespace, name, unset) is not unset}
+
+
+def gpu_loader_workers() -> int:
+    """Data-loader workers per process on a GPU: up to 4, half of this node's cores shared by its processes."""
+    processes_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(1, min(4, (os.cpu_count() or 2) // (2 * processes_here)))
+
+
+def feed_the_device(training_args: TrainingArguments, argv: Sequence[str]) -> None:
+    """On a GPU, let the host run ahead of the device (flags given explicitly win).
+
+    * Batches are collated in worker processes while the device computes. On CPU the main process collates
+      (``dataloader_num_workers`` 0, the Trainer's default): workers would take cores from the step, which on CPU
+      is the bottleneck. Seeded masks are a function of each example's index and the epoch, so they do not depend
+      on the number of workers; the loader keeps pinned memory (the Trainer's default) for asynchronous copies.
+    * Batches are copied to the device without blocking (``accelerator_config.non_blocking``, from the pinned
+      memory the loader gives): a blocking copy waits for every step queued before it, so the host could not
+      prepare step k + 1 while the device computes step k.
+    * ``logging_nan_inf_filter`` is off: the Trainer's filter reads every step's loss on the host
+      (``torch.isnan(loss) or ...``), a synchronisation with the same effect. A NaN loss then shows in the
+      logged loss instead of being replaced by the running mean.
+    """
+    if training_args.device.type != "cuda":
+        return
+    if not flag_given("dataloader_num_workers", argv):
+        training_args.dataloader_num_workers = gpu_loader_workers()
+    if not flag_given("accelerator_config", argv):
+        training_args.accelerator_config.non_blocking = True
+    if not flag_given("logging_nan_inf_filter", argv):
+        training_args.logging_nan_inf_filter = False
+
+
+def parse_arguments(dataclass_types: Sequence[type], argv: Sequence[str] | None) -> tuple:
+    """Parse ``argv`` (a list of flags, or a single ``.json`` file of them) into the dataclasses."""
+    parser = argument_parser(dataclass_types)
+    argv = list(argv) if argv is not None else None
+    if argv is not None and len(argv) == 1 and argv[0].endswith(".json"):
+        return parser.parse_json_file(json_file=argv[0])
+    return parse_flags(parser, argv)
+
+
+# Flag checks by flag name, for any job's arguments (dataclasses or argparse namespaces); None is never checked.
+_AT_LEAST = {
+    **dict.fromkeys(
+        ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps", "batch_size",
+         "max_seq_length", "max_train_samples", "max_eval_samples", "max_predict_samples", "max_lemmas", "n_pairs",
+         "early_stopping_patience", "mini_batch_size", "preprocessing_num_workers"),
+        1,
+    ),
+    # pairs come in positive/negative twos; anisotropy compares pairs of sentences
+    **dict.fromkeys(("coherence_train_pairs", "coherence_eval_pairs", "num_sentences"), 2),
+    "train_last_k_layers": -1,
+}
+_POSITIVE = ("intermediate_num_train_epochs", "adam_epsilon", "temperature")
+_NON_NEGATIVE = ("learning_rate", "weight_decay", "early_stopping_threshold")  # lr 0: a run that changes nothing
+# name -> (low, high, whether high itself is allowed); low is always allowed except for test_fraction
+_UNIT_INTERVAL = {
+    "label_smoothing_factor": (0.0, 1.0, False),
+    "adam_beta1": (0.0, 1.0, False),
+    "adam_beta2": (0.0, 1.0, False),
+    "nsp_probability": (0.0, 1.0, True),
+    "test_fraction": (0.0, 1.0, False),
+}
+_INPUT_FILES = ("train_file", "validation_file", "test_file", "intermediate_train_file", "corpus_file", "queries_file",
+                "test_corpus_file", "test_queries_file")
+# A folder or a Hub id; a value written as a path ("/...", "./...", "~/...", "a/b/c") must exist.
+_MODEL_SOURCES = ("model_name_or_path", "config_name", "tokenizer_name")
+
+
+def validate_flags(*arguments: Any) -> None:
+    """Check the flag values that need neither data nor model, before a job reads or writes anything.
+
+    Works on every job's argument objects (``HfArgumentParser`` dataclasses, ``argparse``
+    namespaces) by flag name: batch sizes, sample limits and ``--max_seq_length`` at least 1,
+    a learning rate not below 0, a positive number of epochs (unless ``--max_steps`` decides),
+    probabilities within [0, 1), input files and model folders that exist. Values that need the model (``--max_seq_length``
+    against its positions) are :func:`~mlm_suite.jobs.finetuning.check_max_seq_length`'s.
 
     Raises:
-        UsageError: a split name other than the default that the dataset lacks, naming the splits it has.
+        UsageError: naming the first offending flag and its value.
     """
-    available = list(available)
-    wanted = {"train": ("train", None), "validation": (validation_split_name, "validation")}
-    if test_split_name is not None:
-        wanted["test"] = (test_split_name, "test")
-    found = {}
-    for role, (name, default) in wanted.items():
-        if name in available:
-            found[role] = name
-        elif default is not None and name != default:
-            raise UsageError(f"--{role}_split_name {name}: {dataset_name} has no such split; its splits are {available}")
-    return found
+    names = (*_AT_LEAST, *_POSITIVE, *_NON_NEGATIVE, *_UNIT_INTERVAL, *_INPUT_FILES, *_MODEL_SOURCES,
+             "num_train_epochs", "max_steps")
+    for args in arguments:
+        values = {name: getattr(args, name, None) for name in names}
 
+        def given(name: str) -> bool:
+            return values[name] is not None
 
-def split_description(splits: Mapping[str, str]) -> str:
-    """`` (validation split `validation_matched`)`` for the roles read from splits of other names, else ``""``."""
-    other = [f"{role} split `{name}`" for role, name in splits.items() if name != role]
-    return f" ({', '.join(other)})" if other else ""
+        for name, low in _AT_LEAST.items():
+            if given(name) and values[name] < low:
+                raise UsageError(f"--{name} must be at least {low}, got {values[name]}")
+        for name in _POSITIVE:
+            if given(name) and not values[name] > 0:
+                raise UsageError(f"--{name} must be positive, got {values[name]}")
+        if given("num_train_epochs") and (values["max_steps"] or -1) <= 0 and not values["num_train_epochs"] > 0:
+            raise UsageError(f"--num_train_epochs must be positive (or give --max_steps), got {values['num_train_epochs']}")
+        for name in _NON_NEGATIVE:
+            if given(name) and values[name] < 0:
+                raise UsageError(f"--{name} must not be negative, got {values[name]}")
+        for name, (low, high, high_allowed) in _UNIT_INTERVAL.items():
+            if not given(name):
+                continue
+            value = values[name]
+            low_ok = value > low if name == "test_fraction" else value >= low
+            if not (low_ok and (value <= high if high_allowed else value < high)):
+                interval = ("(" if name == "test_fraction" else "[") + f"{low:g}, {high:g}" + ("]" if high_allowed else ")")
+                raise UsageError(f"--{name} must lie in {interval}, got {value}")
+        for name in _INPUT_FILES:
+            if given(name):
+                path = Path(values[name])
+                if not path.exists():
+                    raise UsageError(f"--{name} {path}: no such file")
+                if not path.is_file():
+                    raise UsageError(f"--{name} {path} is not a file")
+        for name in _MODEL_SOURCES:
+            value = values[name]
+            if isinstance(value, str) and value and not Path(value).expanduser().exists():
+                if value.startswith(("/", ".", "~")) or value.count("/") > 1 or "\\" in value:
+                    raise UsageError(f"--{name} {value}: no such folder (nor a Hub id: those read 'name' or 'owner/name')")
 
 
 __all__ = [
-    "RENAMED_FROM",
     "HubArguments",
     "JobArgumentParser",
+    "RENAMED_FROM",
+    "argument_parser",
+    "feed_the_device",
+    "flag_given",
+    "flags_given",
+    "gpu_loader_workers",
     "hub_split_names",
     "overwrite_cache_field",
+    "parse_arguments",
+    "parse_flags",
     "preprocessing_num_workers_field",
     "pretrained_kwargs",
     "renamed",
     "split_description",
     "test_split_name_field",
+    "validate_flags",
     "validation_split_name_field",
 ]

@@ -28,8 +28,8 @@ from mlm_suite.data.corpus import document_stream, hub_document_stream, iter_doc
 from mlm_suite.data.prepared import PreparedData, check_tokenizer, load_prepared, most_frequent_token, pretraining_rows_function
 from mlm_suite.data.streaming import ProcessStream, split_for_processes, stream_rows
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.arguments import hub_split_names
-from mlm_suite.jobs.finetuning import flag_given
+from mlm_suite.data.readers import hub_split_names
+from mlm_suite.jobs.arguments import flag_given
 
 __all__ = ["BASELINE_SAMPLE_DOCUMENTS", "PreparedSource", "StreamingSource", "open_corpus_source"]
 

@@ -38,91 +38,69 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-
 from mlm_suite.data import resources
+from mlm_suite.data.labels import (
+    check_labels_listed,
+    class_names,
+    infer_task_type,
+    label_maps,
+    resolve_label_list,
+    split_is_labelled,
+)
+from mlm_suite.data.readers import (
+    SPLITS,
+    Example,
+    TextSplit,
+    first_n,
+    load_intermediate,
+    load_labelled_text_splits,
+    split_80_10_10,
+)
 from mlm_suite.errors import UsageError
+from mlm_suite.evaluation.classification import (
+    classification_metrics,
+    regression_metrics,
+    write_confusion_matrices,
+    write_predictions,
+)
+from mlm_suite.evaluation.plots import figures_section
 from mlm_suite.jobs.arguments import (
     overwrite_cache_field,
+    parse_arguments,
     preprocessing_num_workers_field,
-    split_description,
     test_split_name_field,
+    validate_flags,
     validation_split_name_field,
 )
+from mlm_suite.jobs.checkpoints import resume_checkpoint, stage_checkpoint
 from mlm_suite.jobs.finetuning import (
     FinetuneTrainingArguments,
-    JobTrainer,
     ModelArguments,
     apply_freezing,
-    card_base_model,
     check_max_seq_length,
-    classification_metrics,
-    column,
     early_stopping,
-    first_n,
-    hub_split_labels,
-    infer_task_type,
-    initialisation,
-    label_maps,
-    label_table,
     load_config,
-    load_hub_splits,
     load_model,
     load_tokenizer,
-    parse_arguments,
-    read_records,
-    regression_metrics,
-    resolve_label_list,
     resolve_model_path,
-    resume_checkpoint,
     run_trainer,
     save_everything,
-    stage_checkpoint,
-    split_80_10_10,
-    split_is_labelled,
+)
+from mlm_suite.training.cards import (
+    CardDataset,
+    card_base_model,
+    card_scores,
+    initialisation,
+    label_table,
+    markdown_table,
     training_summary,
-    validate_flags,
     write_card,
 )
-from mlm_suite.training.cards import CardDataset, card_scores, markdown_table
-from mlm_suite.evaluation.plots import confusion_matrix, figures_section, plot_confusion_matrix
+from mlm_suite.training.trainer import JobTrainer
 
-SPLITS = ("train", "validation", "test")
 INTERMEDIATE_DIR = "intermediate"  # under --output_dir: the intermediate stage's checkpoints
-Example = dict[str, Any]  # text column(s) and "label" (None in a split without labels)
-
-
-@dataclass
-class TextSplit:
-    """One split as it is tokenised: its text column(s) as a ``datasets.Dataset`` and one label per row.
-
-    A Hub (or saved) dataset's split keeps its texts in Arrow, as loaded (:func:`load_text_splits`); files and
-    the embedded data are lists of :data:`Example` first (:meth:`of`). A label is None on a row without one.
-    """
-
-    texts: Any  # a datasets.Dataset with exactly the text columns
-    labels: list[Any]
-
-    @classmethod
-    def of(cls, examples: Sequence[Example], text_columns: Sequence[str]) -> TextSplit:
-        from datasets import Dataset
-
-        texts = Dataset.from_dict({name: [example[name] for example in examples] for name in text_columns})
-        return cls(texts, [example["label"] for example in examples])
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def head(self, limit: int | None) -> TextSplit:
-        """The first ``limit`` rows (all when ``limit`` is None): ``--max_*_samples``."""
-        if limit is None or limit >= len(self):
-            return self
-        return TextSplit(self.texts.select(range(limit)), self.labels[:limit])
-
-
 #: The headline scores in the card's metadata per task type: metric key → (metric type, name as the card says it).
 CARD_SCORES = {
     "classification": {"accuracy": ("accuracy", "accuracy"), "f1": ("f1", "macro F1")},
@@ -188,106 +166,12 @@ class ClassificationTrainingArguments(FinetuneTrainingArguments):
 # --------------------------------------------------------------------------------------------
 # Data
 # --------------------------------------------------------------------------------------------
-def read_examples(
-    path: str, text_columns: Sequence[str], label_column: str, role: str = "train", labels_optional: bool = False
-) -> list[Example]:
-    """Rows of a data file reduced to the text column(s) and ``label``.
-
-    A label that is null or empty is None; a file must have labels on every row or on none (a file without
-    any is to be predicted; with ``labels_optional``, for validation and test files, the label column may
-    also be absent altogether).
-
-    Raises:
-        UsageError: labels on some rows only, naming the file (the ``role`` split), the count and the value.
-    """
-    records = read_records(path)
-    columns = {name: column(records, name, path) for name in text_columns}
-    if labels_optional and records and not any(label_column in record for record in records):
-        labels: list[Any] = [None] * len(records)
-    else:
-        labels = column(records, label_column, path)
-        if not split_is_labelled(labels, f"{path} (the {role} split, column {label_column!r})"):
-            labels = [None] * len(records)
-    return [
-        {**{name: str(columns[name][row]) for name in text_columns}, "label": labels[row]}
-        for row in range(len(records))
-    ]
-
-
-def load_text_splits(
-    args: TextDataArguments, text_columns: Sequence[str], seed: int, embedded: Callable[[], tuple[dict, str]],
-    load_kwargs: Mapping[str, Any] | None = None,
-) -> tuple[dict[str, list[Example] | TextSplit], str]:
-    """The splits as ``{split: examples}`` and a description, from the Hub, files or ``embedded()``.
-
-    A lone ``--train_file`` is split 80/10/10 with ``random.Random(seed)``. A Hub (or saved) dataset's splits are
-    :class:`TextSplit` objects whose texts stay in Arrow (only the labels are read into lists); its validation
-    and test roles are the splits ``--validation_split_name``/``--test_split_name``, and ``load_kwargs`` go to
-    ``load_dataset``.
-    """
-    if args.dataset_name:
-        raw = load_hub_splits(args.dataset_name, args.dataset_config_name, validation_split_name=args.validation_split_name,
-                              test_split_name=args.test_split_name, **(load_kwargs or {}))
-        labels = hub_split_labels(raw, args.label_column_name, args.dataset_name)  # None: a split without labels
-        splits = {}
-        for split, dataset in raw.items():
-            missing = [name for name in text_columns if name not in dataset.column_names]
-            if missing:
-                raise UsageError(f"{args.dataset_name} has no column {missing[0]!r}; its columns are {dataset.column_names}")
-            splits[split] = TextSplit(dataset.select_columns(list(text_columns)),
-                                      [None] * len(dataset) if labels[split] is None else labels[split])
-        saved = (Path(args.dataset_name).expanduser() / "dataset_dict.json").is_file()
-        names = {"train": "train", "validation": args.validation_split_name, "test": args.test_split_name}
-        return splits, (f"{'dataset folder' if saved else 'Hub dataset'} `{args.dataset_name}`"
-                        + split_description({role: names[role] for role in raw}))
-    if args.train_file:
-        files = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}
-        if not (args.validation_file or args.test_file):
-            examples = read_examples(args.train_file, text_columns, args.label_column_name)
-            return dict(zip(SPLITS, split_80_10_10(examples, seed))), f"`{args.train_file}`, split 80/10/10 with a fixed seed"
-        splits = {role: read_examples(path, text_columns, args.label_column_name, role, labels_optional=role != "train")
-                  for role, path in files.items() if path}
-        return splits, ", ".join(f"{role}: `{path}`" for role, path in files.items() if path)
-    if args.validation_file or args.test_file:
-        raise ValueError("--validation_file/--test_file need a --train_file")
-    return embedded()
-
-
 def pang_lee_splits(seed: int, text_column: str = "text") -> tuple[dict[str, list[Example]], str]:
     """Pang & Lee sentence polarity, labels -1/1 named negative/positive, split 80/10/10."""
     names = {-1: "negative", 1: "positive"}
     examples = [{text_column: text, "label": names[label]} for label, text in resources.pang_lee_sentences()]
     description = "Pang & Lee sentence polarity (4,000 movie-review snippets, negative/positive), split 80/10/10 with a fixed seed"
     return dict(zip(SPLITS, split_80_10_10(examples, seed))), description
-
-
-def load_intermediate(
-    data_args: TextDataArguments, text_columns: Sequence[str]
-) -> tuple[list[Example], str] | None:
-    """``--intermediate_train_file`` as examples and a description, or None."""
-    if not data_args.intermediate_train_file:
-        return None
-    path = data_args.intermediate_train_file
-    examples = read_examples(path, text_columns, data_args.label_column_name, "intermediate training")
-    if examples and examples[0]["label"] is None:
-        raise UsageError(f"--intermediate_train_file {path} has no labels in column {data_args.label_column_name!r}")
-    return examples, f"`{path}`"
-
-
-def check_labels_listed(labels: Sequence[Any], label_list: Sequence[str], source: str) -> None:
-    """Raise a ValueError naming ``source`` when one of its labels is not in ``label_list``."""
-    unknown = sorted({str(label) for label in labels} - set(label_list))
-    if unknown:
-        raise ValueError(f"labels {unknown} of {source} are not in the label list {list(label_list)}")
-
-
-def class_names(labels: Sequence[Any]) -> list[str]:
-    """Distinct labels as strings, in numeric order when they are all integers, else alphabetical."""
-    names = {str(label) for label in labels}
-    try:
-        return sorted(names, key=int)
-    except ValueError:
-        return sorted(names)
 
 
 # --------------------------------------------------------------------------------------------
@@ -310,7 +194,7 @@ def finetune_sequence_task(
 
     ``build_model(path, config, model_args)`` builds the model; the config already
     carries the labels. A validation or test split whose labels are all None has no labels: it is
-    predicted (``predict_results_<split>.txt``, :func:`write_predictions`), not scored. ``intermediate`` (examples, description) is trained on first for
+    predicted (``predict_results_<split>.txt``, :func:`~mlm_suite.evaluation.classification.write_predictions`), not scored. ``intermediate`` (examples, description) is trained on first for
     ``data_args.intermediate_num_train_epochs``, with its own optimizer and schedule, and scored
     on the validation split (``intermediate_eval_*``); its checkpoints go to ``<output_dir>/intermediate``. A run
     that resumes the task from a checkpoint skips the intermediate stage (its result is in the checkpoint's weights;
@@ -492,60 +376,6 @@ def check_unlabelled_splits(unlabelled: Sequence[str], training_args: FinetuneTr
                          "training (--eval_strategy, --early_stopping_patience) needs a labelled validation split")
 
 
-def write_predictions(
-    trainer: Any, datasets: Mapping[str, Any], label_list: Sequence[str] | None
-) -> dict[str, Path]:
-    """Predict each split of ``datasets`` (splits without labels) and write ``predict_results_<split>.txt``.
-
-    The format of ``run_glue.py``'s ``predict_results_<task>.txt``: a header ``index<TAB>prediction``, then
-    one line per example in the split's order, with the predicted class name (``label_list``, in id order)
-    or, for regression (``label_list`` None), the predicted score with 3 decimals. No metrics are computed
-    or saved; the main process writes the files. Returns the path per split.
-    """
-    output_dir = Path(trainer.args.output_dir)
-    written = {}
-    for split, dataset in datasets.items():
-        output = trainer.predict(dataset, metric_key_prefix=f"predict_{split}")
-        logits = np.asarray(output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions)
-        if len(logits) != len(dataset):
-            raise RuntimeError(f"{len(logits)} predictions for the {len(dataset)} examples of the {split} split")
-        path = output_dir / f"predict_results_{split}.txt"
-        if trainer.is_world_process_zero():
-            if label_list is None:
-                rows = (f"{index}\t{score:3.3f}" for index, score in enumerate(logits.reshape(len(logits), -1)[:, 0]))
-            else:
-                rows = (f"{index}\t{label_list[item]}" for index, item in enumerate(logits.argmax(axis=-1)))
-            path.write_text("index\tprediction\n" + "".join(row + "\n" for row in rows), encoding="utf-8")
-        written[split] = path
-    return written
-
-
-def write_confusion_matrices(
-    trainer: Any, label_list: Sequence[str], scored_splits: Mapping[str, Any]
-) -> list[tuple[str, Path]]:
-    """``confusion_matrix_<split>.png`` for the validation and test splits the final model was scored on
-    (``eval``/``test`` in ``scored_splits``, the results of :func:`run_trainer`).
-
-    Drawn from the predictions the trainer kept (``keep_predictions``), so nothing is predicted again; the
-    main process writes the files. Returns ``(caption, path)`` per picture, for the card.
-    """
-    output_dir = Path(trainer.args.output_dir)
-    figures = []
-    for prefix, split in (("eval", "validation"), ("test", "test")):
-        if prefix not in scored_splits:
-            continue
-        scored = trainer.kept_predictions[prefix]
-        logits = scored.predictions[0] if isinstance(scored.predictions, tuple) else scored.predictions
-        matrix = confusion_matrix(scored.label_ids, np.asarray(logits).argmax(axis=-1), len(label_list))
-        caption = (f"{output_dir.name}: confusion matrix on the {split} split ({matrix.sum()} examples, "
-                   f"accuracy {np.trace(matrix) / matrix.sum():.4f})")
-        path = output_dir / f"confusion_matrix_{split}.png"
-        if trainer.is_world_process_zero():
-            plot_confusion_matrix(matrix, label_list, path, caption)
-        figures.append((caption, path))
-    return figures
-
-
 def load_sequence_classifier(path: str, config: Any, model_args: ModelArguments) -> Any:
     from transformers import AutoModelForSequenceClassification
 
@@ -558,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     validate_flags(model_args, data_args, training_args)  # before anything is read or written
     text_columns = [data_args.text_column_name]
-    splits, description = load_text_splits(
+    splits, description = load_labelled_text_splits(
         data_args, text_columns, training_args.seed, lambda: pang_lee_splits(training_args.seed, text_columns[0]),
         model_args.dataset_kwargs(),
     )

@@ -28,22 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlm_suite.data import resources
-from mlm_suite.jobs.finetune_classification import (
-    SPLITS,
-    Example,
-    TextDataArguments,
-    finetune_sequence_task,
-    load_intermediate,
-    load_text_splits,
-)
-from mlm_suite.jobs.finetuning import (
-    FinetuneTrainingArguments,
-    ModelArguments,
-    load_model,
-    parse_arguments,
-    split_80_10_10,
-    validate_flags,
-)
+from mlm_suite.data.readers import SPLITS, Example, load_intermediate, load_labelled_text_splits, split_80_10_10
+from mlm_suite.jobs.arguments import parse_arguments, validate_flags
+from mlm_suite.jobs.finetune_classification import TextDataArguments, finetune_sequence_task
+from mlm_suite.jobs.finetuning import FinetuneTrainingArguments, ModelArguments, load_model
 from mlm_suite.training.cards import CardDataset
 
 FOLLOWS, RANDOM = "follows", "random"
@@ -131,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     validate_flags(model_args, data_args, training_args)  # before anything is read or written
     text_columns = [data_args.sentence1_column, data_args.sentence2_column]
-    splits, description = load_text_splits(
+    splits, description = load_labelled_text_splits(
         data_args, text_columns, training_args.seed, lambda: coherence_splits(data_args, training_args.seed),
         model_args.dataset_kwargs(),
     )

@@ -40,54 +40,39 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mlm_suite.data.readers import Pair, RetrievalSplit, first_n, read_retrieval_split, read_training_pairs, split_80_10_10
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.arguments import renamed
+from mlm_suite.jobs.arguments import parse_arguments, renamed, validate_flags
+from mlm_suite.jobs.checkpoints import resume_checkpoint
 from mlm_suite.jobs.finetuning import (
     FinetuneTrainingArguments,
     ModelArguments,
     apply_freezing,
-    card_base_model,
     check_max_seq_length,
     early_stopping,
-    first_n,
-    initialisation,
     load_config,
     load_model,
     load_tokenizer,
     mlm_suite_checkpoint,
-    parse_arguments,
-    read_numbered_records,
     resolve_model_path,
-    resume_checkpoint,
     run_trainer,
     save_everything,
-    split_80_10_10,
+)
+from mlm_suite.training.cards import (
+    CardDataset,
+    card_base_model,
+    card_scores,
+    initialisation,
+    markdown_table,
     training_summary,
-    validate_flags,
     write_card,
 )
-from mlm_suite.training.cards import CardDataset, card_scores, markdown_table
 
 METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")
 #: The embedded task (no data flags), as the card's metadata names it.
 EMBEDDED_DATA = CardDataset.embedded(
     "wordnet_gloss_retrieval", "WordNet 3.0 gloss retrieval (built in, 80/10/10 split)"
 )
-
-
-@dataclass
-class RetrievalSplit:
-    """Queries, the corpus they search and, per query, the indices of its relevant documents in ``corpus``."""
-
-    queries: list[str]
-    corpus: list[str]
-    relevant: list[set[int]]
-
-    def limited(self, max_queries: int | None) -> "RetrievalSplit":
-        return RetrievalSplit(first_n(self.queries, max_queries), self.corpus, first_n(self.relevant, max_queries))
-
-
-Pair = dict[str, Any]  # "query", "document", "negatives" (a list of texts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -152,71 +137,8 @@ class RetrievalTrainingArguments(FinetuneTrainingArguments):
 
 
 # --------------------------------------------------------------------------------------------
-# Reading data
+# Data
 # --------------------------------------------------------------------------------------------
-def _text(value: Any) -> str | None:
-    """A non-empty text, or None for a missing or empty cell."""
-    if value is None:
-        return None
-    text = str(value).strip()
-    return text or None
-
-
-def _texts(value: Any) -> list[str]:
-    """One text or a list of texts (JSON) → the non-empty ones."""
-    values = value if isinstance(value, list) else [value]
-    return [text for text in map(_text, values) if text is not None]
-
-
-def required_texts(row: dict[str, Any], columns: Sequence[str], path: str, line: int, why: str = "") -> list[str]:
-    """The non-empty texts of ``columns`` in ``row``; a missing or empty one is an error naming the file and line."""
-    texts = [_text(row.get(name)) for name in columns]
-    for name, text in zip(columns, texts):
-        if text is None:
-            raise UsageError(f"{path} line {line}: no {name!r}{why}; the row has {sorted(row)}")
-    return texts
-
-
-def read_training_pairs(path: str, args: RetrievalDataArguments) -> list[Pair]:
-    """Query/document pairs (with any hard negatives); a row without either is an error naming its line."""
-    pairs = []
-    for line, row in read_numbered_records(path):
-        query, document = required_texts(row, (args.query_column, args.document_column), path, line,
-                                         " (a query needs a document)")
-        pairs.append({"query": query, "document": document, "negatives": _texts(row.get(args.negative_column))})
-    if not pairs:
-        raise UsageError(f"{path}: no query/document pairs")
-    return pairs
-
-
-def read_retrieval_split(corpus_path: str, queries_path: str, args: RetrievalDataArguments) -> RetrievalSplit:
-    """A corpus (unique ids, non-empty texts) and queries whose relevant ids it holds."""
-    index: dict[str, tuple[int, int]] = {}  # document id -> (position in the corpus, line)
-    corpus = []
-    for line, row in read_numbered_records(corpus_path):
-        document_id, text = required_texts(row, (args.id_column, args.text_column_name), corpus_path, line)
-        if document_id in index:
-            raise UsageError(f"{corpus_path} line {line}: duplicate document id {document_id!r} (first on line {index[document_id][1]})")
-        index[document_id] = (len(corpus), line)
-        corpus.append(text)
-    if not corpus:
-        raise UsageError(f"{corpus_path}: the corpus is empty")
-    queries, relevant = [], []
-    for line, row in read_numbered_records(queries_path):
-        query, ids = _text(row.get(args.query_column)), _texts(row.get(args.document_id_column))
-        if query is None or not ids:
-            missing = args.query_column if query is None else args.document_id_column
-            raise UsageError(f"{queries_path} line {line}: no {missing!r} (a query needs a relevant document id)")
-        unknown = [document_id for document_id in ids if document_id not in index]
-        if unknown:
-            raise UsageError(f"{queries_path} line {line}: document id {unknown[0]!r} is not in {corpus_path}")
-        queries.append(query)
-        relevant.append({index[document_id][0] for document_id in ids})
-    if not queries:
-        raise UsageError(f"{queries_path}: no queries")
-    return RetrievalSplit(queries, corpus, relevant)
-
-
 def wordnet_gloss_splits(seed: int) -> tuple[list[Pair], dict[str, RetrievalSplit], str]:
     """The embedded task: WordNet 3.0 usage examples (queries) → their synset's gloss (documents).
 

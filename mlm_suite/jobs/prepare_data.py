@@ -24,8 +24,7 @@ from mlm_suite.data.masking import check_mlm_tokenizer
 from mlm_suite.data.packing import MIN_PACKING_LENGTH, check_row_layout
 from mlm_suite.data.prepared import prepare_data
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.arguments import HubArguments, renamed
-from mlm_suite.jobs.finetuning import argument_parser, parse_flags, validate_flags
+from mlm_suite.jobs.arguments import HubArguments, argument_parser, parse_flags, renamed, validate_flags
 
 @dataclass
 class PrepareDataArguments:

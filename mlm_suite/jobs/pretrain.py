@@ -75,79 +75,44 @@ Every input is validated before that folder is created.
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
-from datasets import Dataset, DatasetDict
-from transformers import (
-    AutoConfig,
-    AutoTokenizer,
-    PreTrainedTokenizerBase,
-    Trainer,
-    TrainingArguments,
-    set_seed,
-)
+from transformers import TrainingArguments, set_seed
 
-from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining
-from mlm_suite.data import resources
-from mlm_suite.data.corpus import HELD_OUT_SEED, hold_out, iter_documents
-from mlm_suite.data.masking import (
-    DataCollatorForMaskedLM,
-    MaskingEpochCallback,
-    check_mlm_tokenizer,
-    count_tokens,
-    tokenize_for_mlm,
-)
-from mlm_suite.data.nsp import build_nsp_examples, split_sentences
-from mlm_suite.data.packing import packing_map_function
-from mlm_suite.data.prepared import build_rows
-from mlm_suite.evaluation.masked_lm import fill_mask_probe, make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics, probe_sentences
-from mlm_suite.training.cards import CardDataset, architecture_rows, base_model_fields, card_scores, markdown_table
+from mlm_suite.data.readers import load_pretraining_documents, read_documents
+from mlm_suite.data.masking import MaskingEpochCallback
+from mlm_suite.data.pretraining import EVAL_SEED, build_features, first_rows, most_frequent_row_token
+from mlm_suite.evaluation.masked_lm import make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics, probe_sentences
 from mlm_suite.evaluation.plots import figures_section, plot_pretraining_curves
-from mlm_suite.data.tokenization import train_wordpiece_tokenizer
-from mlm_suite.training.trainer import JobTrainer
+from mlm_suite.training.cards import pretraining_card_fields, pretraining_card_metadata
 from mlm_suite.training.controls import early_stopping_callback, rows_per_step
-from mlm_suite.training.schedules import (
-    ScheduledRowsMixin,
-    control_card_rows,
-    describe_controls,
-    extend_context,
-    lr_schedule_summary,
-    resolve_controls,
-    row_schedule,
-    time_budget_callback,
-)
+from mlm_suite.training.pretraining import (
+    PretrainingTrainer, describe_evaluation, evaluate_pretraining, evaluation_collator, training_collator,
+)  # fmt: skip
+# time_budget_callback is looked up here when the job runs: benchmarks replace it in this module.
+from mlm_suite.training.schedules import describe_controls, resolve_controls, row_schedule, time_budget_callback
+from mlm_suite.jobs.pretraining_setup import (
+    DEFAULT_TRAINED_VOCAB_SIZE, build_config, build_model, describe_configuration, describe_new_weights, load_tokenizer,
+    resolve_job_defaults, validate_arguments,
+)  # fmt: skip
 from mlm_suite.jobs.checkpoints import JobTrainingArguments, resume_checkpoint
 from mlm_suite.jobs.corpus_sources import open_corpus_source
 from mlm_suite.jobs.arguments import (
     HubArguments,
+    argument_parser,
     overwrite_cache_field,
+    parse_flags,
     preprocessing_num_workers_field,
     renamed,
-    split_description,
+    validate_flags,
     validation_split_name_field,
 )
-from mlm_suite.jobs.finetuning import (
-    argument_parser,
-    flag_given,
-    flags_given,
-    load_hub_splits,
-    mlm_suite_checkpoint,
-    parse_flags,
-    validate_flags,
-)
+from mlm_suite.jobs.finetuning import mlm_suite_checkpoint
 
-# Seeds that do not follow --seed, so that the held-out split, its NSP pairs and its masks are the
-# same in every run and eval numbers can be compared across runs.
-SPLIT_SEED = HELD_OUT_SEED
-EVAL_SEED = 1234
-DEFAULT_TRAINED_VOCAB_SIZE = 2048
-UNBOUNDED_STEPS = 10**9  # --max_steps under --max_train_minutes when none is given
 CURVES_PNG = "training_curves.png"
 CURVES_CAPTION = "Pretraining: train and held-out loss, and held-out [MASK] accuracy against the most-frequent-token baseline"
 
@@ -196,11 +161,6 @@ CONTINUED_DEFAULTS: dict[str, Any] = dict(
     # (held-out accuracy still rose from 150 to 450 steps: 0.162 to 0.221 at lr 3e-4, 15 % masks).
     max_steps=1000,
 )
-CONTINUED = "continued-pretraining default"
-FROM_SCRATCH = "from-scratch default"
-GIVEN = "given"
-# Options that build a new model: a checkpoint brings its own architecture, so they do not apply to it.
-NEW_MODEL_OPTIONS = ("config_preset", "norm_position", "position_embedding_type")
 
 
 @dataclass
@@ -411,7 +371,7 @@ class PretrainingArguments(HubArguments):
     # Not a flag: what the controls above apply (name -> one line), printed by the job and shown in the card.
     schedules_applied: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     # Not a flag: where the mode-dependent values came from (name -> GIVEN, CONTINUED or FROM_SCRATCH), set by
-    # parse_arguments and shown by describe_configuration and the model card.
+    # parse_arguments (resolve_job_defaults) and shown by describe_configuration and the model card.
     defaults_applied: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
 
@@ -422,556 +382,56 @@ def parse_arguments(argv: list[str] | None) -> tuple[PretrainingArguments, Train
     parser = argument_parser((PretrainingArguments, JobTrainingArguments), description=__doc__.split("\n\n")[0])
     parser.set_defaults(**JOB_DEFAULTS)
     args, training_args = parse_flags(parser, argv)
-    given = sys.argv[1:] if argv is None else argv
-    named = flags_given(parser, given, [*CONTINUED_DEFAULTS, *NEW_MODEL_OPTIONS])
-    for name, value in CONTINUED_DEFAULTS.items():
-        if name in named:
-            args.defaults_applied[name] = GIVEN
-        elif args.model_name_or_path:
-            setattr(args if name in PretrainingArguments.__dataclass_fields__ else training_args, name, value)
-            args.defaults_applied[name] = CONTINUED
-        else:
-            args.defaults_applied[name] = FROM_SCRATCH
-    if args.model_name_or_path or args.config_name:
-        args.defaults_applied.update((name, GIVEN) for name in NEW_MODEL_OPTIONS if name in named)
-    if args.max_train_minutes is not None and "max_steps" not in named:
-        # The budget decides when to stop; the job's default step count must not cut it short.
-        training_args.max_steps = UNBOUNDED_STEPS
-        args.defaults_applied["max_steps"] = "--max_train_minutes decides"
-    if args.streaming and not flag_given("dataloader_num_workers", given):
-        training_args.dataloader_num_workers = 0  # a stream's workers each need a shard of their own
-    if args.flatten_batches is None:
-        args.flatten_batches = training_args.device.type == "cuda"
-    warmup_ratio = getattr(args, "warmup_ratio", None)  # TrainingArguments' own before transformers 5.15
-    if warmup_ratio is not None:
-        if not 0.0 <= warmup_ratio < 1.0:
-            raise ValueError(f"--warmup_ratio must lie in [0, 1), got {warmup_ratio}")
-        training_args.warmup_steps = warmup_ratio
-    # Forced even when given on the command line: dropping the collator's inputs breaks masking.
-    training_args.remove_unused_columns = False
-    # The metrics tell [MASK], random and kept positions apart by what the model saw.
-    training_args.include_for_metrics = sorted({*training_args.include_for_metrics, "inputs"})
+    # CONTINUED_DEFAULTS when continuing a checkpoint (flags given win), and the values the job derives or forces.
+    resolve_job_defaults(parser, args, training_args, sys.argv[1:] if argv is None else argv, CONTINUED_DEFAULTS)
     return args, training_args
-
-
-def default_source(args: PretrainingArguments, name: str) -> str:
-    """`` (continued-pretraining default)``, `` (from-scratch default)`` or `` (given)``; empty when unknown."""
-    source = args.defaults_applied.get(name)
-    return f" ({source})" if source else ""
-
-
-def describe_configuration(args: PretrainingArguments, training_args: TrainingArguments) -> str:
-    """The job's configuration as it prints it at the start: the values that depend on whether a checkpoint is
-    continued, each with where it came from, then the shared ones (plain text)."""
-    new_model = f"config {args.config_name}" if args.config_name else f"preset {args.config_preset}"
-    mode = f"continuing {args.model_name_or_path}" if args.model_name_or_path else f"from scratch, {new_model}"
-    lines = [f"pretraining configuration ({mode}; flags given on the command line win):"]
-    values = {
-        "learning_rate": f"{training_args.learning_rate:g}",
-        "mlm_probability": f"{args.mlm_probability:g}",
-        "max_steps": "unbounded" if training_args.max_steps == UNBOUNDED_STEPS else f"{training_args.max_steps}",
-    }
-    lines += [f"  {name} {value}{default_source(args, name)}" for name, value in values.items()]
-    warmup = training_args.warmup_steps
-    lines.append(
-        f"  warmup {f'{warmup:g} of the steps' if 0 < warmup < 1 else f'{warmup:g} steps'}, weight_decay "
-        f"{training_args.weight_decay:g}, adam_beta2 {training_args.adam_beta2:g}, batch {rows_per_step(training_args)} "
-        f"x {args.max_seq_length} tokens, eval masks {args.eval_mlm_probability:g}"
-    )
-    if args.model_name_or_path or args.config_name:
-        ignored = [f"--{name}" for name in NEW_MODEL_OPTIONS if args.defaults_applied.get(name) == GIVEN]
-        whose = "--config_name's" if args.config_name else "the checkpoint's"
-        lines.append(
-            f"  architecture and dropout: {whose} (--config_overrides changes them)"
-            + (f"; ignored: {', '.join(ignored)} (options of a new model)" if ignored else "")
-        )
-    return "\n".join(lines)
-
-
-def validate_arguments(args: PretrainingArguments) -> None:
-    """Checks that need no data; raise ValueError naming the offending option."""
-    if args.train_file and args.dataset_name:
-        raise ValueError("give --train_file or --dataset_name, not both")
-    for name in ("train_file", "validation_file"):
-        path = getattr(args, name)
-        if path is not None and not Path(path).is_file():
-            raise ValueError(f"--{name} {path} does not exist or is not a file")
-    if not 0.0 < args.validation_split_percentage < 100.0:
-        raise ValueError(f"--validation_split_percentage must lie in (0, 100), got {args.validation_split_percentage}")
-    for name in ("mlm_probability", "eval_mlm_probability"):
-        if not 0.0 < getattr(args, name) < 1.0:
-            raise ValueError(f"--{name} must lie in (0, 1), got {getattr(args, name)}")
-    if args.max_train_minutes is not None and not args.max_train_minutes > 0:
-        raise ValueError(f"--max_train_minutes must be positive, got {args.max_train_minutes}")
-    if args.fill_mask_probes < 0:
-        raise ValueError(f"--fill_mask_probes must not be negative, got {args.fill_mask_probes}")
-    if args.max_eval_samples is not None and args.max_eval_samples < 1:
-        raise ValueError(f"--max_eval_samples must be positive, got {args.max_eval_samples}")
-    if args.objective == "mlm_nsp" and args.packing:
-        raise ValueError("--packing cannot be combined with --objective mlm_nsp: NSP pairs are rows of their own")
-    if args.tokenizer_name and (args.train_tokenizer or args.vocab_size):
-        raise ValueError("give either --tokenizer_name or --train_tokenizer/--vocab_size, not both")
-    if args.streaming and args.max_train_samples is not None:
-        raise ValueError("--max_train_samples counts rows, which a stream does not have: bound a --streaming run "
-                         "with --max_steps")
-    if args.train_tokenizer is False and args.vocab_size:
-        raise ValueError("--vocab_size sets the size of a trained vocabulary; it contradicts --train_tokenizer false")
-    if args.vocab_size is not None and args.vocab_size < 16:
-        raise ValueError(f"--vocab_size must be at least 16, got {args.vocab_size}")
-    if args.model_name_or_path and (args.train_tokenizer or args.vocab_size):
-        raise ValueError(
-            "--model_name_or_path continues a checkpoint with its own vocabulary; --train_tokenizer/--vocab_size "
-            "would renumber the tokens its embeddings were trained on: drop them"
-        )
-    if args.head_warmup_steps < 0:
-        raise ValueError(f"--head_warmup_steps must not be negative, got {args.head_warmup_steps}")
-    if args.head_warmup_steps and not args.model_name_or_path:
-        raise ValueError("--head_warmup_steps freezes a pretrained encoder; it needs --model_name_or_path")
 
 
 # ------------------------------------------------------------------------------------------------
 # Data
 # ------------------------------------------------------------------------------------------------
-def read_documents(path: str | Path, text_column: str = "text") -> list[str]:
-    """Documents of a local file: JSON lines (``.json``/``.jsonl``) or blank-line-separated text blocks."""
-    documents = list(iter_documents(path, text_column))
-    if not documents:
-        raise ValueError(f"{path} holds no text: nothing to train or evaluate on")
-    return documents
-
-
-def hub_documents(dataset: Dataset, args: PretrainingArguments, name: str) -> Dataset:
-    """The non-blank texts of a Hub (or saved) split as a ``datasets.Dataset`` with one ``text`` column, in order.
-
-    The split stays in Arrow: the text column is selected and filtered there (``--preprocessing_num_workers``
-    processes), never copied into a Python list.
-    """
-    column = args.text_column_name
-    if column not in dataset.column_names:
-        raise ValueError(f"{name} has no column {column!r} (columns: {dataset.column_names}); pass --text_column_name")
-    texts = dataset.select_columns([column])
-    if column != "text":
-        texts = texts.rename_column(column, "text")
-    workers = args.preprocessing_num_workers
-    return texts.filter(
-        lambda batch: [bool(text and text.strip()) for text in batch["text"]], batched=True,
-        num_proc=workers if workers and workers > 1 else None,
-        load_from_cache_file=False if args.overwrite_cache else None, desc=f"dropping blank documents of {name}",
-    )  # fmt: skip
-
-
-def load_text_splits(args: PretrainingArguments) -> tuple[DatasetDict, str]:
-    """``train`` and ``validation`` splits with one ``text`` column, and a description of the data.
-
-    A Hub (or saved) dataset's splits stay in Arrow (:func:`hub_documents`); its held-out documents are the split
-    ``--validation_split_name`` when it has one.
-    """
-    validation = read_documents(args.validation_file, args.text_column_name) if args.validation_file else None
-    if args.dataset_name:
-        raw = load_hub_splits(args.dataset_name, args.dataset_config_name, validation_split_name=args.validation_split_name,
-                              test_split_name=None, require_train=True, **args.dataset_kwargs())
-        documents = hub_documents(raw["train"], args, f"{args.dataset_name}[train]")
-        split_names = {"train": "train"}
-        if validation is None and "validation" in raw:
-            validation = hub_documents(raw["validation"], args, f"{args.dataset_name}[{args.validation_split_name}]")
-            split_names["validation"] = args.validation_split_name
-        source = (f"`{args.dataset_name}`" + (f" ({args.dataset_config_name})" if args.dataset_config_name else "")
-                  + split_description(split_names))
-    elif args.train_file:
-        documents = read_documents(args.train_file, args.text_column_name)
-        source = f"`{Path(args.train_file).name}`"
-    else:
-        documents = [text for _, text in resources.pang_lee_reviews()]
-        source = "the Pang & Lee (2004) polarity corpus: 1,500 English movie reviews (text only)"
-    if not len(documents):
-        raise ValueError(f"{source} holds no training text")
-
-    train = documents if isinstance(documents, Dataset) else Dataset.from_dict({"text": documents})
-    if validation is not None:
-        held_out = validation if isinstance(validation, Dataset) else Dataset.from_dict({"text": validation})
-        return DatasetDict(train=train, validation=held_out), source
-    return hold_out(train, args.validation_split_percentage, SPLIT_SEED), source
-
-
-def load_tokenizer(args: PretrainingArguments, train_texts: list[str]) -> PreTrainedTokenizerBase:
-    """``--tokenizer_name``, the checkpoint's, a WordPiece vocabulary trained on ``train_texts``, or MiniLM's."""
-    train = args.train_tokenizer
-    if train is None:
-        # A small vocabulary fitted to the data learns faster than a general 30k one (see JOB_DEFAULTS).
-        train = bool(args.vocab_size) or not (args.tokenizer_name or args.model_name_or_path)
-    if train:
-        tokenizer = train_wordpiece_tokenizer(train_texts, vocab_size=args.vocab_size or DEFAULT_TRAINED_VOCAB_SIZE)
-    else:
-        source = args.tokenizer_name or args.model_name_or_path or str(resources.minilm_dir())
-        tokenizer = AutoTokenizer.from_pretrained(source, **args.pretrained_kwargs())
-    check_mlm_tokenizer(tokenizer)
-    if not tokenizer.is_fast:
-        raise ValueError(f"a fast tokenizer is needed (word ids, batched encoding); {type(tokenizer).__name__} is not")
-    return tokenizer
-
-
-def build_features(
-    texts: Dataset, tokenizer: PreTrainedTokenizerBase, args: PretrainingArguments, seed: int, split: str
-) -> Dataset:
-    """Model rows of one split: tokenised (or packed) documents, or NSP pairs; plus ``example_index``.
-
-    Documents are tokenised on ``--preprocessing_num_workers`` processes (NSP pairs, which draw their random B from
-    the whole split, in this one); the rows do not depend on their number.
-    """
-    workers = args.preprocessing_num_workers if args.preprocessing_num_workers and args.preprocessing_num_workers > 1 else None
-    cache = {"load_from_cache_file": False} if args.overwrite_cache else {}
-    if args.objective == "mlm_nsp":
-        documents = [split_sentences(text) for text in texts["text"]]
-        try:
-            # A one-sentence document gives no true pair; it is left out (with a warning) rather than refusing a
-            # whole corpus for it (one of the 1,500 embedded reviews is one sentence long).
-            pairs = build_nsp_examples(
-                documents, tokenizer, args.max_seq_length, nsp_probability=args.nsp_probability, seed=seed,
-                on_short_document="skip",
-            )
-        except ValueError as error:
-            raise ValueError(f"{split} documents: {error}") from None
-        features = Dataset.from_dict(pairs)
-    elif args.packing and workers:
-        # Tokenised on the workers, packed in one process in batches of the same size: the same rows as below.
-        features = build_rows(texts, tokenizer, args.max_seq_length, True, workers).remove_columns("example_index")
-    elif args.packing:
-        pack = packing_map_function(tokenizer, args.max_seq_length)
-        features = texts.map(pack, batched=True, remove_columns=texts.column_names, desc=f"packing {split}", **cache)
-    else:
-        features = texts.map(
-            tokenize_for_mlm,
-            batched=True,
-            remove_columns=texts.column_names,
-            fn_kwargs={"tokenizer": tokenizer, "max_length": args.max_seq_length},
-            desc=f"tokenizing {split}",
-            num_proc=workers,  # one document at a time: the same rows for any number of processes
-            **cache,
-        )
-    if len(features) == 0:
-        raise ValueError(f"the {split} documents produced no rows")
-    # Seeded masks are keyed by this index, so a row's mask does not depend on batching or on its process.
-    return features.add_column("example_index", list(range(len(features))))
-
-
-def most_frequent_token(features: Dataset, tokenizer: PreTrainedTokenizerBase) -> int:
-    """The most frequent non-special token id of the training rows: the baseline's single prediction."""
-    counts = count_tokens(features, len(tokenizer))
-    counts[torch.tensor(tokenizer.all_special_ids)] = 0
-    return int(counts.argmax())
-
-
-# ------------------------------------------------------------------------------------------------
-# Model
-# ------------------------------------------------------------------------------------------------
-def build_config(
-    args: PretrainingArguments, tokenizer: PreTrainedTokenizerBase, checkpoint: str | None = None
-) -> MlmSuiteConfig:
-    """The model's configuration: ``--config_name``'s, else ``checkpoint``'s (an mlm_suite folder), else a preset sized
-    to ``tokenizer``."""
-    if args.config_name:
-        config = AutoConfig.from_pretrained(args.config_name, **args.pretrained_kwargs())
-        if not isinstance(config, MlmSuiteConfig):
-            raise ValueError(
-                f"--config_name {args.config_name} holds a {config.model_type!r} config; pretraining builds mlm_suite "
-                "models (a BERT model: pass its folder as --model_name_or_path)"
-            )
-    elif checkpoint:
-        config = AutoConfig.from_pretrained(checkpoint, **args.pretrained_kwargs())
-    else:
-        config = MlmSuiteConfig.preset(
-            args.config_preset,
-            vocab_size=len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-            norm_position=args.norm_position,
-            position_embedding_type=args.position_embedding_type,
-            # MLM alone never trains [CLS] (no loss reads it; NSP's does): a classifier fine-tuned from this model
-            # reads the mean of the states MLM trained (docs/results.md: why the main job's encoder does not help sentiment).
-            classifier_pooling="mean" if args.objective == "mlm" else "cls",
-        )
-    if args.config_overrides:
-        config.update_from_string(args.config_overrides)
-        # update_from_string sets attributes one by one; rebuilding re-runs the config's own checks.
-        config = MlmSuiteConfig.from_dict(config.to_dict())
-    extend_context(config, tokenizer, args, checkpoint)  # --rope_theta; a rotary checkpoint's positions follow longer rows
-    config.check_sizes()
-    if len(tokenizer) > config.vocab_size:
-        raise ValueError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}")
-    if config.position_embedding_type == "absolute" and args.max_seq_length > config.max_position_embeddings:
-        raise ValueError(
-            f"--max_seq_length {args.max_seq_length} exceeds the model's max_position_embeddings "
-            f"({config.max_position_embeddings})"
-        )
-    if args.max_seq_length > tokenizer.model_max_length:
-        raise ValueError(
-            f"--max_seq_length {args.max_seq_length} exceeds the tokenizer's model_max_length "
-            f"({tokenizer.model_max_length})"
-        )
-    if args.objective == "mlm_nsp" and config.type_vocab_size < 2:
-        raise ValueError(f"mlm_nsp needs type_vocab_size >= 2 for the two segments, got {config.type_vocab_size}")
-    return config
-
-
-def build_model(
-    args: PretrainingArguments, config: MlmSuiteConfig, checkpoint: str | None = None
-) -> tuple[MlmSuiteForMaskedLM | MlmSuiteForPreTraining, list[str]]:
-    """The model to pretrain and the names of its weights that ``checkpoint`` lacked (newly initialised).
-
-    A head the checkpoint lacks (the MLM head of an encoder-only or fine-tuned checkpoint, the NSP head for
-    ``mlm_nsp``) is initialised as BERT initialises it; the MLM decoder is tied to the word embeddings, so
-    only its transform and bias are new.
-    """
-    model_class = MlmSuiteForPreTraining if args.objective == "mlm_nsp" else MlmSuiteForMaskedLM
-    if not checkpoint:
-        return model_class(config), []
-    model, loading = model_class.from_pretrained(
-        checkpoint, config=config, output_loading_info=True, **args.pretrained_kwargs()
-    )
-    return model, sorted(loading["missing_keys"])
-
-
-def describe_new_weights(checkpoint_name: str, model: torch.nn.Module, new_weights: list[str]) -> str:
-    """One line saying which weights are new when pretraining continues a checkpoint."""
-    if not new_weights:
-        return f"continuing {checkpoint_name}: every weight of {type(model).__name__} comes from the checkpoint"
-    return (
-        f"continuing {checkpoint_name}: new {type(model).__name__} weights, initialised as BERT's: "
-        f"{', '.join(new_weights)} (the MLM decoder is tied to the word embeddings)"
-    )
-
-
-# ------------------------------------------------------------------------------------------------
-# Evaluation
-# ------------------------------------------------------------------------------------------------
-def evaluation_collator(tokenizer: PreTrainedTokenizerBase, args: PretrainingArguments) -> DataCollatorForMaskedLM:
-    """The held-out masks: ``--eval_mlm_probability`` with a fixed seed, whatever the training rate or process."""
-    return DataCollatorForMaskedLM(
-        tokenizer, mlm_probability=args.eval_mlm_probability, masking=args.masking, seed=EVAL_SEED, process_rank=0
-    )
-
-
-def describe_evaluation(metrics: dict[str, float], probe: list[dict], baseline_token: str) -> str:
-    """The held-out scores and the fill-mask probe as the job prints them (plain text)."""
-    rows = [("MLM loss / perplexity", f"{metrics['eval_mlm_loss']:.4f} / {metrics['perplexity']:.1f}")]
-    for name, key in (("[MASK] positions", "mask"), ("random-token positions", "random"), ("kept positions", "kept")):
-        rows.append((f"accuracy at {name}", f"{metrics[f'eval_{key}_accuracy']:.4f}  ({metrics[f'eval_{key}_tokens']} tokens)"))
-    rows.append(("top-5 accuracy at [MASK]", f"{metrics['eval_mask_top5_accuracy']:.4f}"))
-    rows.append(
-        (
-            "baseline at [MASK]",
-            f"{metrics['eval_mask_baseline_accuracy']:.4f}  (always {baseline_token!r}, the most frequent training token)",
-        )
-    )
-    if "eval_nsp_accuracy" in metrics:
-        rows.append(("next-sentence accuracy", f"{metrics['eval_nsp_accuracy']:.4f}"))
-    lines = [f"held-out evaluation ({metrics['eval_selected_tokens']} selected tokens, {metrics['eval_samples']} rows):"]
-    lines += [f"  {label:<36}{value}" for label, value in rows]
-    if probe:
-        lines.append("fill-mask probe (held-out sentences; answer -> top-5):")
-        lines += [f"  {item['sentence']}\n      {item['answer']} -> {', '.join(item['predictions'])}" for item in probe]
-    return "\n".join(lines)
-
-
-def probe_table(probe: list[dict]) -> str:
-    """The fill-mask probe as a markdown table for the model card."""
-    rows = ["| sentence | masked word | top-5 predictions |", "|---|---|---|"]
-    for item in probe:
-        sentence = item["sentence"].replace("|", "\\|")
-        rows.append(f"| {sentence} | {item['answer']} | {', '.join(item['predictions'])} |")
-    return "\n".join(rows)
-
-
-# ------------------------------------------------------------------------------------------------
-# Trainer
-# ------------------------------------------------------------------------------------------------
-class PretrainingTrainer(ScheduledRowsMixin, JobTrainer):
-    """A ``Trainer`` that evaluates with its own fixed-mask collator and writes mlm_suite's model card.
-
-    ``create_model_card`` (:class:`~mlm_suite.training.trainer.JobTrainer`) is what ``push_to_hub`` calls, so the
-    card uploaded is the one written here (set ``model_card_fields`` first). It writes no pickle:
-    ``training_args.json``, and checkpoints in safetensors and JSON.
-    """
-
-    card_template = "pretraining"
-
-    def __init__(self, *args, eval_data_collator: DataCollatorForMaskedLM, head_warmup_steps: int = 0, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.eval_data_collator = eval_data_collator
-        self.head_warmup_steps = head_warmup_steps
-
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        loss = super().training_step(model, inputs, num_items_in_batch)
-        if self.state.global_step < self.head_warmup_steps:
-            # Head warm-up: drop the encoder's gradients before clipping and the optimizer step. The optimizer
-            # skips a parameter without a gradient entirely (no update, no weight decay, no moment estimates),
-            # so the encoder is frozen without rebuilding the optimizer or changing what DDP reduces.
-            for parameter in self.model.encoder.parameters():
-                parameter.grad = None
-        return loss
-
-    def get_eval_dataloader(self, eval_dataset=None):
-        training_collator = self.data_collator
-        self.data_collator = self.eval_data_collator
-        try:
-            return super().get_eval_dataloader(eval_dataset)
-        finally:
-            self.data_collator = training_collator
-
-
-def final_evaluation(trainer: Trainer) -> dict[str, float]:
-    """Metrics of the saved model: those of the scheduled evaluation if it just ran at the last step, else a
-    new evaluation (always after early stopping, which restores the best model rather than the last one)."""
-    history = trainer.state.log_history
-    last = next((entry for entry in reversed(history) if "eval_loss" in entry), None)
-    if last is not None and last["step"] == trainer.state.global_step and not trainer.args.load_best_model_at_end:
-        return {key: value for key, value in last.items() if key.startswith("eval_") or key == "epoch"}
-    return trainer.evaluate()
-
-
-def _model_card_fields(
-    args: PretrainingArguments,
-    training_args: TrainingArguments,
-    model,
-    tokenizer: PreTrainedTokenizerBase,
-    data: dict[str, object],
-    train_metrics: dict[str, float],
-    eval_metrics: dict[str, float],
-    probe: list[dict],
-) -> dict[str, object]:
-    config = model.config
-    parameters = sum(parameter.numel() for parameter in model.parameters())
-    objective = (
-        "masked language modelling + next-sentence prediction" if args.objective == "mlm_nsp" else "masked language modelling"
-    )
-    objective += (
-        f", {args.masking.replace('_', '-')} masking of {args.mlm_probability:.0%} of the tokens in training"
-        + default_source(args, "mlm_probability")
-    )
-    start = f"continued from `{args.model_name_or_path}`" if args.model_name_or_path else f"preset `{args.config_preset}`"
-    step_limit = ""
-    if args.defaults_applied and training_args.max_steps != UNBOUNDED_STEPS:
-        step_limit = f" (--max_steps {training_args.max_steps}{default_source(args, 'max_steps')})"
-    training = {
-        "initialisation": start,
-        "optimizer steps": f"{train_metrics.get('train_steps', training_args.max_steps)}" + step_limit,
-        "batch size (global)": rows_per_step(training_args),
-        "learning rate": f"{training_args.learning_rate:g}{default_source(args, 'learning_rate')} (AdamW β₂ "
-        f"{training_args.adam_beta2:g}, {lr_schedule_summary(training_args, args)})",
-        "weight decay": training_args.weight_decay,
-        "max sequence length": args.max_seq_length,
-        "packing": args.packing,
-        "seed": training_args.seed,
-        "time budget": f"{args.max_train_minutes:g} min" if args.max_train_minutes else "none (fixed step count)",
-        **({"head warm-up": f"{args.head_warmup_steps} steps with the encoder frozen"} if args.head_warmup_steps else {}),
-        **control_card_rows(args),  # masking-rate schedule, replacement split, batch-size warmup, context extension
-        "final train loss": train_metrics["train_loss"],
-        "train runtime (s)": train_metrics["train_runtime"],
-    }
-    shown = {
-        "**accuracy at `[MASK]` positions**": eval_metrics["eval_mask_accuracy"],
-        "most-frequent-token baseline at `[MASK]` positions": eval_metrics["eval_mask_baseline_accuracy"],
-        "top-5 accuracy at `[MASK]` positions": eval_metrics["eval_mask_top5_accuracy"],
-        "accuracy at random-token positions": eval_metrics["eval_random_accuracy"],
-        "accuracy at kept positions (the answer is visible)": eval_metrics["eval_kept_accuracy"],
-        "MLM loss (all selected positions)": eval_metrics["eval_mlm_loss"],
-        "perplexity": eval_metrics["perplexity"],
-        "selected tokens: `[MASK]` / random / kept": "{eval_mask_tokens} / {eval_random_tokens} / {eval_kept_tokens}".format(
-            **eval_metrics
-        ),
-    }
-    if "eval_nsp_accuracy" in eval_metrics:
-        shown["next-sentence accuracy"] = eval_metrics["eval_nsp_accuracy"]
-    metrics = markdown_table(shown, ("metric", "value")) + (
-        f"\n\nEvaluation selects {args.eval_mlm_probability:.0%} of the tokens with fixed (seeded) masks, 80 % "
-        "`[MASK]` / 10 % random / 10 % kept, so these numbers compare across runs whatever the training masking "
-        "rate. The headline is the accuracy at `[MASK]` positions: kept positions show the answer and are not a "
-        "test of the model. The baseline predicts the most frequent training token at every `[MASK]`."
-    )
-    if probe:
-        metrics += "\n\n### Fill-mask probe\n\nHeld-out sentences, one word masked:\n\n" + probe_table(probe)
-    return {
-        "architecture": f"{parameters / 1e6:.1f}M-parameter BERT-style",
-        "origin": "pretrained from scratch"
-        if not args.model_name_or_path
-        else f"pretrained further from {base_model_fields(args.model_name_or_path)['base_model_text']}",
-        **base_model_fields(args.model_name_or_path),
-        "objective": objective,
-        "architecture_table": markdown_table(architecture_rows(config), ("hyper-parameter", "value")),
-        "data": markdown_table({**data, "tokenizer": f"{type(tokenizer).__name__}, {len(tokenizer)} tokens"}),
-        "training": markdown_table(training),
-        "metrics": metrics,
-    }
-
-
-#: The held-out scores in the card's metadata: metric key (after ``eval_``) → (metric type, name as the card says it).
-_CARD_SCORES = {
-    "mask_accuracy": ("accuracy", "accuracy at [MASK] positions"),
-    "mask_top5_accuracy": ("top5_accuracy", "top-5 accuracy at [MASK] positions"),
-    "perplexity": ("perplexity", "perplexity"),
-    "nsp_accuracy": ("accuracy", "next-sentence accuracy"),
-}
-
-
-def _model_card_metadata(args: PretrainingArguments, eval_metrics: dict[str, float]) -> dict[str, object]:
-    """What the card's metadata is built from (:func:`~mlm_suite.training.cards.model_card_data`): the checkpoint
-    continued from, the data (a Hub dataset, files, a prepared folder or the embedded reviews) and the held-out scores."""
-    embedded = CardDataset.embedded(
-        "pang_lee_movie_reviews", "Pang & Lee movie reviews (built in, held-out split)"
-    )
-    dataset = CardDataset.read_by_job(args.dataset_name, args.dataset_config_name,
-                                      (args.prepared_data, args.train_file, args.validation_file), embedded,
-                                      {"validation": args.validation_split_name})
-    metrics = {**eval_metrics, "eval_perplexity": eval_metrics["perplexity"]}
-    scores = card_scores(metrics, _CARD_SCORES, splits=(("eval", "validation"),))
-    return {"base_model": args.model_name_or_path, "dataset": dataset, "scores": scores}
-
-
 # ------------------------------------------------------------------------------------------------
 # Entry point
 # ------------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     started = time.time()
+    given = sys.argv[1:] if argv is None else argv
     args, training_args = parse_arguments(argv)
 
     # Everything that can fail on bad input happens before the Trainer creates the output folder.
     validate_arguments(args)
     validate_flags(args, training_args)  # batch sizes, learning rate ... (the checks every job shares)
-    resolve_controls(args, training_args, sys.argv[1:] if argv is None else argv)  # schedules of masks, rows, LR
+    resolve_controls(args, training_args, given)  # schedules of masks, rows, LR
     training_args.resume_from_checkpoint = resume_checkpoint(training_args)  # or the last checkpoint of a stopped run
     training_args.resume_from_checkpoint = training_args.resume_from_checkpoint or args.decay_from_checkpoint
-    large = open_corpus_source(args, training_args, sys.argv[1:] if argv is None else argv)
-    texts, source = (large.texts, large.source) if large else load_text_splits(args)
+
+    # Data: the documents (in memory, or a prepared folder / stream) and the tokenizer.
+    large = open_corpus_source(args, training_args, given)
+    texts, source = (large.texts, large.source) if large else load_pretraining_documents(args)
     tokenizer = load_tokenizer(args, texts["train"]["text"] if "train" in texts else [])
     if large:
         large.check_tokenizer(tokenizer)  # a prepared folder's rows are ids of one tokenizer
     checkpoint = mlm_suite_checkpoint(args.model_name_or_path, **args.pretrained_kwargs()) if args.model_name_or_path else None
     config = build_config(args, tokenizer, checkpoint or args.decay_from_checkpoint)
+
+    # Rows: tokenised (or packed) documents or NSP pairs, each with the example_index its masks are keyed by.
     if large:
         train_features = large.train_rows(tokenizer)
     else:
         train_features = build_features(texts["train"], tokenizer, args, training_args.seed, "training")
-    if args.max_train_samples is not None and len(train_features) > args.max_train_samples:
-        train_features = train_features.select(range(args.max_train_samples))  # the first rows, as run_mlm.py
+    train_features = first_rows(train_features, args.max_train_samples)
     eval_features = build_features(texts["validation"], tokenizer, args, EVAL_SEED, "validation")
-    if args.max_eval_samples is not None and len(eval_features) > args.max_eval_samples:
-        eval_features = eval_features.select(range(args.max_eval_samples))
-    baseline_token_id = large.baseline_token_id(tokenizer) if large else most_frequent_token(train_features, tokenizer)
+    eval_features = first_rows(eval_features, args.max_eval_samples)
+    baseline_token_id = large.baseline_token_id(tokenizer) if large else most_frequent_row_token(train_features, tokenizer)
 
+    # Model: a new one (preset or --config_name) or the continued checkpoint, with any head it lacks.
     set_seed(training_args.seed)  # the initial weights follow --seed
     model, new_weights = build_model(args, config, checkpoint)
     if checkpoint and training_args.process_index == 0:
         print(describe_new_weights(args.model_name_or_path, model, new_weights), file=sys.stderr)
-    train_collator = DataCollatorForMaskedLM(
-        tokenizer,
-        mlm_probability=args.mlm_probability,
-        mask_replace_prob=args.mask_replace_prob,
-        random_replace_prob=args.random_replace_prob,
-        masking=args.masking,
-        seed=training_args.seed,
-        process_rank=None if args.masking_seed_per_rank else 0,
-        flatten=args.flatten_batches,
-        pad_to_multiple_of=8 if args.flatten_batches else None,  # rounds max_length_q: fewer torch.compile shapes
-    )
+
+    # Collators and callbacks: seeded training masks, fixed evaluation masks; early stopping, a time budget.
+    train_collator = training_collator(tokenizer, args, training_args.seed)
     callbacks = [MaskingEpochCallback(train_collator)]
     callbacks += early_stopping_callback(
         training_args, args.early_stopping_patience, args.early_stopping_threshold, "mask_accuracy", True
@@ -998,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         row_schedule=row_schedule(args, training_args, budget),  # masking-rate schedule, batch-size warmup
     )
 
+    # Train, then evaluate the model that is saved (the best one after early stopping).
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     rows_read = trainer.state.global_step * rows_per_step(training_args)  # a stream has no length; every batch is full
     train_metrics = {
@@ -1005,13 +466,9 @@ def main(argv: list[str] | None = None) -> int:
         "train_samples": rows_read if args.streaming else len(train_features),
         "train_steps": trainer.state.global_step,
     }
-    eval_metrics = final_evaluation(trainer)
-    eval_metrics["perplexity"] = math.exp(min(eval_metrics["eval_mlm_loss"], 700.0))  # exp overflows past ~709
-    eval_metrics["eval_samples"] = len(eval_features)
-    probe = fill_mask_probe(trainer.model, tokenizer, probes)
-    eval_metrics["fill_mask_probe_top1_correct"] = sum(item["predictions"][0] == item["answer"] for item in probe)
-    eval_metrics["fill_mask_probe_distinct_top1"] = len({item["predictions"][0] for item in probe})
+    eval_metrics, probe = evaluate_pretraining(trainer, tokenizer, probes, len(eval_features))
 
+    # Save: the checkpoint, metrics, curves, fill-mask probe and model card.
     trainer.save_model()
     trainer.save_metrics("train", train_metrics)
     trainer.save_metrics("eval", eval_metrics)
@@ -1028,11 +485,11 @@ def main(argv: list[str] | None = None) -> int:
         "training rows": training["rows"],
         "validation rows": len(eval_features),
     }
-    trainer.model_card_fields = _model_card_fields(
+    trainer.model_card_fields = pretraining_card_fields(
         args, training_args, trainer.model, tokenizer, data, train_metrics, eval_metrics, probe
     )
     trainer.model_card_fields["metrics"] += figures_section([(CURVES_CAPTION, CURVES_PNG)])
-    trainer.model_card_metadata = _model_card_metadata(args, eval_metrics)
+    trainer.model_card_metadata = pretraining_card_metadata(args, eval_metrics)
     trainer.publish()  # the card, then with --push_to_hub the upload of the complete folder
 
     if trainer.is_world_process_zero():

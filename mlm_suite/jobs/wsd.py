@@ -21,7 +21,7 @@ from mlm_suite.data import resources
 from mlm_suite.analysis.embeddings import ContextualEmbedder, save_json
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.distributed import command_prog
-from mlm_suite.jobs.finetuning import validate_flags
+from mlm_suite.jobs.arguments import validate_flags
 from mlm_suite.analysis.wordnet import WSDSplit, evaluate_wsd, limit_lemmas, read_jsonl, wordnet_wsd_dataset
 
 

@@ -4,6 +4,7 @@
 * :mod:`~mlm_suite.training.controls`: a wall-clock budget, early stopping, the steady step rate;
 * :mod:`~mlm_suite.training.schedules`: masking-rate schedules, batch-size warmup, warmup-stable-decay,
   context extension (``mlm-suite pretrain``);
+* :mod:`~mlm_suite.training.pretraining`: the pretraining job's ``Trainer``, its masking collators and final evaluation;
 * :mod:`~mlm_suite.training.freezing`: freezing the encoder of a fine-tuning model;
 * :mod:`~mlm_suite.training.retrieval`: the bi-encoder's batches, gradient caching and sentence-transformers files;
 * :mod:`~mlm_suite.training.cards`: the model cards the jobs write next to the weights.

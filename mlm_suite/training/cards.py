@@ -14,6 +14,10 @@ The front matter (the YAML metadata block, the template's ``$metadata``) is a
 (its pipeline tag, base model, :class:`CardDataset` and :class:`CardScore` results); the arguments
 ``Trainer.push_to_hub`` passes on to ``create_model_card`` (``license``, ``tags``, ...) update it
 (:func:`update_card_data`).
+
+The last section holds the sections of the pretraining job's card (:func:`pretraining_card_fields`,
+:func:`pretraining_card_metadata`); the one after it those of ``finetune-ner``'s card (:func:`ner_labels_section`,
+:func:`ner_metrics_section` with the HF comparison, :func:`ner_summary` printed at the end of a run).
 """
 
 from __future__ import annotations
@@ -31,6 +35,11 @@ from string import Template
 from typing import Any, Mapping
 
 from huggingface_hub import EvalResult, ModelCardData
+
+from mlm_suite.data.tagging import NO_SCHEME
+from mlm_suite.evaluation.entities import MODES, per_tag_rows
+from mlm_suite.training.controls import rows_per_step
+from mlm_suite.training.schedules import UNBOUNDED_STEPS, control_card_rows, lr_schedule_summary
 
 # The default fine-tuning start: all-MiniLM-L6-v2 converted to mlm_suite (see mlm_suite.data.resources).
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -412,3 +421,363 @@ def front_matter(data: ModelCardData) -> str:
     fields = data.to_dict()
     ordered = {key: fields.pop(key) for key in _METADATA_ORDER if key in fields}
     return yaml_dump({**ordered, **fields}, sort_keys=False).strip()
+
+
+# --------------------------------------------------------------------------------------------
+# The fine-tuning jobs' cards: starting weights, hyper-parameters, labels, writing and pushing
+# --------------------------------------------------------------------------------------------
+RANDOM_START = {"base_model_metadata": "", "base_model_text": "randomly initialised weights (no pretraining)"}
+
+
+def initialisation(model_path: str, model_args: Any) -> dict[str, str]:
+    """What the card says of the starting weights (an empty dict for the usual pretrained start)."""
+    if model_args.init == "pretrained":
+        return {}
+    return {"initialisation": f"random (the architecture and tokenizer of `{Path(model_path).name}`, not its weights)"}
+
+
+def card_base_model(model_path: str, model_args: Any) -> str | None:
+    """The checkpoint a card names as its base model: none for a random initialisation."""
+    return model_path if model_args.init == "pretrained" else None
+
+
+def write_card(
+    trainer: Any,
+    *,
+    pipeline_tag: str,
+    task_description: str,
+    base_model: str | None,
+    auto_class: str,
+    labels: str,
+    data: str,
+    training: str,
+    metrics: str,
+    extra_fields: Mapping[str, object] | None = None,
+    dataset: CardDataset | None = None,
+    scores: Sequence[CardScore] = (),
+) -> Path | None:
+    """Write the model card ``README.md``, then, with ``--push_to_hub``, upload the output folder.
+
+    Call it on every process, last (``push_to_hub`` saves the model again on all of them and
+    uploads what the folder holds). ``base_model`` is the fine-tuned checkpoint, a folder or a Hub
+    id (None for a random initialisation); the card's ``base_model`` metadata is a Hub id or absent (:func:`base_model_fields`), and its
+    usage snippet loads the pushed repository, else ``--hub_model_id``, else the output folder.
+    ``extra_fields`` fill the placeholders of a job's own template (``JobTrainer.card_template``).
+    ``dataset`` (the data trained on and scored) and ``scores`` (the headline results) go into the card's metadata
+    with the licence, task and base model (:func:`model_card_data`).
+    Returns the card's path on the main process, else None.
+    """
+    from mlm_suite.training.trainer import JobTrainer  # which imports this module
+
+    metadata: dict[str, Any] = dict(pipeline_tag=pipeline_tag, base_model=base_model, dataset=dataset, scores=scores)
+    fields: dict[str, object] = dict(
+        pipeline_tag=pipeline_tag,
+        task_description=task_description,
+        auto_class=auto_class,
+        labels=labels,
+        data=data,
+        training=training,
+        metrics=metrics,
+        **(base_model_fields(base_model) if base_model else RANDOM_START),
+        **(extra_fields or {}),
+    )
+    output_dir = trainer.args.output_dir
+    if isinstance(trainer, JobTrainer):
+        trainer.model_card_fields = fields
+        trainer.model_card_metadata = metadata
+        trainer.publish()
+    else:
+        if trainer.args.push_to_hub:
+            raise TypeError("--push_to_hub needs a JobTrainer: a stock Trainer uploads its own card, not this one")
+        if trainer.is_world_process_zero():
+            name = Path(output_dir).name
+            write_model_card(output_dir, "finetuned", model_card_data("finetuned", model_name=name, **metadata),
+                             model_name=name, **fields, **usage_fields(trainer))
+    return Path(output_dir) / "README.md" if trainer.is_world_process_zero() else None
+
+
+def training_summary(args: Any, **extra: object) -> str:
+    """Markdown table of the hyper-parameters that decide a fine-tuning run."""
+    rows: dict[str, object] = {
+        "epochs": args.num_train_epochs if args.max_steps <= 0 else f"max_steps={args.max_steps}",
+        "learning rate": args.learning_rate,
+        "schedule": f"{_plain(args.lr_scheduler_type)}, warmup {args.warmup_steps}",
+        "optimizer": _plain(args.optim),
+        "weight decay": args.weight_decay,
+        "batch size (per device)": args.per_device_train_batch_size,
+        "seed": args.seed,
+    }
+    rows.update(extra)
+    return markdown_table(rows, ("hyper-parameter", "value"))
+
+
+def _plain(value: object) -> str:
+    """An enum's value (``SchedulerType.LINEAR`` → ``linear``), anything else as text."""
+    return str(getattr(value, "value", value))
+
+
+def label_table(id2label: Mapping[int, str]) -> str:
+    return markdown_table({str(i): id2label[i] for i in sorted(id2label)}, ("id", "label"))
+
+
+# ------------------------------------------------------------------------------------------------
+# The pretraining job's card (mlm-suite pretrain; ``args`` is its PretrainingArguments)
+# ------------------------------------------------------------------------------------------------
+#: The held-out scores in the pretraining card's metadata: metric key (after ``eval_``) → (metric type, name as the
+#: card says it).
+PRETRAINING_CARD_SCORES = {
+    "mask_accuracy": ("accuracy", "accuracy at [MASK] positions"),
+    "mask_top5_accuracy": ("top5_accuracy", "top-5 accuracy at [MASK] positions"),
+    "perplexity": ("perplexity", "perplexity"),
+    "nsp_accuracy": ("accuracy", "next-sentence accuracy"),
+}
+
+
+def default_source(args: Any, name: str) -> str:
+    """`` (continued-pretraining default)``, `` (from-scratch default)`` or `` (given)``: where the pretraining job's
+    value of ``name`` came from (``args.defaults_applied``); empty when unknown."""
+    source = args.defaults_applied.get(name)
+    return f" ({source})" if source else ""
+
+
+def probe_table(probe: list[dict]) -> str:
+    """The fill-mask probe as a markdown table for the model card."""
+    rows = ["| sentence | masked word | top-5 predictions |", "|---|---|---|"]
+    for item in probe:
+        sentence = item["sentence"].replace("|", "\\|")
+        rows.append(f"| {sentence} | {item['answer']} | {', '.join(item['predictions'])} |")
+    return "\n".join(rows)
+
+
+def pretraining_card_fields(
+    args: Any,
+    training_args: Any,
+    model: Any,
+    tokenizer: Any,
+    data: dict[str, object],
+    train_metrics: dict[str, float],
+    eval_metrics: dict[str, float],
+    probe: list[dict],
+) -> dict[str, object]:
+    """The sections of the pretraining card (template ``pretraining``): objective, architecture, data, training
+    recipe, held-out metrics and the fill-mask probe."""
+    config = model.config
+    parameters = sum(parameter.numel() for parameter in model.parameters())
+    objective = (
+        "masked language modelling + next-sentence prediction" if args.objective == "mlm_nsp" else "masked language modelling"
+    )
+    objective += (
+        f", {args.masking.replace('_', '-')} masking of {args.mlm_probability:.0%} of the tokens in training"
+        + default_source(args, "mlm_probability")
+    )
+    start = f"continued from `{args.model_name_or_path}`" if args.model_name_or_path else f"preset `{args.config_preset}`"
+    step_limit = ""
+    if args.defaults_applied and training_args.max_steps != UNBOUNDED_STEPS:
+        step_limit = f" (--max_steps {training_args.max_steps}{default_source(args, 'max_steps')})"
+    training = {
+        "initialisation": start,
+        "optimizer steps": f"{train_metrics.get('train_steps', training_args.max_steps)}" + step_limit,
+        "batch size (global)": rows_per_step(training_args),
+        "learning rate": f"{training_args.learning_rate:g}{default_source(args, 'learning_rate')} (AdamW β₂ "
+        f"{training_args.adam_beta2:g}, {lr_schedule_summary(training_args, args)})",
+        "weight decay": training_args.weight_decay,
+        "max sequence length": args.max_seq_length,
+        "packing": args.packing,
+        "seed": training_args.seed,
+        "time budget": f"{args.max_train_minutes:g} min" if args.max_train_minutes else "none (fixed step count)",
+        **({"head warm-up": f"{args.head_warmup_steps} steps with the encoder frozen"} if args.head_warmup_steps else {}),
+        **control_card_rows(args),  # masking-rate schedule, replacement split, batch-size warmup, context extension
+        "final train loss": train_metrics["train_loss"],
+        "train runtime (s)": train_metrics["train_runtime"],
+    }
+    shown = {
+        "**accuracy at `[MASK]` positions**": eval_metrics["eval_mask_accuracy"],
+        "most-frequent-token baseline at `[MASK]` positions": eval_metrics["eval_mask_baseline_accuracy"],
+        "top-5 accuracy at `[MASK]` positions": eval_metrics["eval_mask_top5_accuracy"],
+        "accuracy at random-token positions": eval_metrics["eval_random_accuracy"],
+        "accuracy at kept positions (the answer is visible)": eval_metrics["eval_kept_accuracy"],
+        "MLM loss (all selected positions)": eval_metrics["eval_mlm_loss"],
+        "perplexity": eval_metrics["perplexity"],
+        "selected tokens: `[MASK]` / random / kept": "{eval_mask_tokens} / {eval_random_tokens} / {eval_kept_tokens}".format(
+            **eval_metrics
+        ),
+    }
+    if "eval_nsp_accuracy" in eval_metrics:
+        shown["next-sentence accuracy"] = eval_metrics["eval_nsp_accuracy"]
+    metrics = markdown_table(shown, ("metric", "value")) + (
+        f"\n\nEvaluation selects {args.eval_mlm_probability:.0%} of the tokens with fixed (seeded) masks, 80 % "
+        "`[MASK]` / 10 % random / 10 % kept, so these numbers compare across runs whatever the training masking "
+        "rate. The headline is the accuracy at `[MASK]` positions: kept positions show the answer and are not a "
+        "test of the model. The baseline predicts the most frequent training token at every `[MASK]`."
+    )
+    if probe:
+        metrics += "\n\n### Fill-mask probe\n\nHeld-out sentences, one word masked:\n\n" + probe_table(probe)
+    return {
+        "architecture": f"{parameters / 1e6:.1f}M-parameter BERT-style",
+        "origin": "pretrained from scratch"
+        if not args.model_name_or_path
+        else f"pretrained further from {base_model_fields(args.model_name_or_path)['base_model_text']}",
+        **base_model_fields(args.model_name_or_path),
+        "objective": objective,
+        "architecture_table": markdown_table(architecture_rows(config), ("hyper-parameter", "value")),
+        "data": markdown_table({**data, "tokenizer": f"{type(tokenizer).__name__}, {len(tokenizer)} tokens"}),
+        "training": markdown_table(training),
+        "metrics": metrics,
+    }
+
+
+def pretraining_card_metadata(args: Any, eval_metrics: dict[str, float]) -> dict[str, object]:
+    """What the pretraining card's metadata is built from (:func:`model_card_data`): the checkpoint continued from,
+    the data (a Hub dataset, files, a prepared folder or the embedded reviews) and the held-out scores."""
+    embedded = CardDataset.embedded(
+        "pang_lee_movie_reviews", "Pang & Lee movie reviews (built in, held-out split)"
+    )
+    dataset = CardDataset.read_by_job(args.dataset_name, args.dataset_config_name,
+                                      (args.prepared_data, args.train_file, args.validation_file), embedded,
+                                      {"validation": args.validation_split_name})
+    metrics = {**eval_metrics, "eval_perplexity": eval_metrics["perplexity"]}
+    scores = card_scores(metrics, PRETRAINING_CARD_SCORES, splits=(("eval", "validation"),))
+    return {"base_model": args.model_name_or_path, "dataset": dataset, "scores": scores}
+
+
+# ------------------------------------------------------------------------------------------------
+# The token-classification job's card (mlm-suite finetune-ner): labels, scores, the HF comparison
+# ------------------------------------------------------------------------------------------------
+def _cell(text: str) -> str:
+    """A tag as a markdown table cell (``VBG|NN`` would split the row)."""
+    return str(text).replace("|", "\\|")
+
+
+def ner_task_description(scheme: str, num_labels: int) -> str:
+    """The card's one-line description of a token-classification model over ``scheme`` tags."""
+    if scheme == NO_SCHEME:
+        return f"A token-classification (tagging) model over {num_labels} tags without entity scheme (e.g. POS)"
+    return f"A token-classification (named-entity) model over {scheme} tags"
+
+
+def ner_labels_section(scheme: str, read_scheme: str, use_crf: bool, id2label: Mapping[int, str]) -> str:
+    """The card's labels section: the tagging scheme (and the one the data were read in), CRF decoding, the labels."""
+    return (
+        f"Tagging scheme: **{scheme}**"
+        + (" (the tags are not an entity scheme; scored token by token)" if scheme == NO_SCHEME else "")
+        + (f" (converted from {read_scheme})" if read_scheme != scheme else "")
+        + f". CRF decoding: {'yes' if use_crf else 'no'}.\n\n"
+        + label_table({i: _cell(label) for i, label in id2label.items()})
+    )
+
+
+def ner_card_score_names(scheme: str | None, mode: str) -> dict[str, tuple[str, str]]:
+    """The headline scores of the card's metadata: metric key → (metric type, name as the card says it)."""
+    if scheme == NO_SCHEME:
+        return {"accuracy": ("accuracy", "token accuracy"), "macro_f1": ("f1", "macro F1 over the tags")}
+    return {"f1": ("f1", f"entity F1 ({mode})"), "precision": ("precision", f"entity precision ({mode})"),
+            "recall": ("recall", f"entity recall ({mode})"), "accuracy": ("accuracy", "token accuracy")}
+
+
+def _comparison_rows(
+    metrics: Mapping[str, float], compare_hf: bool, scheme: str | None = None
+) -> list[tuple[str, float, float | None]]:
+    if scheme == NO_SCHEME:
+        names = [(key, name) for key, name in (("accuracy", "accuracy"), ("macro_f1", "macro F1"))]
+    else:
+        names = [(f"{mode}_f1", f"F1 ({mode})") for mode in MODES]
+    rows = []
+    for split in ("eval", "test"):
+        for suffix, name in names:
+            key = f"{split}_{suffix}"
+            if key in metrics:
+                rows.append((f"{split} {name}", metrics[key], metrics.get(f"hf_{key}") if compare_hf else None))
+    return rows
+
+
+def per_tag_table(metrics: Mapping[str, float], compare_hf: bool, markdown: bool = True) -> tuple[str, str]:
+    """The per-tag scores of the test split (else validation) and that split's name, as a table.
+
+    With the HF baseline, its per-tag F1 is a last column. Markdown for the card, plain text otherwise.
+    """
+    split = "test" if any(key.startswith("test_tag_") for key in metrics) else "eval"
+    ours = per_tag_rows(metrics, split)
+    theirs = per_tag_rows(metrics, f"hf_{split}") if compare_hf else {}
+    header = ["tag", "support", "precision", "recall", "F1"] + (["HF F1"] if theirs else [])
+    body = []
+    for tag, row in ours.items():
+        cells = [_cell(tag) if markdown else tag, str(int(row.get("support", 0)))]
+        cells += [f"{row.get(stat, 0.0):.4f}" for stat in ("precision", "recall", "f1")]
+        if theirs:
+            cells.append(f"{theirs[tag]['f1']:.4f}" if tag in theirs else "-")
+        body.append(cells)
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    else:
+        widths = [8] + [10] * (len(header) - 1)
+        lines = ["".join(f"{cell:<{w}}" if i == 0 else f"{cell:>{w}}" for i, (cell, w) in enumerate(zip(cells, widths)))
+                 for cells in [header] + body]
+    return "\n".join(lines), split
+
+
+def ner_metrics_section(metrics: Mapping[str, float], mode: str, compare_hf: bool, scheme: str | None = None) -> str:
+    """Model-card evaluation section: scores (metric mode stated) and, if run, the HF comparison.
+
+    For scheme none: token accuracy, macro/micro averages and a per-tag table.
+    """
+    scored = {
+        key: value
+        for key, value in metrics.items()
+        if key.startswith(("eval_", "test_")) and not key.endswith(("runtime", "per_second"))
+        and not key.startswith(("eval_tag_", "test_tag_"))
+    }
+    if scheme == NO_SCHEME:
+        table, split = per_tag_table(metrics, compare_hf)
+        text = (
+            "Token-level scores at word level (the first sub-token of each word): `accuracy`, and precision, recall "
+            "and F1 per tag with their macro averages (unweighted mean over the tags in gold or predictions) and "
+            "micro averages (pooled counts, equal to accuracy).\n\n"
+            + markdown_table(scored, ("metric", "value"))
+            + f"\n\nPer tag on the {'test' if split == 'test' else 'validation'} split "
+            "(all splits: `<split>_tag_<TAG>_<precision|recall|f1|support>` in `all_results.json`):\n\n" + table
+        )
+    else:
+        text = (
+            f"Entity-level micro scores at word level; `f1`/`precision`/`recall` count entities in **{mode}** mode "
+            "(`conlleval`: as conlleval.pl, lenient; `strict`: only well-formed entities).\n\n"
+            + markdown_table(scored, ("metric", "value"))
+        )
+    if compare_hf:
+        rows = _comparison_rows(metrics, compare_hf, scheme)
+        table = ["| metric | mlm_suite | HF BertForTokenClassification |", "|---|---|---|"]
+        table += [f"| {name} | {ours:.4f} | {theirs:.4f} |" for name, ours, theirs in rows if theirs is not None]
+        text += (
+            "\n\nHF's `BertForTokenClassification` fine-tuned in the same run from the all-MiniLM-L6-v2 weights "
+            "with the same data split, seed and hyper-parameters:\n\n" + "\n".join(table)
+        )
+        significance = _bootstrap_lines(metrics)
+        if significance:
+            text += "\n\n" + "\n".join(f"- {line}" for line in significance)
+    return text
+
+
+def ner_summary(metrics: Mapping[str, float], compare_hf: bool, scheme: str | None = None) -> str:
+    """The scores printed at the end of a run (for scheme none with the per-tag table)."""
+    lines = [f"{'':<24}{'mlm_suite':>10}" + (f"{'HF BERT':>10}" if compare_hf else "")]
+    for name, ours, theirs in _comparison_rows(metrics, compare_hf, scheme):
+        lines.append(f"{name:<24}{ours:>10.4f}" + (f"{theirs:>10.4f}" if theirs is not None else ""))
+    lines += _bootstrap_lines(metrics)
+    if scheme == NO_SCHEME and any(key.startswith(("eval_tag_", "test_tag_")) for key in metrics):
+        table, split = per_tag_table(metrics, compare_hf, markdown=False)
+        lines += [f"per tag ({'test' if split == 'test' else 'validation'} split, mlm_suite):", table]
+    return "\n".join(lines)
+
+
+def _bootstrap_lines(metrics: Mapping[str, float]) -> list[str]:
+    lines = []
+    for split in ("eval", "test"):
+        if f"{split}_bootstrap_p_value" not in metrics:
+            continue
+        metric = "accuracy" if f"{split}_accuracy_delta_vs_hf" in metrics else "f1"
+        name = "accuracy" if metric == "accuracy" else "F1"
+        lines.append(
+            f"{split} {name} mlm_suite - HF = {metrics[f'{split}_{metric}_delta_vs_hf']:+.4f} "
+            f"(paired bootstrap, one-sided p = {metrics[f'{split}_bootstrap_p_value']:.3f})"
+        )
+    return lines

@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_LR_DECAY",
     "RowSchedule",
     "ScheduledRowsMixin",
+    "UNBOUNDED_STEPS",
     "WsdTimeBudgetCallback",
     "control_card_rows",
     "describe_controls",
@@ -54,6 +55,7 @@ __all__ = [
 WSD = "warmup_stable_decay"
 DEFAULT_LR_DECAY = 0.2  # the share of the steps a warmup-stable-decay run spends decaying (Hägele et al., 2024)
 DECAY_TYPES = ("linear", "cosine", "1-sqrt")
+UNBOUNDED_STEPS = 10**9  # the pretraining job's --max_steps under --max_train_minutes when none is given
 
 
 def _given(name: str, argv: Sequence[str]) -> bool:

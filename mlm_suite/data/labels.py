@@ -1,0 +1,211 @@
+"""Labels of the fine-tuning jobs: which rows have one, what a Hub column's class ids are called, the label list.
+
+* whether a split has labels (:func:`split_is_labelled`, :func:`is_missing_label`): a split is labelled on every
+  row or on none (then predicted, not scored);
+* Hub datasets: the names of a ``ClassLabel`` column (:func:`class_label_names`), the labels of each split
+  (:func:`hub_split_labels`; -1, :data:`HIDDEN_LABEL`, is a hidden label) and tag sequences (:func:`hub_tag_sequences`);
+* the label list of the model: classes found in the data (:func:`class_names`), checked against ``--label_list``
+  (:func:`check_labels_listed`) and a fine-tuned checkpoint's (:func:`resolve_label_list`), ``id2label``/``label2id``
+  for the config (:func:`label_maps`), and classification or regression (:func:`infer_task_type`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from transformers import PretrainedConfig
+
+from mlm_suite.errors import UsageError
+from mlm_suite.model.modeling_mlm_suite import has_placeholder_labels
+
+
+# --------------------------------------------------------------------------------------------
+# Which rows have labels; Hub label columns
+# --------------------------------------------------------------------------------------------
+def class_label_names(dataset: Any, column_name: str) -> list[str] | None:
+    """Names of a Hub dataset's ``ClassLabel`` column (or of a sequence of them), else None."""
+    feature = dataset.features[column_name]
+    feature = getattr(feature, "feature", feature)  # Sequence(ClassLabel) for token tags
+    return list(feature.names) if hasattr(feature, "names") else None
+
+
+#: The value ``datasets`` stores for a hidden label in a ``ClassLabel`` column (GLUE's test splits).
+HIDDEN_LABEL = -1
+
+
+def is_missing_label(value: Any) -> bool:
+    """Whether a label read from a file is absent: null/None, or an empty (blank) string such as a CSV's empty cell."""
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def split_is_labelled(labels: Sequence[Any], source: str, missing: Any = is_missing_label) -> bool:
+    """True when every row of a split has a label, False when none has (an unlabelled split, to predict only).
+
+    ``missing(label)`` says whether a row's label is absent (default :func:`is_missing_label`). An empty split
+    counts as labelled.
+
+    Raises:
+        UsageError: some rows have labels and others not, naming ``source`` (the split), the count and the value.
+    """
+    absent = [label for label in labels if missing(label)]
+    if not absent:
+        return True
+    if len(absent) == len(labels):
+        return False
+    raise UsageError(
+        f"{source}: {len(absent)} of {len(labels)} rows have no label (label {absent[0]!r}) and the others have "
+        "labels; label every row of a split, or none (an unlabelled split is predicted, not scored)"
+    )
+
+
+def hub_split_labels(raw: Mapping[str, Any], column_name: str, dataset_name: str) -> dict[str, list[Any] | None]:
+    """The labels of each split of a Hub dataset, or None for a split without labels (to predict, not score).
+
+    A ``ClassLabel`` column gives class names; -1 (:data:`HIDDEN_LABEL`, how ``datasets`` stores a hidden
+    label) or None is no label and is never mapped to a name. Another column gives its values, None being no
+    label; a split other than ``train`` whose values are all -1 when ``train`` has no -1 (GLUE's STS-B test
+    split, a float column) is unlabelled too, whereas -1 among other values is a real label there.
+
+    Raises:
+        UsageError: a split with labels on some rows only (:func:`split_is_labelled`), or a class id out of range.
+    """
+    found: dict[str, list[Any] | None] = {}
+    train_has_minus_one = (
+        "train" in raw and class_label_names(raw["train"], column_name) is None
+        and HIDDEN_LABEL in list(raw["train"][column_name])
+    )
+    for split, dataset in raw.items():
+        source = f"{dataset_name}[{split}] (column {column_name!r})"
+        values = list(dataset[column_name])
+        names = class_label_names(dataset, column_name)
+        if names is None:
+            all_hidden = (split != "train" and bool(values) and not train_has_minus_one
+                          and all(value == HIDDEN_LABEL for value in values))
+            found[split] = values if split_is_labelled(values, source) and not all_hidden else None
+            continue
+        if not split_is_labelled(values, source, lambda value: value is None or value == HIDDEN_LABEL):
+            found[split] = None
+            continue
+        for row, value in enumerate(values):
+            if not 0 <= value < len(names):
+                raise UsageError(f"{source}, row {row}: class id {value} outside the {len(names)} classes {names}")
+        found[split] = [names[value] for value in values]
+    return found
+
+
+def hub_tag_sequences(dataset: Any, column_name: str, source: str) -> list[list[Any]]:
+    """The tag sequences of a Hub split: names for a ``Sequence(ClassLabel)`` column, else the values.
+
+    Raises:
+        UsageError: a hidden tag (-1 or None: the token-classification jobs cannot predict an unlabelled
+            split; leave it out) or a class id out of range. No tag is ever mapped from -1.
+    """
+    names = class_label_names(dataset, column_name)
+    sequences = []
+    hidden = 0
+    for tags in dataset[column_name]:
+        hidden += sum(tag is None or (names is not None and tag == HIDDEN_LABEL) for tag in tags)
+        sequences.append(list(tags))
+    if hidden:
+        raise UsageError(
+            f"{source}: {hidden} tags are hidden (-1 or None) in column {column_name!r}; token-classification "
+            "splits must be tagged throughout (leave an unlabelled split out)"
+        )
+    if names is None:
+        return sequences
+    for row, tags in enumerate(sequences):
+        for tag in tags:
+            if not 0 <= tag < len(names):
+                raise UsageError(f"{source}, row {row}: tag id {tag} outside the {len(names)} tags {names}")
+    return [[names[tag] for tag in tags] for tags in sequences]
+
+
+# --------------------------------------------------------------------------------------------
+# The label list of the model
+# --------------------------------------------------------------------------------------------
+def resolve_label_list(
+    checkpoint_config: PretrainedConfig,
+    data_labels: Sequence[str],
+    model_path: str,
+    ignore_mismatched_sizes: bool,
+) -> list[str]:
+    """The label order of the model to train.
+
+    A checkpoint that was fine-tuned already (its config names real labels) keeps its label
+    order when it knows every label of the data, so its classification head is reused. If the
+    data has labels it lacks, that is an error unless ``ignore_mismatched_sizes`` asks for a
+    new head over the data's labels.
+    """
+    if has_placeholder_labels(checkpoint_config):
+        return list(data_labels)
+    model_labels = [checkpoint_config.id2label[i] for i in sorted(checkpoint_config.id2label, key=int)]
+    missing = sorted(set(data_labels) - set(model_labels))
+    if not missing:
+        return model_labels
+    if ignore_mismatched_sizes:
+        return list(data_labels)
+    raise ValueError(
+        f"{model_path} was fine-tuned with the labels {model_labels}, which lack {missing} found in the data. "
+        "Pass --ignore_mismatched_sizes to replace its classification head with one for the data's labels "
+        f"{list(data_labels)}."
+    )
+
+
+def label_maps(labels: Sequence[str]) -> tuple[dict[int, str], dict[str, int]]:
+    """``id2label`` and ``label2id`` for a label list (ids in list order)."""
+    return dict(enumerate(labels)), {label: index for index, label in enumerate(labels)}
+
+
+def infer_task_type(labels: Sequence[Any], requested: str) -> str:
+    """``classification`` or ``regression``: as requested, else inferred from the label values.
+
+    Floats (JSON numbers with a fraction or exponent, CSV cells like ``"2.5"``) mean regression;
+    integers and any other strings mean classes.
+    """
+    if requested != "auto":
+        return requested
+    for label in labels:
+        if isinstance(label, float):
+            return "regression"
+        if isinstance(label, str):
+            try:
+                float(label)
+            except ValueError:
+                return "classification"
+            if not re.fullmatch(r"[+-]?\d+", label.strip()):
+                return "regression"
+    return "classification"
+
+
+def check_labels_listed(labels: Sequence[Any], label_list: Sequence[str], source: str) -> None:
+    """Raise a ValueError naming ``source`` when one of its labels is not in ``label_list``."""
+    unknown = sorted({str(label) for label in labels} - set(label_list))
+    if unknown:
+        raise ValueError(f"labels {unknown} of {source} are not in the label list {list(label_list)}")
+
+
+def class_names(labels: Sequence[Any]) -> list[str]:
+    """Distinct labels as strings, in numeric order when they are all integers, else alphabetical."""
+    names = {str(label) for label in labels}
+    try:
+        return sorted(names, key=int)
+    except ValueError:
+        return sorted(names)
+
+
+__all__ = [
+    "HIDDEN_LABEL",
+    "check_labels_listed",
+    "class_label_names",
+    "class_names",
+    "has_placeholder_labels",
+    "hub_split_labels",
+    "hub_tag_sequences",
+    "infer_task_type",
+    "is_missing_label",
+    "label_maps",
+    "resolve_label_list",
+    "split_is_labelled",
+]

@@ -1,0 +1,110 @@
+"""Scores and outputs of sequence (and sentence-pair) classification and regression.
+
+* ``compute_metrics`` for the Trainer: accuracy and macro-averaged F1 over the classes present in gold or
+  predictions (:func:`classification_metrics`), Pearson/Spearman correlation and mean squared error
+  (:func:`regression_metrics`);
+* what a run writes beside its results: ``predict_results_<split>.txt`` for splits without labels, as
+  ``run_glue.py`` writes them (:func:`write_predictions`), and the confusion matrices the card shows
+  (:func:`write_confusion_matrices`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlm_suite.evaluation.plots import confusion_matrix, plot_confusion_matrix
+
+
+def classification_metrics(eval_pred: Any) -> dict[str, float]:
+    """Accuracy and macro-averaged F1 over the classes present in gold or predictions."""
+    logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
+    predictions = np.asarray(logits).argmax(axis=-1)
+    gold = np.asarray(eval_pred.label_ids)
+    f1s = []
+    for label in np.union1d(gold, predictions):
+        tp = np.sum((predictions == label) & (gold == label))
+        denominator = np.sum(predictions == label) + np.sum(gold == label)
+        f1s.append(2 * tp / denominator)
+    return {"accuracy": float(np.mean(predictions == gold)), "f1": float(np.mean(f1s)), "n_examples": int(gold.size)}
+
+
+def regression_metrics(eval_pred: Any) -> dict[str, float]:
+    """Pearson and Spearman correlation and mean squared error."""
+    import pandas as pd
+
+    scores = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
+    predicted = pd.Series(np.asarray(scores, dtype=np.float64).reshape(-1))
+    gold = pd.Series(np.asarray(eval_pred.label_ids, dtype=np.float64).reshape(-1))
+    return {
+        "pearson": float(predicted.corr(gold, method="pearson")),
+        "spearman": float(predicted.corr(gold, method="spearman")),
+        "mse": float(((predicted - gold) ** 2).mean()),
+        "n_examples": int(gold.size),
+    }
+
+
+def write_predictions(
+    trainer: Any, datasets: Mapping[str, Any], label_list: Sequence[str] | None
+) -> dict[str, Path]:
+    """Predict each split of ``datasets`` (splits without labels) and write ``predict_results_<split>.txt``.
+
+    The format of ``run_glue.py``'s ``predict_results_<task>.txt``: a header ``index<TAB>prediction``, then
+    one line per example in the split's order, with the predicted class name (``label_list``, in id order)
+    or, for regression (``label_list`` None), the predicted score with 3 decimals. No metrics are computed
+    or saved; the main process writes the files. Returns the path per split.
+    """
+    output_dir = Path(trainer.args.output_dir)
+    written = {}
+    for split, dataset in datasets.items():
+        output = trainer.predict(dataset, metric_key_prefix=f"predict_{split}")
+        logits = np.asarray(output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions)
+        if len(logits) != len(dataset):
+            raise RuntimeError(f"{len(logits)} predictions for the {len(dataset)} examples of the {split} split")
+        path = output_dir / f"predict_results_{split}.txt"
+        if trainer.is_world_process_zero():
+            if label_list is None:
+                rows = (f"{index}\t{score:3.3f}" for index, score in enumerate(logits.reshape(len(logits), -1)[:, 0]))
+            else:
+                rows = (f"{index}\t{label_list[item]}" for index, item in enumerate(logits.argmax(axis=-1)))
+            path.write_text("index\tprediction\n" + "".join(row + "\n" for row in rows), encoding="utf-8")
+        written[split] = path
+    return written
+
+
+def write_confusion_matrices(
+    trainer: Any, label_list: Sequence[str], scored_splits: Mapping[str, Any]
+) -> list[tuple[str, Path]]:
+    """``confusion_matrix_<split>.png`` for the validation and test splits the final model was scored on
+    (``eval``/``test`` in ``scored_splits``, the results of
+    :func:`~mlm_suite.jobs.finetuning.run_trainer`).
+
+    Drawn from the predictions the trainer kept (``keep_predictions``), so nothing is predicted again; the
+    main process writes the files. Returns ``(caption, path)`` per picture, for the card.
+    """
+    output_dir = Path(trainer.args.output_dir)
+    figures = []
+    for prefix, split in (("eval", "validation"), ("test", "test")):
+        if prefix not in scored_splits:
+            continue
+        scored = trainer.kept_predictions[prefix]
+        logits = scored.predictions[0] if isinstance(scored.predictions, tuple) else scored.predictions
+        matrix = confusion_matrix(scored.label_ids, np.asarray(logits).argmax(axis=-1), len(label_list))
+        caption = (f"{output_dir.name}: confusion matrix on the {split} split ({matrix.sum()} examples, "
+                   f"accuracy {np.trace(matrix) / matrix.sum():.4f})")
+        path = output_dir / f"confusion_matrix_{split}.png"
+        if trainer.is_world_process_zero():
+            plot_confusion_matrix(matrix, label_list, path, caption)
+        figures.append((caption, path))
+    return figures
+
+
+__all__ = [
+    "classification_metrics",
+    "regression_metrics",
+    "write_confusion_matrices",
+    "write_predictions",
+]

@@ -1,0 +1,136 @@
+"""The pretraining job's ``Trainer``, its collators and its final evaluation (``mlm-suite pretrain``).
+
+* :class:`PretrainingTrainer`: evaluates with its own fixed-mask collator, trains only the heads for
+  ``--head_warmup_steps``, follows a row schedule (:mod:`~mlm_suite.training.schedules`) and writes the card;
+* :func:`training_collator` / :func:`evaluation_collator`: the seeded training masks and the fixed held-out ones;
+* :func:`evaluate_pretraining`: the saved model's held-out metrics (perplexity included) and its fill-mask probe;
+* :func:`describe_evaluation`: those as the job prints them.
+
+``args`` is the job's ``PretrainingArguments``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase, Trainer
+
+from mlm_suite.data.masking import DataCollatorForMaskedLM
+from mlm_suite.data.pretraining import EVAL_SEED
+from mlm_suite.evaluation.masked_lm import fill_mask_probe
+from mlm_suite.training.schedules import ScheduledRowsMixin
+from mlm_suite.training.trainer import JobTrainer
+
+__all__ = [
+    "PretrainingTrainer",
+    "describe_evaluation",
+    "evaluate_pretraining",
+    "evaluation_collator",
+    "final_evaluation",
+    "training_collator",
+]
+
+
+def training_collator(tokenizer: PreTrainedTokenizerBase, args: Any, seed: int) -> DataCollatorForMaskedLM:
+    """The training masks: ``--mlm_probability`` (and its replacement split), a function of ``(seed, epoch, example
+    index)``; flattened batches with ``--flatten_batches``."""
+    return DataCollatorForMaskedLM(
+        tokenizer,
+        mlm_probability=args.mlm_probability,
+        mask_replace_prob=args.mask_replace_prob,
+        random_replace_prob=args.random_replace_prob,
+        masking=args.masking,
+        seed=seed,
+        process_rank=None if args.masking_seed_per_rank else 0,
+        flatten=args.flatten_batches,
+        pad_to_multiple_of=8 if args.flatten_batches else None,  # rounds max_length_q: fewer torch.compile shapes
+    )
+
+
+def evaluation_collator(tokenizer: PreTrainedTokenizerBase, args: Any) -> DataCollatorForMaskedLM:
+    """The held-out masks: ``--eval_mlm_probability`` with a fixed seed, whatever the training rate or process."""
+    return DataCollatorForMaskedLM(
+        tokenizer, mlm_probability=args.eval_mlm_probability, masking=args.masking, seed=EVAL_SEED, process_rank=0
+    )
+
+
+class PretrainingTrainer(ScheduledRowsMixin, JobTrainer):
+    """A ``Trainer`` that evaluates with its own fixed-mask collator and writes mlm_suite's model card.
+
+    ``create_model_card`` (:class:`~mlm_suite.training.trainer.JobTrainer`) is what ``push_to_hub`` calls, so the
+    card uploaded is the one written here (set ``model_card_fields`` first). It writes no pickle:
+    ``training_args.json``, and checkpoints in safetensors and JSON.
+    """
+
+    card_template = "pretraining"
+
+    def __init__(self, *args, eval_data_collator: DataCollatorForMaskedLM, head_warmup_steps: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.eval_data_collator = eval_data_collator
+        self.head_warmup_steps = head_warmup_steps
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.state.global_step < self.head_warmup_steps:
+            # Head warm-up: drop the encoder's gradients before clipping and the optimizer step. The optimizer
+            # skips a parameter without a gradient entirely (no update, no weight decay, no moment estimates),
+            # so the encoder is frozen without rebuilding the optimizer or changing what DDP reduces.
+            for parameter in self.model.encoder.parameters():
+                parameter.grad = None
+        return loss
+
+    def get_eval_dataloader(self, eval_dataset=None):
+        training_collator = self.data_collator
+        self.data_collator = self.eval_data_collator
+        try:
+            return super().get_eval_dataloader(eval_dataset)
+        finally:
+            self.data_collator = training_collator
+
+
+def final_evaluation(trainer: Trainer) -> dict[str, float]:
+    """Metrics of the saved model: those of the scheduled evaluation if it just ran at the last step, else a
+    new evaluation (always after early stopping, which restores the best model rather than the last one)."""
+    history = trainer.state.log_history
+    last = next((entry for entry in reversed(history) if "eval_loss" in entry), None)
+    if last is not None and last["step"] == trainer.state.global_step and not trainer.args.load_best_model_at_end:
+        return {key: value for key, value in last.items() if key.startswith("eval_") or key == "epoch"}
+    return trainer.evaluate()
+
+
+def evaluate_pretraining(
+    trainer: Trainer, tokenizer: PreTrainedTokenizerBase, probes: Sequence[tuple[str, str]], eval_rows: int
+) -> tuple[dict[str, float], list[dict]]:
+    """The saved model's held-out metrics (:func:`final_evaluation`, plus ``perplexity``, ``eval_samples`` and the
+    fill-mask probe's counts) and its fill-mask probe answers."""
+    eval_metrics = final_evaluation(trainer)
+    eval_metrics["perplexity"] = math.exp(min(eval_metrics["eval_mlm_loss"], 700.0))  # exp overflows past ~709
+    eval_metrics["eval_samples"] = eval_rows
+    probe = fill_mask_probe(trainer.model, tokenizer, probes)
+    eval_metrics["fill_mask_probe_top1_correct"] = sum(item["predictions"][0] == item["answer"] for item in probe)
+    eval_metrics["fill_mask_probe_distinct_top1"] = len({item["predictions"][0] for item in probe})
+    return eval_metrics, probe
+
+
+def describe_evaluation(metrics: dict[str, float], probe: list[dict], baseline_token: str) -> str:
+    """The held-out scores and the fill-mask probe as the job prints them (plain text)."""
+    rows = [("MLM loss / perplexity", f"{metrics['eval_mlm_loss']:.4f} / {metrics['perplexity']:.1f}")]
+    for name, key in (("[MASK] positions", "mask"), ("random-token positions", "random"), ("kept positions", "kept")):
+        rows.append((f"accuracy at {name}", f"{metrics[f'eval_{key}_accuracy']:.4f}  ({metrics[f'eval_{key}_tokens']} tokens)"))
+    rows.append(("top-5 accuracy at [MASK]", f"{metrics['eval_mask_top5_accuracy']:.4f}"))
+    rows.append(
+        (
+            "baseline at [MASK]",
+            f"{metrics['eval_mask_baseline_accuracy']:.4f}  (always {baseline_token!r}, the most frequent training token)",
+        )
+    )
+    if "eval_nsp_accuracy" in metrics:
+        rows.append(("next-sentence accuracy", f"{metrics['eval_nsp_accuracy']:.4f}"))
+    lines = [f"held-out evaluation ({metrics['eval_selected_tokens']} selected tokens, {metrics['eval_samples']} rows):"]
+    lines += [f"  {label:<36}{value}" for label, value in rows]
+    if probe:
+        lines.append("fill-mask probe (held-out sentences; answer -> top-5):")
+        lines += [f"  {item['sentence']}\n      {item['answer']} -> {', '.join(item['predictions'])}" for item in probe]
+    return "\n".join(lines)
