@@ -56,7 +56,7 @@ bench-pretrain-to-task:
 	$(PYTHON) benchmarks/bench_pretrain_to_task.py --markdown outputs/pretrain_to_task/table.md
 
 bench-pretrain-controls:
-	$(PYTHON) benchmarks/bench_pretrain_controls.py --markdown outputs/pretrain_controls/table.md
+	OMP_NUM_THREADS=1 $(PYTHON) benchmarks/bench_pretrain_controls.py --markdown outputs/pretrain_controls/table.md
 
 bench-label-efficiency:
 	$(PYTHON) benchmarks/bench_label_efficiency.py --markdown outputs/label_efficiency/table.md

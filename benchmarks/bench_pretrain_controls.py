@@ -1,7 +1,7 @@
 """The modern pretraining controls (issue 27) at a fixed training budget: today's recipe against each control alone
 and against the best combination, on held-out [MASK] accuracy.
 
-    python benchmarks/bench_pretrain_controls.py --markdown outputs/pretrain_controls/table.md   # ~80 min on 2 CPU cores
+    python benchmarks/bench_pretrain_controls.py --markdown outputs/pretrain_controls/table.md   # ~45 min on 2 quiet CPU cores (OMP_NUM_THREADS=1)
     python benchmarks/bench_pretrain_controls.py --minutes 1 --seeds 0 --controls mask_linear wsd   # a quick look
     python benchmarks/bench_pretrain_controls.py --minutes 2 -- --config_preset mini    # job flags after --, every run
 
@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import statistics
 import sys
 import time
@@ -49,6 +50,7 @@ from mlm_suite import MlmSuiteForMaskedLM
 from mlm_suite.data.pretraining import EVAL_SEED, build_features, first_rows, most_frequent_row_token
 from mlm_suite.data.readers import load_pretraining_documents
 from mlm_suite.jobs import pretrain
+from mlm_suite.evaluation.intervals import mean_interval
 from mlm_suite.evaluation.masked_lm import make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
 from mlm_suite.training.pretraining import PretrainingTrainer, evaluation_collator
@@ -170,15 +172,21 @@ def mean_sd(values: list[float]) -> tuple[float, float]:
 
 
 def table(runs: dict[str, list[dict]], flags: dict[str, str], command: str, minutes: float, clock: str) -> str:
+    """Mean ± sd per recipe, and its paired difference to today's recipe (same seed: same initial weights and
+    training masks) with a 95 % t-interval over the seeds."""
     today = [result["eval_mask_accuracy"] for result in runs[TODAY]]
     lines = [
-        f"| {minutes:g} min of training ({clock}) | flags | [MASK] acc. (15 % eval masks) | Δ vs today | per seed | steps |",
+        f"| {minutes:g} min of training ({clock}) | flags | [MASK] acc. (15 % eval masks) "
+        "| Δ vs today [95 % interval] | per seed | steps |",
         "|---|---|---:|---:|---|---:|",
     ]
     for name, results in runs.items():
         accuracy = [result["eval_mask_accuracy"] for result in results]
         mean, sd = mean_sd(accuracy)
-        delta = "" if name == TODAY else f"{mean - statistics.fmean(today):+.4f}"
+        delta = ""
+        if name != TODAY:
+            difference, low, high = mean_interval([ours - theirs for ours, theirs in zip(accuracy, today)])
+            delta = f"{difference:+.4f}" + ("" if math.isnan(low) else f" [{low:+.4f}, {high:+.4f}]")
         steps = round(statistics.fmean(result.get("train_steps", 0) for result in results))
         per_seed = ", ".join(f"{value:.4f}" for value in accuracy)
         lines.append(f"| {name} | `{flags.get(name, '') or '(defaults)'}` | {mean:.4f} ± {sd:.4f} | {delta} | {per_seed} | {steps:,} |")
@@ -200,7 +208,7 @@ def winners(runs: dict[str, list[dict]]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=3.0, help="training budget of every run (default 3)")
+    parser.add_argument("--minutes", type=float, default=1.5, help="training budget of every run in minutes (default 1.5)")
     parser.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
                         help="budget in CPU time of this process (default; fair on a shared machine) or wall-clock time")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
