@@ -3,13 +3,17 @@
     python benchmarks/bench_label_efficiency.py --markdown outputs/label_efficiency/table.md   # = make bench-label-efficiency
     python benchmarks/bench_label_efficiency.py --quick --threads 1   # smoke run, end to end, outputs/label_efficiency_quick
     python benchmarks/bench_label_efficiency.py --main_model outputs/pretrain --starts random main --seeds 0 1 2
+    JOBS=6 bash benchmarks/label_efficiency_minilm.sh   # (c), (d) and the continued-pretraining recipe search, on a GPU
 
 Time on 2 CPU cores: 315 fine-tuning runs (5 starts x 7 sizes x (3 rates x 2 sweep seeds + 3 more seeds)), of
 which MiniLM's 126 dominate (~0.7 s per step at batch 32: ~80 s for a 100-step run, ~220 s for the 300 steps of
-all 3,200 examples, scoring included), the small encoder's 189 take ~6 s each, and the three pretraining runs
-about 30 min: about 4 to 5 hours on a quiet machine. Shared with other jobs it is twice as long or more; then
-``--threads 1`` (oversubscribed torch threads slow the small encoder down 5-fold). ``--quick``: about 10 min on
-2 cores shared with two other jobs (``--threads 1``), 4 of them pretraining.
+all 3,200 examples, scoring included), the small encoder's 189 take ~6 s each (~40 s on one shared core), and the
+three pretraining runs about 55 min: about 5 hours on a quiet machine. Shared with other jobs it is twice as
+long or more; then ``--threads 1`` (oversubscribed torch threads slow the small encoder down 5-fold). On one GPU,
+``--jobs N`` runs N fine-tunings at a time in worker processes (one H100: MiniLM's 126 runs and (d)'s
+pretraining in 5.2 min with ``--jobs 6``; pass ``--finetune_flags "--dataloader_num_workers 0"`` so that the
+workers do not start loader processes of their own). ``--quick``: about 10 min on 2 cores shared with two other
+jobs (``--threads 1``), 4 of them pretraining.
 
 1. **Data.** The sentiment task (``finetune-cls``'s embedded default: the 4,000 Pang & Lee sentence-polarity
    snippets, negative/positive) split 80/10/10 once, with ``--split_seed`` (42: the job's default split), so
@@ -53,11 +57,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import re
 import shlex
 import statistics
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +80,8 @@ STARTS = {
     "minilm_dapt": "(d) MiniLM + DAPT (reviews)",
     "main_tapt": "(e) (b) + TAPT (train sentences)",
 }
+# Continued pretraining against the checkpoint it continued: (d) − (c) and (e) − (b), paired per seed.
+CONTINUED_FROM = {"minilm_dapt": "minilm", "main_tapt": "main"}
 FAMILY = {"random": "small", "main": "small", "main_tapt": "small", "minilm": "minilm", "minilm_dapt": "minilm"}
 DEFAULT_SIZES = ["32", "64", "128", "256", "512", "1024", "all"]
 ALL = "all"
@@ -188,6 +196,13 @@ def leakage_check(corpora: dict[str, list[str]], held_out: list[str]) -> dict[st
 # --------------------------------------------------------------------------------------------
 # Runs
 # --------------------------------------------------------------------------------------------
+def dapt_train_file(dapt_flags: str) -> str | None:
+    """The ``--train_file`` of (d)'s pretraining flags (a JSON-lines file with a ``text`` field), if they name one."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--train_file")
+    return parser.parse_known_args(shlex.split(dapt_flags))[0].train_file
+
+
 def run_once(job: Any, argv: list[str], output_dir: Path, keep_model: bool = True) -> dict:
     """The job's ``all_results.json`` plus ``wall_s``, training first unless a finished run is there."""
     results = output_dir / "all_results.json"
@@ -241,7 +256,8 @@ def build_starts(args: argparse.Namespace, root: Path, tapt_corpus: Path) -> dic
         results = run_once(pretrain, ["--model_name_or_path", str(resources.minilm_dir()), *shlex.split(args.dapt_flags)],
                            folder)
         starts["minilm_dapt"] = {"path": folder, "flags": [], "how": (
-            f"`mlm-suite pretrain --model_name_or_path MINILM {args.dapt_flags}` on the embedded reviews: "
+            f"`mlm-suite pretrain --model_name_or_path MINILM {args.dapt_flags}` on "
+            f"{dapt_train_file(args.dapt_flags) or 'the embedded reviews'}: "
             f"{results['train_steps']} steps, held-out [MASK] accuracy {results['eval_mask_accuracy']:.4f}")}
     if "main_tapt" in wanted:
         folder = root / "pretrain_main_tapt"
@@ -253,44 +269,119 @@ def build_starts(args: argparse.Namespace, root: Path, tapt_corpus: Path) -> dic
     return {name: starts[name] for name in args.starts}
 
 
-def finetune_start(
-    args: argparse.Namespace, name: str, start: dict, sizes: list[int | str], files: dict, pool: int,
-    evaluation: dict[str, Path], root: Path, log: Any,
-) -> tuple[list[dict], list[dict]]:
-    """The sweep on ``--sweep_seeds`` and the chosen recipe on the other seeds, per size: (runs, sweep rows)."""
-    rates = args.small_learning_rates if FAMILY[name] == "small" else args.minilm_learning_rates
-    grid = [(rate, epochs) for rate in rates for epochs in args.epochs]
-    runs, sweep = [], []
+def finetune_one(flags: list[str], folder: Path, keep_model: bool) -> dict:
+    """One fine-tuning run (:func:`run_once` of ``finetune-cls``); top level, so that worker processes can call it."""
+    return run_once(finetune_classification, flags, folder, keep_model=keep_model)
 
-    def run(size: int | str, seed: int, rate: float, epochs: float) -> dict:
+
+def set_threads(threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+class Runner:
+    """Runs fine-tuning runs in this process (``--jobs 1``) or in ``--jobs`` worker processes.
+
+    Runs of one batch are independent (each has its own folder, data file and seed), so their results do not depend
+    on the number of workers. Workers are spawned, not forked: a CUDA context cannot be inherited.
+    """
+
+    def __init__(self, jobs: int, threads: int | None, keep_models: bool) -> None:
+        self.keep_models = keep_models
+        self.pool = None
+        if jobs > 1:
+            # Workers import this module by name (its functions are pickled by reference); spawned processes start
+            # with this sys.path, so put the benchmark's folder on it when it was imported from elsewhere (tests).
+            here = str(Path(__file__).resolve().parent)
+            if here not in sys.path:
+                sys.path.append(here)
+            self.pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=set_threads, initargs=(threads,))
+
+    def map(self, runs: list[tuple[list[str], Path]], done: Any) -> list[dict]:
+        """``run_once`` of every ``(flags, folder)``, results in the order given; ``done(i, metrics)`` as each ends."""
+        if self.pool is None:
+            results = []
+            for index, (flags, folder) in enumerate(runs):
+                results.append(finetune_one(flags, folder, self.keep_models))
+                done(index, results[-1])
+            return results
+        futures = {self.pool.submit(finetune_one, flags, folder, self.keep_models): index
+                   for index, (flags, folder) in enumerate(runs)}
+        results: list[dict] = [{}] * len(runs)
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            done(futures[future], results[futures[future]])
+        return results
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+def finetune_starts(
+    args: argparse.Namespace, start_info: dict[str, dict], sizes: list[int | str], files: dict, pool: int,
+    evaluation: dict[str, Path], root: Path, log: Any, runner: Runner,
+) -> tuple[list[dict], list[dict]]:
+    """The sweep on ``--sweep_seeds`` and, per start and size, the chosen recipe on the other seeds: (runs, sweep
+    rows). All sweep runs go out as one batch, then all chosen-recipe runs, so that workers stay busy."""
+
+    def grid(name: str) -> list[tuple[float, float]]:
+        rates = args.small_learning_rates if FAMILY[name] == "small" else args.minilm_learning_rates
+        return [(rate, epochs) for rate in rates for epochs in args.epochs]
+
+    def plan(name: str, size: int | str, seed: int, rate: float, epochs: float) -> dict:
         n = size_value(size, pool)
         steps = train_steps(n, epochs, args.batch_size, args.min_steps)
         folder = root / "finetune" / name / (f"n{size}" if size != ALL else ALL) / recipe_name(rate, epochs) / f"seed_{seed}"
-        flags = ["--model_name_or_path", str(start["path"]), *start["flags"],
+        flags = ["--model_name_or_path", str(start_info[name]["path"]), *start_info[name]["flags"],
                  "--train_file", str(files[seed, size]), "--validation_file", str(evaluation["validation"]),
                  "--test_file", str(evaluation["test"]), "--learning_rate", f"{rate:g}", "--max_steps", str(steps),
                  "--per_device_train_batch_size", str(args.batch_size), "--seed", str(seed),
                  "--report_to", "none", "--disable_tqdm", "true", "--logging_steps", "50",
                  *shlex.split(args.finetune_flags)]
-        metrics = run_once(finetune_classification, flags, folder, keep_model=args.keep_models)
-        log(f"{name} n={n} seed={seed} {recipe_name(rate, epochs)} ({steps} steps): validation "
-            f"{metrics['eval_accuracy']:.4f}, test {metrics['test_accuracy']:.4f} [{metrics['wall_s']:.0f} s]")
         return {"start": name, "size": size, "n": n, "seed": seed, "learning_rate": rate, "epochs": epochs,
-                "recipe": recipe_name(rate, epochs), "steps": steps, "validation_accuracy": metrics["eval_accuracy"],
-                "test_accuracy": metrics["test_accuracy"], "wall_s": metrics["wall_s"],
-                "scored": [metrics.get("eval_n_examples"), metrics.get("test_n_examples")]}
+                "recipe": recipe_name(rate, epochs), "steps": steps, "flags": flags, "folder": folder}
 
-    for size in sizes:
-        tried = {(rate, epochs): [run(size, seed, rate, epochs) for seed in args.sweep_seeds] for rate, epochs in grid}
-        scores = {recipe: statistics.fmean(r["validation_accuracy"] for r in rows) for recipe, rows in tried.items()}
-        best = max(grid, key=lambda recipe: scores[recipe])  # max keeps the first of equal scores
-        for (rate, epochs), rows in tried.items():
+    def run(planned: list[dict]) -> list[dict]:
+        def done(index: int, metrics: dict) -> None:
+            row = planned[index]
+            log(f"{row['start']} n={row['n']} seed={row['seed']} {row['recipe']} ({row['steps']} steps): validation "
+                f"{metrics['eval_accuracy']:.4f}, test {metrics['test_accuracy']:.4f} [{metrics['wall_s']:.0f} s]")
+
+        results = runner.map([(row["flags"], row["folder"]) for row in planned], done)
+        return [{**{key: value for key, value in row.items() if key not in ("flags", "folder")},
+                 "validation_accuracy": metrics["eval_accuracy"], "test_accuracy": metrics["test_accuracy"],
+                 "wall_s": metrics["wall_s"], "scored": [metrics.get("eval_n_examples"), metrics.get("test_n_examples")]}
+                for row, metrics in zip(planned, results)]
+
+    cells = [(name, size) for name in start_info for size in sizes]
+    swept = run([plan(name, size, seed, rate, epochs) for name, size in cells for rate, epochs in grid(name)
+                 for seed in args.sweep_seeds])
+    tried: dict[tuple, list[dict]] = {}
+    for row in swept:
+        tried.setdefault((row["start"], row["size"], row["learning_rate"], row["epochs"]), []).append(row)
+    chosen, sweep = {}, []
+    for name, size in cells:
+        scores = {recipe: statistics.fmean(r["validation_accuracy"] for r in tried[name, size, *recipe])
+                  for recipe in grid(name)}
+        chosen[name, size] = best = max(grid(name), key=lambda recipe: scores[recipe])  # the first of equal scores
+        for rate, epochs in grid(name):
+            rows = tried[name, size, rate, epochs]
             sweep.append({"start": name, "size": size, "n": size_value(size, pool), "recipe": recipe_name(rate, epochs),
                           "learning_rate": rate, "epochs": epochs, "steps": rows[0]["steps"],
                           "validation": {str(r["seed"]): r["validation_accuracy"] for r in rows},
                           "mean_validation": scores[rate, epochs], "chosen": (rate, epochs) == best})
-        runs += tried[best]
-        runs += [run(size, seed, *best) for seed in args.seeds if seed not in args.sweep_seeds]
+    rest = run([plan(name, size, seed, *chosen[name, size]) for name, size in cells
+                for seed in args.seeds if seed not in args.sweep_seeds])
+    by_cell: dict[tuple, list[dict]] = {}
+    for row in rest:
+        by_cell.setdefault((row["start"], row["size"]), []).append(row)
+    runs = []
+    for name, size in cells:
+        runs += tried[name, size, *chosen[name, size]] + by_cell.get((name, size), [])
     return runs, sweep
 
 
@@ -298,10 +389,12 @@ def finetune_start(
 # Reporting
 # --------------------------------------------------------------------------------------------
 def summarise(runs: list[dict], starts: list[str], sizes: list[int | str], seeds: list[int]) -> dict:
-    """Per start and size: test/validation mean ± sd; per start and size, paired test differences against random."""
+    """Per start and size: test/validation mean ± sd, and paired test differences against random (``paired``) and,
+    for a continued start, against the checkpoint it continued (``continued``)."""
     by = {(r["start"], r["size"], r["seed"]): r for r in runs}
     summary: dict[str, dict[str, Any]] = {}
     paired: dict[str, dict[str, Any]] = {}
+    continued: dict[str, dict[str, Any]] = {}
     for start in starts:
         for size in sizes:
             tests = [by[start, size, seed]["test_accuracy"] for seed in seeds]
@@ -312,12 +405,14 @@ def summarise(runs: list[dict], starts: list[str], sizes: list[int | str], seeds
                 "n": by[start, size, seeds[0]]["n"], "test_mean": test_mean, "test_sd": test_sd,
                 "validation_mean": validation_mean, "validation_sd": validation_sd,
                 "recipe": by[start, size, seeds[0]]["recipe"], "steps": by[start, size, seeds[0]]["steps"]}
-            if start != "random" and "random" in starts:
-                differences = [by[start, size, seed]["test_accuracy"] - by["random", size, seed]["test_accuracy"]
-                               for seed in seeds]
-                mean, low, high = mean_interval(differences)
-                paired.setdefault(start, {})[str(size)] = {"differences": differences, "mean": mean, "low": low, "high": high}
-    return {"summary": summary, "paired": paired}
+            for base, into in (("random", paired), (CONTINUED_FROM.get(start), continued)):
+                if start != base and base in starts:
+                    differences = [by[start, size, seed]["test_accuracy"] - by[base, size, seed]["test_accuracy"]
+                                   for seed in seeds]
+                    mean, low, high = mean_interval(differences)
+                    into.setdefault(start, {})[str(size)] = {"differences": differences, "mean": mean, "low": low,
+                                                             "high": high}
+    return {"summary": summary, "paired": paired, "continued": continued}
 
 
 def points(value: float) -> str:
@@ -356,16 +451,20 @@ def markdown(report: dict) -> str:
         cells = [f"{summary[name][str(size)]['test_mean']:.4f} ± {summary[name][str(size)]['test_sd']:.4f}"
                  for name in starts]
         lines.append(f"| {label[str(size)]} | " + " | ".join(cells) + " |")
-    if paired:
-        others = [name for name in starts if name in paired]
-        lines += ["", "Paired test-accuracy differences against (a) random init, points: mean [95 % t-interval] "
-                  f"over {len(seeds)} seeds:", "",
-                  "| labelled examples | " + " | ".join(f"{STARTS[name]} − (a)" for name in others) + " |",
-                  "|---|" + "---|" * len(others)]
+    for title, differences, base in (("against (a) random init", paired, lambda name: "random"),
+                                     ("of continued pretraining against the checkpoint it continued",
+                                      report.get("continued", {}), CONTINUED_FROM.get)):
+        others = [name for name in starts if name in differences]
+        if not others:
+            continue
+        lines += ["", f"Paired test-accuracy differences {title}, points: mean [95 % t-interval] over {len(seeds)} "
+                  "seeds:", "",
+                  "| labelled examples | " + " | ".join(f"{STARTS[name]} − {STARTS[base(name)][:3]}" for name in others)
+                  + " |", "|---|" + "---|" * len(others)]
         for size in sizes:
             cells = []
             for name in others:
-                item = paired[name][str(size)]
+                item = differences[name][str(size)]
                 cells.append(f"{points(item['mean'])} [{points(item['low'])}, {points(item['high'])}]")
             lines.append(f"| {label[str(size)]} | " + " | ".join(cells) + " |")
     lines += ["", f"Chosen recipe per start and size (best mean validation accuracy on seeds "
@@ -448,6 +547,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dapt_flags", default=None, help=f"flags of (d)'s pretraining (default {DEFAULT_DAPT_FLAGS!r})")
     parser.add_argument("--tapt_flags", default=None, help=f"flags of (e)'s pretraining (default {DEFAULT_TAPT_FLAGS!r})")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's; 1 on a shared machine)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="fine-tuning runs at a time, each in its own process (default 1: in this one); on a GPU "
+                             "several small runs share it")
     parser.add_argument("--keep_models", action="store_true", help="keep the fine-tuned weights")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: " + ", ".join(f"{key} {value}" for key, value in QUICK.items())
@@ -469,6 +571,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.sweep_seeds = args.seeds[:2]
     if not set(args.sweep_seeds) <= set(args.seeds):
         parser.error(f"--sweep_seeds {args.sweep_seeds} must be among --seeds {args.seeds}")
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: at least 1")
     if len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--seeds has repeats: {args.seeds}")
     args.starts = [name for name in STARTS if name in args.starts]  # (a) ... (e) order
@@ -477,10 +581,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     root = Path(args.output_dir)
     started = time.perf_counter()
 
@@ -499,8 +600,14 @@ def main(argv: list[str] | None = None) -> int:
     tapt_texts = [row["text"] for row in splits["train"] if normalise(row["text"]) not in held_out_set]
     tapt_corpus = write_jsonl(data_dir / "tapt_corpus.jsonl", [{"text": text} for text in tapt_texts])
     corpora = {}
-    if set(args.starts) & {"random", "main", "main_tapt", "minilm_dapt"}:
-        corpora["Pang & Lee reviews ((b), (d))"] = [text for _, text in resources.pang_lee_reviews()]
+    dapt_file = dapt_train_file(args.dapt_flags) if "minilm_dapt" in args.starts else None
+    reviews_read_by = [label for label, read in (("(b)", set(args.starts) & {"random", "main", "main_tapt"}),
+                                                 ("(d)", "minilm_dapt" in args.starts and not dapt_file)) if read]
+    if reviews_read_by:
+        corpora[f"Pang & Lee reviews ({', '.join(reviews_read_by)})"] = [text for _, text in resources.pang_lee_reviews()]
+    if dapt_file:
+        corpora[f"{dapt_file} ((d))"] = [json.loads(line)["text"] for line in Path(dapt_file).read_text().splitlines()
+                                         if line.strip()]
     if "main_tapt" in args.starts:
         corpora["training sentences ((e))"] = tapt_texts
     leakage = leakage_check(corpora, held_out)
@@ -511,12 +618,13 @@ def main(argv: list[str] | None = None) -> int:
 
     start_info = build_starts(args, root, tapt_corpus)
     log("starts: " + ", ".join(f"{name} = {info['path']}" for name, info in start_info.items()))
-    runs, sweep, sweep_runs = [], [], []
-    for name, info in start_info.items():
-        chosen, rows = finetune_start(args, name, info, sizes, subsets["files"], len(splits["train"]), evaluation,
-                                      root, log)
-        runs += chosen
-        sweep += rows
+    runner = Runner(args.jobs, args.threads, args.keep_models)
+    try:
+        runs, sweep = finetune_starts(args, start_info, sizes, subsets["files"], len(splits["train"]), evaluation,
+                                      root, log, runner)
+    finally:
+        runner.close()
+    sweep_runs = []
     # Every run timed (the sweep's unchosen runs included), for the time estimate.
     for row in sweep:
         if not row["chosen"]:

@@ -125,6 +125,29 @@ def test_training_steps_and_sizes(bench):
         bench.parse_sizes(["many"], 3200)
 
 
+def test_paired_differences_against_random_and_against_the_continued_checkpoint(bench):
+    """summarise: each start against (a) per seed, and a continued start ((d), (e)) against the checkpoint it
+    continued ((c), (b)); markdown prints both tables."""
+    accuracy = {"random": [0.50, 0.52, 0.51], "main": [0.55, 0.56, 0.60], "main_tapt": [0.56, 0.58, 0.60]}
+    runs = [{"start": start, "size": 32, "n": 32, "seed": seed, "recipe": "lr0.001_ep3", "steps": 100,
+             "test_accuracy": value, "validation_accuracy": value, "scored": [400, 400], "wall_s": 1.0}
+            for start, values in accuracy.items() for seed, value in enumerate(values)]
+    report = bench.summarise(runs, ["random", "main", "main_tapt"], [32], [0, 1, 2])
+    assert report["paired"]["main"]["32"]["differences"] == pytest.approx([0.05, 0.04, 0.09])
+    assert report["paired"]["main_tapt"]["32"]["differences"] == pytest.approx([0.06, 0.06, 0.09])
+    assert set(report["continued"]) == {"main_tapt"}
+    assert report["continued"]["main_tapt"]["32"]["differences"] == pytest.approx([0.01, 0.02, 0.0])
+    assert report["continued"]["main_tapt"]["32"]["mean"] == pytest.approx(0.01)
+    text = bench.markdown({**report, "starts": ["random", "main", "main_tapt"], "sizes": [32], "runs": runs,
+                           "sweep": [], "sweep_runs": [], "leakage": {}, "data": {"train": 3200, "validation": 400,
+                                                                                    "test": 400},
+                           "start_info": {name: {"how": "-"} for name in accuracy},
+                           "config": {"seeds": [0, 1, 2], "split_seed": 42, "sweep_seeds": [0], "batch_size": 32,
+                                      "min_steps": 100, "finetune_flags": ""}})
+    assert "against the checkpoint it continued" in text and "(e) (b) + TAPT (train sentences) − (b)" in text
+    assert "| 32 | +1.0 [" in text
+
+
 def test_leakage_check_finds_held_out_sentences(bench):
     held_out = ["a b c d e f g h i", "short one"]
     report = bench.leakage_check({"clean": ["nothing here", "shorter one"],
@@ -159,7 +182,7 @@ def tiny_model(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.mark.slow  # 12 runs of 2-4 steps, each scoring 800 sentences: ~45 s on 2 quiet cores
+@pytest.mark.slow  # 12 + 6 runs of 2-4 steps, each scoring 800 sentences: ~70 s on 2 quiet cores
 def test_benchmark_end_to_end_on_a_tiny_model(bench, tiny_model, tmp_path, monkeypatch):
     """Two starts (random init and the given 'main' model), two sizes, two seeds, a two-rate sweep on seed 0,
     2-step runs: the sweep picks on validation, the chosen recipe runs on seed 1, the tables, plot and JSON appear,
@@ -187,7 +210,7 @@ def test_benchmark_end_to_end_on_a_tiny_model(bench, tiny_model, tmp_path, monke
             assert {run["recipe"] for run in runs} == {chosen[0]["recipe"]} and {run["seed"] for run in runs} == {0, 1}
             assert all(run["steps"] == size // 4 for run in runs)  # one epoch at batch 4 (at least 2 steps)
     assert set(report["paired"]) == {"main"} and set(report["paired"]["main"]) == {"8", "16"}
-    assert report["leakage"]["Pang & Lee reviews ((b), (d))"]["verbatim"] == 0
+    assert report["leakage"]["Pang & Lee reviews ((b))"]["verbatim"] == 0
     assert not list((out / "finetune").rglob("*.safetensors"))  # fine-tuned weights deleted
     text = table.read_text()
     assert "Paired test-accuracy differences" in text and "| 16 |" in text and "lr0.001_ep1" in text
@@ -199,3 +222,58 @@ def test_benchmark_end_to_end_on_a_tiny_model(bench, tiny_model, tmp_path, monke
     monkeypatch.setattr(bench.finetune_classification, "main", no_training)
     assert bench.main(argv) == 0  # everything reused
     assert json.loads((out / "results.json").read_text())["runs"] == report["runs"]
+    monkeypatch.undo()
+
+    # One start again in two worker processes (as on a GPU): the same runs, sweep and choices.
+    parallel = tmp_path / "parallel"
+    argv_parallel = [*argv[:argv.index("--output_dir")], "--output_dir", str(parallel), "--starts", "main",
+                     "--jobs", "2", "--threads", str(torch.get_num_threads())]
+    assert bench.main(argv_parallel) == 0
+    again = json.loads((parallel / "results.json").read_text())
+
+    def scores(rows):
+        return [{key: row[key] for key in ("size", "seed", "recipe", "validation_accuracy", "test_accuracy")}
+                for row in rows if row["start"] == "main"]
+
+    def choices(rows):
+        return [(row["size"], row["recipe"], row["validation"], row["chosen"]) for row in rows if row["start"] == "main"]
+
+    assert scores(again["runs"]) == scores(report["runs"]) and len(scores(again["runs"])) == 4
+    assert choices(again["sweep"]) == choices(report["sweep"])
+
+
+def test_dapt_search_picks_the_best_recipe_on_validation_and_pairs_it_with_plain_minilm(tmp_path, capsys):
+    """benchmarks/dapt_search_table.py: the recipe with the best mean validation accuracy over the search's sizes
+    wins (the curves' own (d) is ``default``), and the table pairs each recipe's test accuracy with plain MiniLM's
+    per seed; a size a recipe was not run at shows as –."""
+    search_table = load_benchmark("dapt_search_table")
+    try:
+        def report(validation: dict[str, float], test: dict[str, list[float]], how: str, plain: bool = False) -> dict:
+            runs = [{"start": "minilm_dapt", "size": size, "seed": seed, "test_accuracy": value}
+                    for size, values in test.items() for seed, value in enumerate(values)]
+            summary = {"minilm_dapt": {size: {"validation_mean": value} for size, value in validation.items()}}
+            if plain:  # the curves' folder: plain MiniLM at every size
+                runs += [{"start": "minilm", "size": size, "seed": seed, "test_accuracy": 0.60}
+                         for size in ("32", "64") for seed in range(3)]
+                summary["minilm"] = {"32": {"validation_mean": 0.70}, "64": {"validation_mean": 0.72}}
+            return {"runs": runs, "summary": summary, "sizes": ["32", "64"], "data": {"train": 3200},
+                    "start_info": {"minilm_dapt": {"how": how}}}
+
+        curves, search = tmp_path / "curves", tmp_path / "search"
+        recipes = {curves: report({"32": 0.60, "64": 0.62}, {"32": [0.58] * 3, "64": [0.59] * 3}, "default", True),
+                   search / "longer": report({"32": 0.66, "64": 0.64}, {"32": [0.61, 0.62, 0.63]}, "longer"),
+                   search / "lower_rate": report({"32": 0.70, "64": 0.50}, {"32": [0.50] * 3}, "lower rate")}
+        for folder, item in recipes.items():
+            folder.mkdir(parents=True)
+            (folder / "results.json").write_text(json.dumps(item))
+        markdown = tmp_path / "table.md"
+        assert search_table.main(["--curves", str(curves), "--search", str(search), "--sizes", "32", "64",
+                                  "--markdown", str(markdown)]) == 0
+        assert capsys.readouterr().out.strip() == "longer"  # 0.65 against 0.61 (default) and 0.60 (lower_rate)
+        text = markdown.read_text()
+        assert "| (c) plain MiniLM | `resources.converted_minilm_dir()` | 0.7100 |" in text
+        assert "| longer | longer | 0.6500 |" in text
+        assert "| 32 | 0.5800 (-2.0 [-2.0, -2.0]) | 0.6200 (+2.0 [" in text and "| 64 | 0.5900 (-1.0 [" in text
+        assert text.splitlines()[-1].endswith("| – | – |")  # neither search recipe was run at 64
+    finally:
+        sys.modules.pop("dapt_search_table", None)
