@@ -182,7 +182,7 @@ def tiny_model(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.mark.slow  # 12 + 6 runs of 2-4 steps, each scoring 800 sentences: ~70 s on 2 quiet cores
+@pytest.mark.slow  # 12 + 6 runs of 2-4 steps, each scoring 400 sentences: ~45 s on 2 quiet cores
 def test_benchmark_end_to_end_on_a_tiny_model(bench, tiny_model, tmp_path, monkeypatch):
     """Two starts (random init and the given 'main' model), two sizes, two seeds, a two-rate sweep on seed 0,
     2-step runs: the sweep picks on validation, the chosen recipe runs on seed 1, the tables, plot and JSON appear,
@@ -190,7 +190,7 @@ def test_benchmark_end_to_end_on_a_tiny_model(bench, tiny_model, tmp_path, monke
     out, table = tmp_path / "bench", tmp_path / "table.md"
     argv = ["--main_model", str(tiny_model), "--starts", "random", "main", "--sizes", "8", "16", "--seeds", "0", "1",
             "--sweep_seeds", "0", "--small_learning_rates", "1e-3", "3e-3", "--epochs", "1", "--min_steps", "2",
-            "--batch_size", "4", "--finetune_flags", "--per_device_eval_batch_size 200 --max_seq_length 32",
+            "--batch_size", "4", "--finetune_flags", "--per_device_eval_batch_size 200 --max_seq_length 32 --max_eval_samples 200 --max_predict_samples 200",
             "--output_dir", str(out), "--markdown", str(table)]
     assert bench.main(argv) == 0
     report = json.loads((out / "results.json").read_text())
