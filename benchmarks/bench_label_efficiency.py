@@ -71,7 +71,7 @@ from mlm_suite.data import resources
 from mlm_suite.data.subsets import balanced_nested_subsets
 from mlm_suite.evaluation.intervals import mean_interval
 from mlm_suite.jobs import finetune_classification, pretrain
-from mlm_suite.data.readers import split_80_10_10
+from mlm_suite.data.readers import read_documents, split_80_10_10
 
 STARTS = {
     "random": "(a) random init, main architecture",
@@ -324,9 +324,10 @@ class Runner:
 def finetune_starts(
     args: argparse.Namespace, start_info: dict[str, dict], sizes: list[int | str], files: dict, pool: int,
     evaluation: dict[str, Path], root: Path, log: Any, runner: Runner,
-) -> tuple[list[dict], list[dict]]:
+) -> tuple[list[dict], list[dict], list[dict]]:
     """The sweep on ``--sweep_seeds`` and, per start and size, the chosen recipe on the other seeds: (runs, sweep
-    rows). All sweep runs go out as one batch, then all chosen-recipe runs, so that workers stay busy."""
+    rows, the sweep's other runs). All sweep runs go out as one batch, then all chosen-recipe runs, so that workers
+    stay busy."""
 
     def grid(name: str) -> list[tuple[float, float]]:
         rates = args.small_learning_rates if FAMILY[name] == "small" else args.minilm_learning_rates
@@ -382,7 +383,10 @@ def finetune_starts(
     runs = []
     for name, size in cells:
         runs += tried[name, size, *chosen[name, size]] + by_cell.get((name, size), [])
-    return runs, sweep
+    # The sweep's unchosen runs, timed too (for the time estimate).
+    unchosen = [{key: row[key] for key in ("start", "size", "seed", "wall_s")} for row in swept
+                if (row["learning_rate"], row["epochs"]) != chosen[row["start"], row["size"]]]
+    return runs, sweep, unchosen
 
 
 # --------------------------------------------------------------------------------------------
@@ -606,8 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     if reviews_read_by:
         corpora[f"Pang & Lee reviews ({', '.join(reviews_read_by)})"] = [text for _, text in resources.pang_lee_reviews()]
     if dapt_file:
-        corpora[f"{dapt_file} ((d))"] = [json.loads(line)["text"] for line in Path(dapt_file).read_text().splitlines()
-                                         if line.strip()]
+        corpora[f"{dapt_file} ((d))"] = read_documents(dapt_file)  # as the pretraining job reads its --train_file
     if "main_tapt" in args.starts:
         corpora["training sentences ((e))"] = tapt_texts
     leakage = leakage_check(corpora, held_out)
@@ -620,19 +623,10 @@ def main(argv: list[str] | None = None) -> int:
     log("starts: " + ", ".join(f"{name} = {info['path']}" for name, info in start_info.items()))
     runner = Runner(args.jobs, args.threads, args.keep_models)
     try:
-        runs, sweep = finetune_starts(args, start_info, sizes, subsets["files"], len(splits["train"]), evaluation,
-                                      root, log, runner)
+        runs, sweep, sweep_runs = finetune_starts(args, start_info, sizes, subsets["files"], len(splits["train"]),
+                                                  evaluation, root, log, runner)
     finally:
         runner.close()
-    sweep_runs = []
-    # Every run timed (the sweep's unchosen runs included), for the time estimate.
-    for row in sweep:
-        if not row["chosen"]:
-            for seed in row["validation"]:
-                folder = (root / "finetune" / row["start"] / (f"n{row['size']}" if row["size"] != ALL else ALL)
-                          / row["recipe"] / f"seed_{seed}" / "bench_wall.json")
-                wall = json.loads(folder.read_text())["wall_s"] if folder.is_file() else math.nan
-                sweep_runs.append({"start": row["start"], "size": row["size"], "seed": int(seed), "wall_s": wall})
 
     report = {
         "config": {key: value for key, value in vars(args).items()},
