@@ -42,7 +42,7 @@ from safetensors.torch import load_file
 from mlm_suite.data import resources
 from mlm_suite.jobs import pretrain
 
-REFERENCE = (2e-3, 0.3)  # the from-scratch JOB_DEFAULTS / PretrainingArguments values
+REFERENCE = (2e-3, 0.3)  # the from-scratch PretrainTrainingArguments / PretrainingArguments values
 WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
 
 

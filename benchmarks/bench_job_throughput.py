@@ -36,7 +36,8 @@ import torch
 from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer
 
 from mlm_suite.data import resources
-from mlm_suite.data.masking import DataCollatorForMaskedLM, tokenize_for_mlm
+from mlm_suite.data.chunking import tokenize_for_mlm
+from mlm_suite.data.masking import DataCollatorForMaskedLM
 from mlm_suite.data.padding import DataCollatorForPadding, DataCollatorForTokenLabels
 from mlm_suite.jobs import finetune_classification, finetune_ner, pretrain
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer

@@ -158,7 +158,7 @@ def run_extension(folder: Path, minutes: float, common: list[str], job_args: lis
     run_job(first, [*common, "--max_train_minutes", f"{minutes * (1 - EXTENSION_SHARE):g}"], clock)
     second = folder / "stage2"
     # The from-scratch recipe, given: a checkpoint would otherwise get the continued-pretraining defaults.
-    recipe = ["--learning_rate", f"{pretrain.JOB_DEFAULTS['learning_rate']:g}", "--mlm_probability", "0.3"]
+    recipe = ["--learning_rate", f"{pretrain.PretrainTrainingArguments.learning_rate:g}", "--mlm_probability", "0.3"]
     run_job(second, [*common, "--model_name_or_path", str(first), "--max_train_minutes", f"{minutes * EXTENSION_SHARE:g}",
                      "--max_seq_length", str(EXTENDED_ROWS), "--rope_theta", f"{EXTENDED_THETA:g}", *recipe], clock)  # fmt: skip
     results = json.loads((second / "all_results.json").read_text())

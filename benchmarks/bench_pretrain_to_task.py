@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output_dir", default="outputs/pretrain_to_task")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 42])
-    parser.add_argument("--pretrain_steps", type=int, default=pretrain.JOB_DEFAULTS["max_steps"])
+    parser.add_argument("--pretrain_steps", type=int, default=pretrain.PretrainTrainingArguments.max_steps)
     parser.add_argument("--finetune_flags", default=DEFAULT_FINETUNE_FLAGS, help="flags of both fine-tuning jobs")
     parser.add_argument("--pretrain_flags", default="", help="further flags of both pretraining runs")
     parser.add_argument("--markdown", help="also write the tables to this file")

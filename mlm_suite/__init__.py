@@ -6,7 +6,6 @@ with the ``transformers`` Auto classes; the built-in ``bert`` mapping is left al
 
 import transformers
 
-from ._moved_modules import install as _install_moved_modules
 from .model import (
     AUTO_CLASSES,
     PRESETS,
@@ -34,7 +33,6 @@ def _register_auto_classes() -> None:
 
 
 _register_auto_classes()
-_install_moved_modules()  # the module paths of the flat layout before 0.2 keep working
 
 __all__ = [
     "PRESETS",

@@ -282,18 +282,15 @@ def per_parser(command: str, flags: list[str]) -> list[tuple[str, list[str]]]:
 
 
 def flag_problems(command: str, flags: list[str]) -> list[str]:
-    """Flags that ``command`` lacks, or takes only under an old name (an abbreviation is not a flag either)."""
+    """Flags that ``command`` lacks (an abbreviation is not a flag either)."""
     parser = job_parser(command)
     options = {option for action in parser._actions for option in action.option_strings}
-    renamed = getattr(parser, "renamed_flags", {})  # old name -> new name (mlm_suite.jobs.arguments.renamed)
     problems = []
     for flag in flags:
         name = flag.split("=", 1)[0]
         if not re.fullmatch(r"--[A-Za-z][\w-]*", name):
             continue
-        if name in renamed:
-            problems.append(f"mlm-suite {command}: {name} is the old name of {renamed[name]}")
-        elif name not in options:
+        if name not in options:
             problems.append(f"mlm-suite {command} has no {name}")
     return problems
 
@@ -421,19 +418,9 @@ def test_relative_links_point_to_existing_files_and_headings(path):
     assert not problems, f"{page_name(path)}:\n" + "\n".join(problems)
 
 
-def deprecated_modules() -> set[str]:
-    """The old module paths that still import, with a DeprecationWarning (``mlm_suite._moved_modules``)."""
-    try:
-        return set(importlib.import_module("mlm_suite._moved_modules").MOVED_MODULES)
-    except ImportError:
-        return set()
-
-
 def resolves(dotted: str) -> bool:
-    """Whether ``mlm_suite.a.b.c`` is a module or an attribute reached from one, not through a deprecated path."""
+    """Whether ``mlm_suite.a.b.c`` is a module or an attribute reached from one."""
     parts = dotted.split(".")
-    if any(".".join(parts[:cut]) in deprecated_modules() for cut in range(1, len(parts) + 1)):
-        return False
     for cut in range(len(parts), 0, -1):
         try:
             target = importlib.import_module(".".join(parts[:cut]))
@@ -454,7 +441,7 @@ def test_names_and_paths_quoted_in_the_text_exist(path):
     for line, span in inline_code(path):
         for dotted in re.findall(r"(?<![\w/.])mlm_suite(?:\.[A-Za-z_]\w*)+", span):
             if not resolves(dotted):
-                problems.append(f"line {line}: {dotted} cannot be imported (or only from a deprecated path)")
+                problems.append(f"line {line}: {dotted} cannot be imported")
         for repository_path in re.findall(r"(?<![\w/.~])(?:mlm_suite|tests|benchmarks|scripts|examples|docs)/[\w/.*-]*[\w*]", span):
             if not glob.glob(str(REPO / repository_path)):
                 problems.append(f"line {line}: {repository_path}: no such file in the repository")

@@ -12,10 +12,10 @@ from mlm_suite.jobs.arguments import feed_the_device, gpu_loader_workers
 from mlm_suite.jobs.pretrain import parse_arguments
 
 
-def training_args(device: str) -> SimpleNamespace:
+def training_args(device: str, given: frozenset[str] = frozenset()) -> SimpleNamespace:
     return SimpleNamespace(
         device=torch.device(device), dataloader_num_workers=0, logging_nan_inf_filter=True,
-        accelerator_config=SimpleNamespace(non_blocking=False),
+        accelerator_config=SimpleNamespace(non_blocking=False), flags_given=given,
     )  # fmt: skip
 
 
@@ -23,7 +23,7 @@ def test_a_gpu_run_collates_in_workers_and_never_waits_for_the_loss(monkeypatch)
     monkeypatch.setattr("os.cpu_count", lambda: 16)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     args = training_args("cuda")
-    feed_the_device(args, [])
+    feed_the_device(args)
     assert args.dataloader_num_workers == gpu_loader_workers() == 4
     assert args.logging_nan_inf_filter is False and args.accelerator_config.non_blocking is True
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")  # 8 processes share the node's 16 cores
@@ -31,12 +31,12 @@ def test_a_gpu_run_collates_in_workers_and_never_waits_for_the_loss(monkeypatch)
 
 
 def test_flags_given_win_and_a_cpu_run_keeps_the_trainer_defaults():
-    args = training_args("cuda")
-    feed_the_device(args, ["--dataloader_num_workers=0", "--logging_nan_inf_filter", "true", "--accelerator_config", "{}"])
+    args = training_args("cuda", frozenset({"dataloader_num_workers", "logging_nan_inf_filter", "accelerator_config"}))
+    feed_the_device(args)
     assert args.dataloader_num_workers == 0 and args.logging_nan_inf_filter is True
     assert args.accelerator_config.non_blocking is False
     args = training_args("cpu")
-    feed_the_device(args, [])
+    feed_the_device(args)
     assert args.dataloader_num_workers == 0 and args.logging_nan_inf_filter is True
     assert args.accelerator_config.non_blocking is False
 
@@ -70,26 +70,35 @@ def test_the_trainer_counts_flops_as_the_stock_one_without_walking_the_model_eac
 CONTINUING = ["--output_dir", "unused", "--use_cpu", "true", "--model_name_or_path", "some/checkpoint"]
 
 
+def test_the_parser_tells_which_flags_were_given_however_spelt(tmp_path):
+    _, training_args = parse_arguments(["--output_dir", "unused", "--use_cpu=true", "--learning_r", "1e-3", "--mlm_prob", "0.2"])
+    assert training_args.flags_given == {"output_dir", "use_cpu", "learning_rate", "mlm_probability"}
+    flags = tmp_path / "flags.json"
+    flags.write_text('{"output_dir": "unused", "use_cpu": true, "max_steps": 7}')
+    _, training_args = parse_arguments([str(flags)])
+    assert training_args.flags_given == {"output_dir", "use_cpu", "max_steps"} and training_args.max_steps == 7
+
+
 def test_continuing_a_checkpoint_gets_the_continued_pretraining_defaults():
-    from mlm_suite.jobs.pretrain import CONTINUED_DEFAULTS, JOB_DEFAULTS
+    from mlm_suite.jobs.pretrain import CONTINUED_DEFAULTS, PretrainTrainingArguments as Defaults
 
     args, training_args = parse_arguments(CONTINUING)
     assert training_args.learning_rate == CONTINUED_DEFAULTS["learning_rate"] == 3e-4
     assert args.mlm_probability == CONTINUED_DEFAULTS["mlm_probability"] == 0.15
-    assert training_args.max_steps == CONTINUED_DEFAULTS["max_steps"] < JOB_DEFAULTS["max_steps"]
+    assert training_args.max_steps == CONTINUED_DEFAULTS["max_steps"] < Defaults.max_steps
     assert set(args.defaults_applied.values()) == {"continued-pretraining default"}
     # The rest of the job's defaults are the same in both modes.
-    assert training_args.warmup_steps == JOB_DEFAULTS["warmup_steps"] and args.eval_mlm_probability == 0.15
-    assert training_args.weight_decay == JOB_DEFAULTS["weight_decay"]
-    assert training_args.per_device_train_batch_size == JOB_DEFAULTS["per_device_train_batch_size"]
+    assert training_args.warmup_steps == Defaults.warmup_steps and args.eval_mlm_probability == 0.15
+    assert training_args.weight_decay == Defaults.weight_decay
+    assert training_args.per_device_train_batch_size == Defaults.per_device_train_batch_size
 
 
 def test_training_from_scratch_keeps_the_from_scratch_defaults():
-    from mlm_suite.jobs.pretrain import JOB_DEFAULTS, PretrainingArguments
+    from mlm_suite.jobs.pretrain import PretrainingArguments, PretrainTrainingArguments as Defaults
 
     args, training_args = parse_arguments(["--output_dir", "unused", "--use_cpu", "true"])
-    assert training_args.learning_rate == JOB_DEFAULTS["learning_rate"] == 2e-3
-    assert training_args.max_steps == JOB_DEFAULTS["max_steps"]
+    assert training_args.learning_rate == Defaults.learning_rate == 2e-3
+    assert training_args.max_steps == Defaults.max_steps
     assert args.mlm_probability == PretrainingArguments.mlm_probability == 0.3
     assert set(args.defaults_applied.values()) == {"from-scratch default"}
 

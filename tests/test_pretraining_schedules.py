@@ -16,7 +16,8 @@ import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer, Trainer, TrainingArguments
 
 from mlm_suite import cli
-from mlm_suite.data.masking import DataCollatorForMaskedLM, tokenize_for_mlm
+from mlm_suite.data.chunking import tokenize_for_mlm
+from mlm_suite.data.masking import DataCollatorForMaskedLM
 from mlm_suite.data.schedules import BatchSizeWarmup, MaskRateSchedule, ScheduledBatchSampler, TaggedRows, permutation
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs import pretrain

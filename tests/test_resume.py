@@ -23,7 +23,8 @@ from transformers import TrainingArguments
 
 from mlm_suite import cli
 from mlm_suite.jobs import finetune_classification, finetune_ner, finetune_pair, finetune_retrieval, pretrain
-from mlm_suite.jobs.checkpoints import JobTrainingArguments, resume_checkpoint, stage_checkpoint
+from mlm_suite.jobs.arguments import JobTrainingArguments
+from mlm_suite.jobs.checkpoints import resume_checkpoint, stage_checkpoint
 from mlm_suite.training.trainer import PickleFreeTrainer
 from test_finetune import SENTENCES, polarity_rows, tiny_model, write_conll, write_jsonl, write_pairs  # noqa: F401
 from test_outputs import assert_no_pickle

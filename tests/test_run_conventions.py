@@ -30,7 +30,7 @@ from mlm_suite.jobs import (
     pretrain,
 )
 from mlm_suite.data.pretraining import EVAL_SEED, build_features
-from mlm_suite.jobs.checkpoints import JobTrainingArguments
+from mlm_suite.jobs.arguments import JobTrainingArguments
 from mlm_suite.jobs.distributed import run_job
 from mlm_suite.jobs.pretraining_setup import build_config, describe_configuration
 from test_finetune import FAST, tiny_model  # noqa: F401  (a fixture: a random 2-layer encoder with the MiniLM tokenizer)
@@ -151,57 +151,6 @@ def test_every_job_takes_the_transformers_flags(job):
     defaults = parse(job, [])
     assert value(defaults, "model_revision") == "main" and value(defaults, "trust_remote_code") is False
     assert value(defaults, "cache_dir") is None and value(defaults, "token") is None
-
-
-# (job, old flag, new flag, value, parsed value)
-RENAMED = [
-    ("pretrain", "--tokenizer", "--tokenizer_name", "some/tok", "some/tok"),
-    ("pretrain", "--text_column", "--text_column_name", "body", "body"),
-    ("prepare-data", "--tokenizer", "--tokenizer_name", "tok", "tok"),
-    ("prepare-data", "--text_column", "--text_column_name", "body", "body"),
-    ("prepare-data", "--num_proc", "--preprocessing_num_workers", "3", 3),
-    ("finetune-retrieval", "--text_column", "--text_column_name", "body", "body"),
-]
-
-
-@pytest.mark.parametrize("job, old, new, given, expected", RENAMED)
-def test_old_flag_names_parse_alike_and_warn(job, old, new, given, expected, capsys):
-    assert value(parse(job, [new, given]), new[2:]) == expected
-    assert capsys.readouterr().err == ""
-    for spelling in (old, "--" + old[2:].replace("_", "-"), f"{old}={given}"):
-        argv = [spelling] if "=" in spelling else [spelling, given]
-        assert value(parse(job, argv), new[2:]) == expected, spelling
-        notes = capsys.readouterr().err.strip().splitlines()
-        assert len(notes) == 1 and f"{spelling.split('=')[0]} is deprecated; use {new}" in notes[0], notes
-
-
-@pytest.mark.parametrize("job", sorted({job for job, *_ in RENAMED}))
-def test_help_shows_the_new_names_only(job):
-    parser = parser_of(job)
-    text = parser.format_help()
-    for renamed_job, old, new, _, _ in RENAMED:
-        if renamed_job != job:
-            continue
-        assert f"  {new} " in text and f"(formerly {old})" in " ".join(text.split())
-        assert parser._option_string_actions[old].help == argparse.SUPPRESS
-        assert not re.search(rf"^\s+{old}[ ,]", text, re.MULTILINE) and f"[{old} " not in text
-
-
-def test_a_json_file_of_flags_takes_the_old_names_too(tmp_path, capsys):
-    flags = tmp_path / "flags.json"
-    flags.write_text(json.dumps({"text_column": "body", "max_train_samples": 3, "output_dir": str(tmp_path / "o")}))
-    parsed = arguments.parse_arguments(finetuning_dataclasses(finetune_retrieval), [str(flags)])
-    assert value(parsed, "text_column_name") == "body" and value(parsed, "max_train_samples") == 3
-    assert "--text_column is deprecated; use --text_column_name" in capsys.readouterr().err
-
-
-def test_a_required_flag_given_by_its_old_name_counts(capsys):
-    args, _ = prepare_data.parse_arguments([*PREPARE_REQUIRED, "--tokenizer", "tok"])
-    assert args.tokenizer_name == "tok"
-    with pytest.raises(SystemExit) as exit_info:
-        prepare_data.parse_arguments(PREPARE_REQUIRED)
-    assert exit_info.value.code == 2
-    assert "the following arguments are required: --tokenizer_name" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------------------------
@@ -353,7 +302,7 @@ def test_tokenising_on_several_processes_gives_the_same_rows(tokenizer):
         assert parallel[column] == alone[column], column
 
 
-def test_pretrain_split_names_sample_limits_old_flags_and_hub_flags(tmp_path, minilm_dir, recorded, capsys):
+def test_pretrain_split_names_sample_limits_and_hub_flags(tmp_path, minilm_dir, recorded):
     data = tmp_path / "data"
     DatasetDict({
         "train": Dataset.from_dict({"body": make_documents(30, seed=1), "id": list(range(30))}),
@@ -361,12 +310,10 @@ def test_pretrain_split_names_sample_limits_old_flags_and_hub_flags(tmp_path, mi
     }).save_to_disk(str(data))  # fmt: skip
     out = tmp_path / "out"
     assert pretrain.main(pretrain_args(
-        out, "--dataset_name", str(data), "--validation_split_name", "heldout", "--text_column", "body",
-        "--tokenizer", str(minilm_dir), "--max_train_samples", "5", "--max_steps", "1", "--eval_strategy", "no",
+        out, "--dataset_name", str(data), "--validation_split_name", "heldout", "--text_column_name", "body",
+        "--tokenizer_name", str(minilm_dir), "--max_train_samples", "5", "--max_steps", "1", "--eval_strategy", "no",
         "--fill_mask_probes", "0", *hub_flags(tmp_path),
     )) == 0  # fmt: skip
-    err = capsys.readouterr().err
-    assert "--tokenizer is deprecated; use --tokenizer_name" in err and "--text_column is deprecated" in err
     assert json.loads((out / "train_results.json").read_text())["train_samples"] == 5
     tokenizer_calls = [kwargs for name, path, kwargs in recorded if name == "AutoTokenizer" and path == str(minilm_dir)]
     assert tokenizer_calls == [{"cache_dir": str(tmp_path / "hf-cache"), "revision": "main", "token": None,
@@ -389,20 +336,19 @@ def test_pretrain_hub_documents_equal_the_same_documents_from_a_file(tmp_path):
         assert hub[split]["text"] == local[split]["text"], split  # blank documents dropped, same seeded hold-out
 
 
-def test_prepare_data_old_flags_sample_limit_and_hub_flags(tmp_path, minilm_dir, recorded, capsys):
+def test_prepare_data_sample_limit_and_hub_flags(tmp_path, minilm_dir, recorded):
     corpus = write_text(tmp_path / "corpus.txt", make_documents(40, seed=5))
     output = tmp_path / "prepared"
-    assert prepare_data.main(["--train_file", str(corpus), "--tokenizer", str(minilm_dir), "--output_dir", str(output),
-                              "--num_proc", "1", "--max_seq_length", "32", "--max_train_samples", "3",
+    assert prepare_data.main(["--train_file", str(corpus), "--tokenizer_name", str(minilm_dir), "--output_dir", str(output),
+                              "--preprocessing_num_workers", "1", "--max_seq_length", "32", "--max_train_samples", "3",
                               *hub_flags(tmp_path)]) == 0
-    assert "--num_proc is deprecated; use --preprocessing_num_workers" in capsys.readouterr().err
     metadata = json.loads((output / "mlm_suite_data.json").read_text())
     assert metadata["train_rows"] == 3
     assert [kwargs for name, _, kwargs in recorded if name == "AutoTokenizer"] == [
         {"cache_dir": str(tmp_path / "hf-cache"), "revision": "main", "token": None, "trust_remote_code": True}]
 
 
-def test_retrieval_old_column_flag_sample_limit_and_hub_flags(tiny_model, tmp_path, recorded):
+def test_retrieval_column_flag_sample_limit_and_hub_flags(tiny_model, tmp_path, recorded):
     texts = [sentence(i) for i in range(12)]
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps({"query": texts[i], "document": texts[i + 1]}) + "\n" for i in range(10)))
@@ -413,7 +359,7 @@ def test_retrieval_old_column_flag_sample_limit_and_hub_flags(tiny_model, tmp_pa
     out = tmp_path / "out"
     finetune_retrieval.main([
         "--model_name_or_path", str(tiny_model), "--train_file", str(train), "--corpus_file", str(corpus),
-        "--queries_file", str(queries), "--text_column", "body", "--max_train_samples", "6", "--output_dir", str(out),
+        "--queries_file", str(queries), "--text_column_name", "body", "--max_train_samples", "6", "--output_dir", str(out),
         *hub_flags(tmp_path), *FAST,
     ])  # fmt: skip
     metrics = json.loads((out / "all_results.json").read_text())

@@ -37,17 +37,15 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from mlm_suite.data.chunking import WORD_ID_SENTINEL, tokenize_for_mlm
+from mlm_suite.data.chunking import WORD_ID_SENTINEL
 from mlm_suite.data.flattening import flatten_batch
 from mlm_suite.data.padding import column_values, real_positions, scatter_rows
 
 __all__ = [
-    "WORD_ID_SENTINEL",
     "DataCollatorForMaskedLM",
     "check_mlm_tokenizer",
     "MaskingEpochCallback",
     "count_tokens",
-    "tokenize_for_mlm",
 ]
 
 MaskingMode = Literal["token", "whole_word", "span"]

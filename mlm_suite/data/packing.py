@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from mlm_suite.data.masking import WORD_ID_SENTINEL
+from mlm_suite.data.chunking import WORD_ID_SENTINEL
 
 __all__ = ["content_tokens", "pack_documents", "packing_map_function", "document_boundaries", "row_word_ids"]
 
@@ -68,7 +68,7 @@ def row_word_ids(segments: Sequence[Sequence[int]]) -> list[int]:
             when they belong to one word.
 
     Returns:
-        One id per token of the row: :data:`~mlm_suite.data.masking.WORD_ID_SENTINEL` at [CLS] and
+        One id per token of the row: :data:`~mlm_suite.data.chunking.WORD_ID_SENTINEL` at [CLS] and
         every [SEP]; content words numbered 0, 1, ... along the row. A new word starts wherever the
         tokenizer's word id changes and at the start of every segment, so words of different
         segments never share an id and the remaining pieces of a word cut at a segment's start (by

@@ -10,7 +10,7 @@ A prepared folder::
 
 The rows are the ones the pretraining job builds in memory from the same documents (same columns and values,
 stored as int32/int8; ``example_index`` is the row number), whatever ``num_proc``: unpacked rows come from
-:func:`~mlm_suite.data.masking.tokenize_for_mlm`, document by document; packed rows pack groups of
+:func:`~mlm_suite.data.chunking.tokenize_for_mlm`, document by document; packed rows pack groups of
 :data:`PACKING_BATCH` consecutive documents, as the job's ``datasets.map`` batches do, so the documents are
 tokenised on ``num_proc`` processes (token ids and the tokenizer's word ids) and packed afterwards in one.
 Both kinds of row carry ``word_ids`` for whole-word and span masking.
@@ -40,7 +40,7 @@ from datasets import Dataset, DatasetDict, Features, List, Value
 from transformers import PreTrainedTokenizerBase
 
 from mlm_suite.data.corpus import documents_dataset, hold_out
-from mlm_suite.data.masking import tokenize_for_mlm
+from mlm_suite.data.chunking import tokenize_for_mlm
 from mlm_suite.data.packing import content_tokens, pack_documents, packing_map_function
 
 __all__ = [
@@ -86,7 +86,7 @@ def pretraining_rows_function(
 
     ``dataset.map(pretraining_rows_function(tok, 128, packing=True), batched=True,
     remove_columns=dataset.column_names)``: without packing, every document becomes one row or more
-    (:func:`~mlm_suite.data.masking.tokenize_for_mlm`, word ids kept); with packing, the documents of a batch
+    (:func:`~mlm_suite.data.chunking.tokenize_for_mlm`, word ids kept); with packing, the documents of a batch
     are packed into full rows with position ids restarting per document, word ids kept too
     (:func:`~mlm_suite.data.packing.packing_map_function`). Works on ``Dataset`` and ``IterableDataset`` alike.
     """

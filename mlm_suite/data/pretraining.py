@@ -15,7 +15,8 @@ from typing import Any
 from datasets import Dataset
 from transformers import PreTrainedTokenizerBase
 
-from mlm_suite.data.masking import count_tokens, tokenize_for_mlm
+from mlm_suite.data.chunking import tokenize_for_mlm
+from mlm_suite.data.masking import count_tokens
 from mlm_suite.data.nsp import build_nsp_examples, split_sentences
 from mlm_suite.data.packing import packing_map_function
 from mlm_suite.data.prepared import build_rows, most_frequent_token

@@ -1,32 +1,13 @@
 """The flags of the jobs: transformers' example-script names (``run_mlm.py``, ``run_glue.py``, ``run_ner.py``),
-how a job parses them and the checks of their values.
-
-Users who know those scripts can type the same flags here:
-
-* :class:`HubArguments` (every job that loads a model or tokenizer): ``--cache_dir --model_revision --token
-  --trust_remote_code --use_fast_tokenizer``, handed to ``from_pretrained`` (:meth:`HubArguments.pretrained_kwargs`)
-  and ``load_dataset`` (:meth:`HubArguments.dataset_kwargs`);
-* the data flags, declared by each job's data dataclass with the fields made here
-  (:func:`preprocessing_num_workers_field`, :func:`overwrite_cache_field`, :func:`validation_split_name_field`,
-  :func:`test_split_name_field`); :func:`~mlm_suite.data.readers.hub_split_names` checks the split names against
-  a dataset;
-* :func:`renamed`: the metadata of a field whose flag took transformers' name (``--tokenizer`` became
-  ``--tokenizer_name``). :class:`JobArgumentParser`, the ``HfArgumentParser`` every job parses with
-  (:func:`argument_parser`), still accepts the old flags (also as keys of a ``.json``
-  file of flags), hides them from ``--help`` and prints a one-line note naming the new flag when one is used;
-* parsing (:func:`parse_arguments`, :func:`parse_flags`, with the device's data-loading defaults of
-  :func:`feed_the_device`), which flags the command line gave (:func:`flag_given`, :func:`flags_given`) and the
-  checks of their values before anything is read or written (:func:`validate_flags`).
+how a job parses them, which ones the command line gave, and the checks of single values that the argument
+dataclasses call from their ``__post_init__``. See docs/command_line.md.
 """
 
 from __future__ import annotations
 
-import argparse
-import copy
-import dataclasses
+import json
 import os
 import sys
-import types
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,91 +15,7 @@ from typing import Any
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from mlm_suite.data.readers import hub_split_names, split_description  # the split flags' helpers, kept importable here
 from mlm_suite.errors import UsageError
-
-#: Field metadata key: the flags a field was called before it took transformers' name.
-RENAMED_FROM = "renamed_from"
-
-
-def renamed(*old_flags: str, help: str, **metadata: Any) -> dict[str, Any]:
-    """Field metadata for a flag renamed to transformers' name; ``old_flags`` (``"--tokenizer"``) still parse into it.
-
-    ``help`` gets ``(formerly --tokenizer)`` appended, so ``--help`` names the old flag beside the new one.
-    """
-    return {**metadata, "help": f"{help} (formerly {', '.join(old_flags)})", RENAMED_FROM: list(old_flags)}
-
-
-def _dashed(flag: str) -> str:
-    """``--text-column`` for ``--text_column``: HfArgumentParser accepts both spellings of every flag."""
-    return "--" + flag[2:].replace("_", "-")
-
-
-class JobArgumentParser(HfArgumentParser):
-    """An ``HfArgumentParser`` that keeps the old names of renamed flags (:func:`renamed`) working.
-
-    An old flag parses into the field of its new name, is hidden from ``--help`` and, when used, prints
-    ``<prog>: warning: --tokenizer is deprecated; use --tokenizer_name`` on stderr (once per parser).
-    """
-
-    def __init__(self, dataclass_types: Any, **kwargs: Any) -> None:
-        self.renamed_flags: dict[str, str] = {}  # old flag (both spellings) -> new flag
-        self._required_renamed: dict[str, str] = {}  # dest -> new flag, of required fields that have old names
-        self._noted: set[str] = set()
-        super().__init__(dataclass_types, **kwargs)
-
-    def _parse_dataclass_field(self, parser: Any, field: dataclasses.Field) -> None:  # type: ignore[override]
-        old_flags = field.metadata.get(RENAMED_FROM)
-        if not old_flags:
-            return HfArgumentParser._parse_dataclass_field(parser, field)
-        plain = copy.copy(field)
-        plain.metadata = types.MappingProxyType({k: v for k, v in field.metadata.items() if k != RENAMED_FROM})
-        HfArgumentParser._parse_dataclass_field(parser, plain)
-        new_flag = f"--{field.name}"
-        action = parser._option_string_actions[new_flag]
-        if action.required:  # argparse would not count the old flag as the new one: checked in parse_known_args
-            action.required = False
-            self._required_renamed[action.dest] = new_flag
-        spellings = list(dict.fromkeys(flag for old in old_flags for flag in (old, _dashed(old))))
-        self.renamed_flags.update(dict.fromkeys(spellings, new_flag))
-        note = self.note_renamed
-
-        class RenamedFlag(type(action)):  # the new flag's action, with the note
-            def __call__(self, argparser, namespace, values, option_string=None):
-                note(option_string or spellings[0])
-                super().__call__(argparser, namespace, values, option_string)
-
-        parser.add_argument(
-            *spellings, action=RenamedFlag, dest=action.dest, nargs=action.nargs, const=action.const,
-            type=action.type, choices=action.choices, metavar=action.metavar,
-            default=argparse.SUPPRESS, help=argparse.SUPPRESS,
-        )  # fmt: skip
-
-    def note_renamed(self, old_flag: str) -> None:
-        """Print, once, the one-line note that ``old_flag`` is deprecated for its new name."""
-        if old_flag in self._noted:
-            return
-        self._noted.add(old_flag)
-        print(f"{self.prog}: warning: {old_flag} is deprecated; use {self.renamed_flags[old_flag]} "
-              "(the name transformers' example scripts use)", file=sys.stderr)
-
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
-        parsed, remaining = super().parse_known_args(args, namespace)
-        for dest, new_flag in self._required_renamed.items():
-            if getattr(parsed, dest, None) is None:
-                self.error(f"the following arguments are required: {new_flag}")
-        return parsed, remaining
-
-    def parse_dict(self, args: dict[str, Any], allow_extra_keys: bool = False) -> tuple:
-        """``HfArgumentParser.parse_dict`` (and so ``parse_json_file``), old flag names accepted as keys."""
-        renamed_keys = {old[2:]: new[2:] for old, new in self.renamed_flags.items() if old[2:].isidentifier()}
-        converted = {}
-        for key, value in args.items():
-            if key in renamed_keys:
-                self.note_renamed(f"--{key}")
-                key = renamed_keys[key]
-            converted[key] = value
-        return super().parse_dict(converted, allow_extra_keys=allow_extra_keys)
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,11 +60,6 @@ class HubArguments:
         return {"cache_dir": self.cache_dir, "token": self.token}
 
 
-def pretrained_kwargs(args: Any) -> dict[str, Any]:
-    """:meth:`HubArguments.pretrained_kwargs` of ``args``, or none for an object without those flags."""
-    return args.pretrained_kwargs() if isinstance(args, HubArguments) else {}
-
-
 # --------------------------------------------------------------------------------------------
 # Data flags (fields each job's data dataclass declares)
 # --------------------------------------------------------------------------------------------
@@ -201,58 +93,141 @@ def test_split_name_field() -> Any:
 
 
 # --------------------------------------------------------------------------------------------
-# Parsing a job's flags (and applying the device's defaults); checking their values
+# Checks of one value, called by the argument dataclasses' __post_init__ (None: not given, never checked)
 # --------------------------------------------------------------------------------------------
-def argument_parser(dataclass_types: Sequence[type], **kwargs: Any) -> Any:
+def check_at_least(flag: str, value: float | None, low: float) -> None:
+    if value is not None and value < low:
+        raise UsageError(f"--{flag} must be at least {low}, got {value}")
+
+
+def check_positive(flag: str, value: float | None) -> None:
+    if value is not None and not value > 0:
+        raise UsageError(f"--{flag} must be positive, got {value}")
+
+
+def check_non_negative(flag: str, value: float | None) -> None:
+    if value is not None and value < 0:
+        raise UsageError(f"--{flag} must not be negative, got {value}")
+
+
+def check_within(
+    flag: str, value: float | None, low: float, high: float, *, low_open: bool = False, high_open: bool = True
+) -> None:
+    """``value`` in the interval from ``low`` to ``high``, each end open or closed as asked (default ``[low, high)``)."""
+    if value is None:
+        return
+    low_ok = value > low if low_open else value >= low
+    high_ok = value < high if high_open else value <= high
+    if not (low_ok and high_ok):
+        interval = ("(" if low_open else "[") + f"{low:g}, {high:g}" + (")" if high_open else "]")
+        raise UsageError(f"--{flag} must lie in {interval}, got {value}")
+
+
+def check_file(flag: str, path: str | os.PathLike | None) -> None:
+    """An input file that exists and is a file."""
+    if path is None:
+        return
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"--{flag} {path}: no such file")
+    if not path.is_file():
+        raise UsageError(f"--{flag} {path} is not a file")
+
+
+def check_model_source(flag: str, value: str | None) -> None:
+    """A folder or a Hub id: a value written as a path ("/...", "./...", "~/...", "a/b/c") must exist."""
+    if not value or Path(value).expanduser().exists():
+        return
+    if value.startswith(("/", ".", "~")) or value.count("/") > 1 or "\\" in value:
+        raise UsageError(f"--{flag} {value}: no such folder (nor a Hub id: those read 'name' or 'owner/name')")
+
+
+# --------------------------------------------------------------------------------------------
+# The Trainer's flags, checked; which flags the command line gave
+# --------------------------------------------------------------------------------------------
+@dataclass
+class JobTrainingArguments(TrainingArguments):
+    """``TrainingArguments`` with ``--overwrite_output_dir`` (which transformers 5 no longer has) and the checks of
+    the values the Trainer would otherwise take silently or fail on deep in a run. Each job subclasses it with its
+    own defaults as field defaults."""
+
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Train from scratch even when --output_dir holds checkpoint-* folders (by default the job "
+            "continues from the last one). Nothing is deleted: the new run overwrites what it writes."
+        },
+    )
+
+    #: The flags the command line (or the ``.json`` file of flags) gave, by field name, however abbreviated: set by
+    #: :func:`parse_arguments`. A class attribute rather than a field, so it is neither a flag nor saved.
+    flags_given = frozenset()
+
+    def __post_init__(self) -> None:
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+            check_at_least(name, getattr(self, name), 1)
+        check_positive("adam_epsilon", self.adam_epsilon)
+        if self.max_steps <= 0 and not self.num_train_epochs > 0:
+            raise UsageError(f"--num_train_epochs must be positive (or give --max_steps), got {self.num_train_epochs}")
+        check_non_negative("learning_rate", self.learning_rate)  # 0: a run that changes nothing, but a valid one
+        check_non_negative("weight_decay", self.weight_decay)
+        for name in ("label_smoothing_factor", "adam_beta1", "adam_beta2"):
+            check_within(name, getattr(self, name), 0.0, 1.0)
+        super().__post_init__()
+
+
+def given_flags(parser: HfArgumentParser, argv: Sequence[str]) -> frozenset[str]:
+    """The options (field names) that ``argv`` sets, however it spells them: ``--name value``, ``--name=value``
+    and the prefixes argparse accepts (``--learning_r 1e-3``) all count. Call it after a successful parse."""
+    unset = object()
+    names = [action.dest for action in parser._actions if action.dest != "help"]
+    saved = {name: parser.get_default(name) for name in names}
+    parser.set_defaults(**dict.fromkeys(names, unset))
+    try:
+        namespace, _ = parser.parse_known_args(list(argv))
+    finally:
+        parser.set_defaults(**saved)
+    return frozenset(name for name in names if getattr(namespace, name, unset) is not unset)
+
+
+def argument_parser(dataclass_types: Sequence[type], **kwargs: Any) -> HfArgumentParser:
     """An ``HfArgumentParser`` named after the command that runs the job.
 
     Its ``prog`` is :func:`~mlm_suite.jobs.distributed.command_prog` (``mlm-suite finetune-ner``,
     ``python -m mlm_suite.jobs.finetune_ner``, or the script's name). On a bad flag it prints a
     one-line usage and the error instead of the hundred-odd flags of ``TrainingArguments``
-    (``--help`` still lists them all). Flags renamed to transformers' names keep their old names
-    (:class:`JobArgumentParser`).
+    (``--help`` still lists them all).
     """
     from mlm_suite.jobs.distributed import command_prog
 
-    parser = JobArgumentParser(dataclass_types, prog=command_prog(), **kwargs)
+    parser = HfArgumentParser(dataclass_types, prog=command_prog(), **kwargs)
     parser.format_usage = lambda: f"usage: {parser.prog} [options]  ({parser.prog} --help lists them)\n"
     return parser
 
 
-def parse_flags(parser: Any, argv: Sequence[str] | None) -> tuple:
-    """``parser.parse_args_into_dataclasses(argv)``; an unknown flag is an argparse error (exit status 2).
+def parse_arguments(dataclass_types: Sequence[type], argv: Sequence[str] | None, **parser_kwargs: Any) -> tuple:
+    """Parse ``argv`` (a list of flags, or a single ``.json`` file of them) into the dataclasses.
 
-    ``TrainingArguments`` get the data-loading defaults of their device (:func:`feed_the_device`).
+    An unknown flag is an argparse error (exit status 2); a value a dataclass's ``__post_init__`` refuses is a
+    :class:`~mlm_suite.errors.UsageError`. ``TrainingArguments`` learn which flags were given
+    (:attr:`JobTrainingArguments.flags_given`) and get the data-loading defaults of their device
+    (:func:`feed_the_device`).
     """
-    *parsed, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
-    if remaining:
-        parser.error(f"unrecognized arguments: {' '.join(remaining)}")
+    parser = argument_parser(dataclass_types, **parser_kwargs)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        parsed = parser.parse_json_file(json_file=argv[0])
+        given = frozenset(json.loads(Path(argv[0]).read_text(encoding="utf-8")))
+    else:
+        *parsed, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+        if remaining:
+            parser.error(f"unrecognized arguments: {' '.join(remaining)}")
+        given = given_flags(parser, argv)
     for arguments in parsed:
-        if isinstance(arguments, TrainingArguments):
-            feed_the_device(arguments, sys.argv[1:] if argv is None else argv)
+        if isinstance(arguments, JobTrainingArguments):
+            arguments.flags_given = given
+            feed_the_device(arguments)
     return tuple(parsed)
-
-
-def flag_given(name: str, argv: Sequence[str]) -> bool:
-    """Whether ``--name`` (or ``--name=value``) is among the command-line flags ``argv``."""
-    return any(item.split("=")[0] == f"--{name}" for item in argv)
-
-
-def flags_given(parser: Any, argv: list[str], names: list[str]) -> set[str]:
-    """Which of the options ``names`` the command line ``argv`` sets, however it spells them.
-
-    Unlike :func:`flag_given` this asks the parser itself, so ``--name value``,
-    ``--name=value`` and the prefixes argparse accepts (``--learning_r 1e-3``) all count: a value given always wins
-    over a mode's default. Call it after a successful parse (``--help`` and bad values have exited by then).
-    """
-    unset = object()
-    saved = {name: parser.get_default(name) for name in names}
-    parser.set_defaults(**dict.fromkeys(names, unset))
-    try:
-        namespace, _ = parser.parse_known_args(argv)
-    finally:
-        parser.set_defaults(**saved)
-    return {name for name in names if getattr(namespace, name, unset) is not unset}
 
 
 def gpu_loader_workers() -> int:
@@ -261,37 +236,46 @@ def gpu_loader_workers() -> int:
     return max(1, min(4, (os.cpu_count() or 2) // (2 * processes_here)))
 
 
-def feed_the_device(training_args: TrainingArguments, argv: Sequence[str]) -> None:
+def feed_the_device(training_args: JobTrainingArguments) -> None:
     """On a GPU, let the host run ahead of the device (flags given explicitly win).
 
-    * Batches are collated in worker processes while the device computes. On CPU the main process collates
-      (``dataloader_num_workers`` 0, the Trainer's default): workers would take cores from the step, which on CPU
-      is the bottleneck. Seeded masks are a function of each example's index and the epoch, so they do not depend
-      on the number of workers; the loader keeps pinned memory (the Trainer's default) for asynchronous copies.
-    * Batches are copied to the device without blocking (``accelerator_config.non_blocking``, from the pinned
-      memory the loader gives): a blocking copy waits for every step queued before it, so the host could not
-      prepare step k + 1 while the device computes step k.
-    * ``logging_nan_inf_filter`` is off: the Trainer's filter reads every step's loss on the host
-      (``torch.isnan(loss) or ...``), a synchronisation with the same effect. A NaN loss then shows in the
-      logged loss instead of being replaced by the running mean.
+    * Batches are collated in worker processes while the device computes (on CPU the main process collates:
+      workers would take cores from the step). Seeded masks depend on each example's index and the epoch, not on
+      the number of workers.
+    * Batches are copied to the device without blocking (``accelerator_config.non_blocking``, from pinned memory):
+      a blocking copy waits for every step queued before it.
+    * ``logging_nan_inf_filter`` is off: the Trainer's filter reads every step's loss on the host, a synchronisation.
     """
     if training_args.device.type != "cuda":
         return
-    if not flag_given("dataloader_num_workers", argv):
+    given = training_args.flags_given
+    if "dataloader_num_workers" not in given:
         training_args.dataloader_num_workers = gpu_loader_workers()
-    if not flag_given("accelerator_config", argv):
+    if "accelerator_config" not in given:
         training_args.accelerator_config.non_blocking = True
-    if not flag_given("logging_nan_inf_filter", argv):
+    if "logging_nan_inf_filter" not in given:
         training_args.logging_nan_inf_filter = False
 
 
-def parse_arguments(dataclass_types: Sequence[type], argv: Sequence[str] | None) -> tuple:
-    """Parse ``argv`` (a list of flags, or a single ``.json`` file of them) into the dataclasses."""
-    parser = argument_parser(dataclass_types)
-    argv = list(argv) if argv is not None else None
-    if argv is not None and len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(json_file=argv[0])
-    return parse_flags(parser, argv)
+def apply_defaults(
+    defaults: dict[str, Any], given: frozenset[str], *arguments: Any, source: str
+) -> dict[str, str]:
+    """Set each of ``defaults`` on whichever of ``arguments`` has that field, unless the command line gave it.
+
+    The one mechanism for mode-dependent defaults (a continued checkpoint's, for instance). Returns where each
+    value came from: ``"given"`` or ``source``.
+    """
+    applied = {}
+    for name, value in defaults.items():
+        if name in given:
+            applied[name] = "given"
+            continue
+        owner = next((args for args in arguments if name in type(args).__dataclass_fields__), None)
+        if owner is None:
+            raise TypeError(f"no argument dataclass has a field {name!r}")
+        setattr(owner, name, value)
+        applied[name] = source
+    return applied
 
 
 # Flag checks by flag name, for any job's arguments (dataclasses or argparse namespaces); None is never checked.
@@ -377,21 +361,21 @@ def validate_flags(*arguments: Any) -> None:
 
 __all__ = [
     "HubArguments",
-    "JobArgumentParser",
-    "RENAMED_FROM",
+    "JobTrainingArguments",
+    "apply_defaults",
     "argument_parser",
+    "check_at_least",
+    "check_file",
+    "check_model_source",
+    "check_non_negative",
+    "check_positive",
+    "check_within",
     "feed_the_device",
-    "flag_given",
-    "flags_given",
+    "given_flags",
     "gpu_loader_workers",
-    "hub_split_names",
     "overwrite_cache_field",
     "parse_arguments",
-    "parse_flags",
     "preprocessing_num_workers_field",
-    "pretrained_kwargs",
-    "renamed",
-    "split_description",
     "test_split_name_field",
     "validate_flags",
     "validation_split_name_field",

@@ -30,7 +30,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
@@ -40,19 +39,6 @@ from mlm_suite.errors import UsageError
 #: ``--resume_from_checkpoint`` values (any case) meaning the last checkpoint of ``--output_dir``.
 LAST_CHECKPOINT = ("true",)
 TRAINER_STATE = "trainer_state.json"  # written last into a checkpoint folder; its absence: a save cut short
-
-
-@dataclass
-class JobTrainingArguments(TrainingArguments):
-    """``TrainingArguments`` with ``--overwrite_output_dir``, which transformers 5 no longer has."""
-
-    overwrite_output_dir: bool = field(
-        default=False,
-        metadata={
-            "help": "Train from scratch even when --output_dir holds checkpoint-* folders (by default the job "
-            "continues from the last one). Nothing is deleted: the new run overwrites what it writes."
-        },
-    )
 
 
 def last_checkpoint(folder: str | os.PathLike | None) -> str | None:
@@ -127,7 +113,6 @@ def _announce(args: TrainingArguments, checkpoint: str | None, why: str) -> None
 
 
 __all__ = [
-    "JobTrainingArguments",
     "LAST_CHECKPOINT",
     "last_checkpoint",
     "resume_checkpoint",

@@ -29,7 +29,6 @@ from mlm_suite.data.prepared import PreparedData, check_tokenizer, load_prepared
 from mlm_suite.data.streaming import ProcessStream, split_for_processes, stream_rows
 from mlm_suite.errors import UsageError
 from mlm_suite.data.readers import hub_split_names
-from mlm_suite.jobs.arguments import flag_given
 
 __all__ = ["BASELINE_SAMPLE_DOCUMENTS", "PreparedSource", "StreamingSource", "open_corpus_source"]
 
@@ -52,7 +51,7 @@ class PreparedSource:
     """``--prepared_data DATA``: the training rows of a prepared folder; its held-out documents (or
     ``--validation_file``) for evaluation."""
 
-    def __init__(self, args: Any, argv: Sequence[str]) -> None:
+    def __init__(self, args: Any, given: frozenset[str]) -> None:
         self.prepared: PreparedData = load_prepared(args.prepared_data)
         metadata = self.prepared.metadata
         self.tokenizer_flag = _fixed_tokenizer_source(args, "--prepared_data") or f"--prepared_data {args.prepared_data}"
@@ -60,7 +59,7 @@ class PreparedSource:
             args.tokenizer_name = str(self.prepared.tokenizer_path)
         args.train_tokenizer = False
         for flag in ("max_seq_length", "packing"):
-            if flag_given(flag, argv) and getattr(args, flag) != metadata[flag]:
+            if flag in given and getattr(args, flag) != metadata[flag]:
                 raise UsageError(
                     f"--{flag} {getattr(args, flag)} differs from --prepared_data {args.prepared_data}'s "
                     f"{metadata[flag]}: drop the flag or prepare the data again"
@@ -96,12 +95,12 @@ class PreparedSource:
 class StreamingSource:
     """``--streaming``: ``--train_file``/``--dataset_name`` as a stream; held-out documents from a file, a split or its head."""
 
-    def __init__(self, args: Any, training_args: TrainingArguments, argv: Sequence[str]) -> None:
+    def __init__(self, args: Any, training_args: TrainingArguments, given: frozenset[str]) -> None:
         if not (args.train_file or args.dataset_name):
             raise UsageError("--streaming reads --train_file or --dataset_name; give one")
         if args.objective == "mlm_nsp":
             raise UsageError("--streaming trains --objective mlm only: NSP pairs draw their random B from the whole corpus")
-        if not (flag_given("max_steps", argv) and training_args.max_steps > 0) and args.max_train_minutes is None:
+        if not ("max_steps" in given and training_args.max_steps > 0) and args.max_train_minutes is None:
             raise UsageError("--streaming needs --max_steps N (or --max_train_minutes): a stream has no length to count epochs in")
         if not (_fixed_tokenizer_source(args, "--streaming") or args.train_tokenizer is False):
             raise UsageError(
@@ -169,7 +168,7 @@ class StreamingSource:
         return {"documents": "streamed", "rows": f"{rows_trained:,} read (streamed)"}
 
 
-def open_corpus_source(args: Any, training_args: TrainingArguments, argv: Sequence[str]) -> PreparedSource | StreamingSource | None:
+def open_corpus_source(args: Any, training_args: TrainingArguments, given: frozenset[str]) -> PreparedSource | StreamingSource | None:
     """The source of a ``--prepared_data`` or ``--streaming`` run (flags checked, data opened); None without them.
 
     Adjusts ``args`` to the data (the tokenizer and row settings of a prepared folder; no trained vocabulary)
@@ -183,7 +182,7 @@ def open_corpus_source(args: Any, training_args: TrainingArguments, argv: Sequen
                 raise UsageError(f"--prepared_data holds the training rows; --{flag} would be ignored: drop it")
         if args.objective == "mlm_nsp":
             raise UsageError("--prepared_data holds MLM rows; --objective mlm_nsp needs documents (NSP pairs)")
-        return PreparedSource(args, argv)
+        return PreparedSource(args, given)
     if args.streaming:
-        return StreamingSource(args, training_args, argv)
+        return StreamingSource(args, training_args, given)
     return None

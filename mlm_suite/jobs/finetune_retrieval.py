@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 from mlm_suite.data.readers import Pair, RetrievalSplit, first_n, read_retrieval_split, read_training_pairs, split_80_10_10
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.arguments import parse_arguments, renamed, validate_flags
+from mlm_suite.jobs.arguments import parse_arguments, validate_flags
 from mlm_suite.jobs.checkpoints import resume_checkpoint
 from mlm_suite.jobs.finetuning import (
     FinetuneTrainingArguments,
@@ -112,7 +112,7 @@ class RetrievalDataArguments:
     )
     id_column: str = field(default="id", metadata={"help": "Column of a corpus document's id."})
     text_column_name: str = field(
-        default="text", metadata=renamed("--text_column", help="Column of a corpus document's text.")
+        default="text", metadata={"help": "Column of a corpus document's text."}
     )
     document_id_column: str = field(
         default="document_id", metadata={"help": "Column of a query's relevant document id (JSON: or a list of ids)."}

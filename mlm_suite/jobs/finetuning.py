@@ -14,19 +14,16 @@
 The rest lives by concern: parsing and checking flags in :mod:`mlm_suite.jobs.arguments`, reading data in
 :mod:`mlm_suite.data.readers`, labels in :mod:`mlm_suite.data.labels`, the classification metrics in
 :mod:`mlm_suite.evaluation.classification` and the model card (written, then pushed with ``--push_to_hub``) in
-:mod:`mlm_suite.training.cards` (:func:`~mlm_suite.training.cards.write_card`). Those names, once defined here,
-still import from this module with a ``DeprecationWarning``.
+:mod:`mlm_suite.training.cards` (:func:`~mlm_suite.training.cards.write_card`). 
 """
 
 from __future__ import annotations
 
 import atexit
 import dataclasses
-import importlib
 import shutil
 import sys
 import tempfile
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -36,8 +33,8 @@ from transformers import AutoConfig, PretrainedConfig, Trainer, TrainerCallback,
 from mlm_suite.convert import convert_bert_checkpoint
 from mlm_suite.data import resources
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.arguments import HubArguments, pretrained_kwargs
-from mlm_suite.jobs.checkpoints import JobTrainingArguments, stage_checkpoint
+from mlm_suite.jobs.arguments import HubArguments, JobTrainingArguments
+from mlm_suite.jobs.checkpoints import stage_checkpoint
 from mlm_suite.model import MlmSuiteConfig
 from mlm_suite.training.controls import early_stopping_callback
 from mlm_suite.training.freezing import freeze_encoder
@@ -65,20 +62,20 @@ def load_model(model_class: Any, path: str, config: Any, model_args: ModelArgume
         remote = {"trust_remote_code": True} if getattr(model_args, "trust_remote_code", False) else {}
         return model_class.from_config(config, **remote)
     return model_class.from_pretrained(
-        path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **pretrained_kwargs(model_args)
+        path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **model_args.pretrained_kwargs()
     )
 
 
 def load_config(model_path: str, model_args: ModelArguments) -> PretrainedConfig:
     """The config of ``--config_name`` (else of the model), loaded with the Hub flags."""
-    return AutoConfig.from_pretrained(model_args.config_name or model_path, **pretrained_kwargs(model_args))
+    return AutoConfig.from_pretrained(model_args.config_name or model_path, **model_args.pretrained_kwargs())
 
 
 def load_tokenizer(model_path: str, model_args: ModelArguments) -> Any:
     """The tokenizer of ``--tokenizer_name`` (else of the model), loaded with the Hub flags."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path, **pretrained_kwargs(model_args))
+    return AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path, **model_args.pretrained_kwargs())
 
 
 def mlm_suite_checkpoint(model_name_or_path: str, **pretrained: Any) -> str:
@@ -265,62 +262,12 @@ def replace_output_dir(args: TrainingArguments, output_dir: str) -> TrainingArgu
     return stage
 
 
-#: Names once defined (or imported) here → the module they live in now; still importable from here, with a warning.
-MOVED: dict[str, str] = {
-    "argument_parser": "mlm_suite.jobs.arguments",
-    "feed_the_device": "mlm_suite.jobs.arguments",
-    "flag_given": "mlm_suite.jobs.arguments",
-    "flags_given": "mlm_suite.jobs.arguments",
-    "gpu_loader_workers": "mlm_suite.jobs.arguments",
-    "parse_arguments": "mlm_suite.jobs.arguments",
-    "parse_flags": "mlm_suite.jobs.arguments",
-    "validate_flags": "mlm_suite.jobs.arguments",
-    "column": "mlm_suite.data.readers",
-    "first_n": "mlm_suite.data.readers",
-    "load_hub_splits": "mlm_suite.data.readers",
-    "read_conll": "mlm_suite.data.readers",
-    "read_json_lines": "mlm_suite.data.readers",
-    "read_numbered_records": "mlm_suite.data.readers",
-    "read_records": "mlm_suite.data.readers",
-    "split_80_10_10": "mlm_suite.data.readers",
-    "HIDDEN_LABEL": "mlm_suite.data.labels",
-    "class_label_names": "mlm_suite.data.labels",
-    "has_placeholder_labels": "mlm_suite.data.labels",
-    "hub_split_labels": "mlm_suite.data.labels",
-    "hub_tag_sequences": "mlm_suite.data.labels",
-    "infer_task_type": "mlm_suite.data.labels",
-    "is_missing_label": "mlm_suite.data.labels",
-    "label_maps": "mlm_suite.data.labels",
-    "resolve_label_list": "mlm_suite.data.labels",
-    "split_is_labelled": "mlm_suite.data.labels",
-    "classification_metrics": "mlm_suite.evaluation.classification",
-    "regression_metrics": "mlm_suite.evaluation.classification",
-    "RANDOM_START": "mlm_suite.training.cards",
-    "card_base_model": "mlm_suite.training.cards",
-    "initialisation": "mlm_suite.training.cards",
-    "label_table": "mlm_suite.training.cards",
-    "training_summary": "mlm_suite.training.cards",
-    "write_card": "mlm_suite.training.cards",
-    "JobTrainer": "mlm_suite.training.trainer",
-    "resume_checkpoint": "mlm_suite.jobs.checkpoints",
-}
-
-
-def __getattr__(name: str) -> Any:
-    """``from mlm_suite.jobs.finetuning import read_conll`` and the like: the name from its new module, with a warning."""
-    if name not in MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"{__name__}.{name} moved to {MOVED[name]}; import it from there", DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module(MOVED[name]), name)
-
-
 __all__ = [
     "FinetuneTrainingArguments",
     "ModelArguments",
     "apply_freezing",
     "check_max_seq_length",
     "early_stopping",
-    "freeze_encoder",
     "load_config",
     "load_model",
     "load_tokenizer",
@@ -330,5 +277,4 @@ __all__ = [
     "run_trainer",
     "save_everything",
     "save_metrics",
-    "stage_checkpoint",
 ]

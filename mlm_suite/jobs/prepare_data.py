@@ -24,13 +24,14 @@ from mlm_suite.data.masking import check_mlm_tokenizer
 from mlm_suite.data.packing import MIN_PACKING_LENGTH, check_row_layout
 from mlm_suite.data.prepared import prepare_data
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.arguments import HubArguments, argument_parser, parse_flags, renamed, validate_flags
+from mlm_suite.jobs import arguments
+from mlm_suite.jobs.arguments import HubArguments, validate_flags
 
 @dataclass
 class PrepareDataArguments:
     train_file: list[str] = field(metadata={"help": "text or JSON-lines files (one or more; read in this order)"})
     tokenizer_name: str = field(
-        metadata=renamed("--tokenizer", help="the tokenizer folder (or Hub id) pretraining will use")
+        metadata={"help": "the tokenizer folder (or Hub id) pretraining will use"}
     )
     output_dir: str = field(metadata={"help": "the prepared folder to write (must not exist, or be empty)"})
     validation_file: str | None = field(default=None, metadata={"help": "held-out documents, same formats"})
@@ -38,12 +39,12 @@ class PrepareDataArguments:
         default=5.0, metadata={"help": "without --validation_file: share of the documents held out (seeded, as pretrain)"}
     )
     text_column_name: str = field(
-        default="text", metadata=renamed("--text_column", help="field holding the text (JSON lines)")
+        default="text", metadata={"help": "field holding the text (JSON lines)"}
     )
     max_seq_length: int = field(default=64, metadata={"help": "longest row, special tokens included"})
     packing: bool = field(default=False, metadata={"help": "pack documents into full rows; position ids restart per document"})
     preprocessing_num_workers: int = field(
-        default=1, metadata=renamed("--num_proc", help="processes that read (one per file) and tokenise")
+        default=1, metadata={"help": "processes that read (one per file) and tokenise"}
     )
     num_shards: int | None = field(
         default=None,
@@ -78,8 +79,7 @@ def validate(args: PrepareDataArguments) -> None:
 
 def parse_arguments(argv: list[str] | None = None) -> tuple[PrepareDataArguments, HubArguments]:
     """The job's flags: what to prepare, and where the tokenizer comes from (``--cache_dir``, ``--model_revision`` ...)."""
-    parser = argument_parser([PrepareDataArguments, HubArguments], description=__doc__.split("\n\n")[0])
-    return parse_flags(parser, argv)
+    return arguments.parse_arguments([PrepareDataArguments, HubArguments], argv, description=__doc__.split("\n\n")[0])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,7 +30,7 @@ for the first N optimizer steps. Continuing a checkpoint changes three defaults 
 ``benchmarks/bench_continued_defaults.py``): a fine-tuning-scale learning rate, BERT's 15 % training masks and
 fewer steps; the architecture and dropout are the checkpoint's. The job prints which defaults applied.
 
-Every argument of ``transformers.TrainingArguments`` is accepted; ``JOB_DEFAULTS`` lists the ones
+Every argument of ``transformers.TrainingArguments`` is accepted; ``PretrainTrainingArguments`` lists the ones
 whose defaults differ here (sized so the embedded default fits the time budget); flags given on the
 command line always win. Masks are
 seeded: a training mask is a function of ``(--seed, epoch, example index)`` and changes every
@@ -99,15 +99,14 @@ from mlm_suite.jobs.pretraining_setup import (
     DEFAULT_TRAINED_VOCAB_SIZE, build_config, build_model, describe_configuration, describe_new_weights, load_tokenizer,
     resolve_job_defaults, validate_arguments,
 )  # fmt: skip
-from mlm_suite.jobs.checkpoints import JobTrainingArguments, resume_checkpoint
+from mlm_suite.jobs import arguments
+from mlm_suite.jobs.checkpoints import resume_checkpoint
 from mlm_suite.jobs.corpus_sources import open_corpus_source
 from mlm_suite.jobs.arguments import (
     HubArguments,
-    argument_parser,
+    JobTrainingArguments,
     overwrite_cache_field,
-    parse_flags,
     preprocessing_num_workers_field,
-    renamed,
     validate_flags,
     validation_split_name_field,
 )
@@ -116,31 +115,34 @@ from mlm_suite.jobs.finetuning import mlm_suite_checkpoint
 CURVES_PNG = "training_curves.png"
 CURVES_CAPTION = "Pretraining: train and held-out loss, and held-out [MASK] accuracy against the most-frequent-token baseline"
 
-# TrainingArguments defaults replaced by this job (explicit command-line values still win).
-# The embedded default's recipe, chosen on the held-out split (benchmarks/README.md lists the recipes tried):
-# many cheap steps of the tiny preset (16 rows of 64 tokens: ~30 steps/s on 2 CPU cores) with pre-norm
-# layers, rotary positions (see PretrainingArguments) and 30 % training masks. With BERT's post-norm,
-# learned absolute positions and 15 % masks the model stays on the unigram plateau (it predicts the most
-# frequent tokens everywhere) for thousands of steps.
-JOB_DEFAULTS: dict[str, Any] = dict(
-    output_dir="outputs/pretrain",
-    max_steps=12000,  # about 7 minutes of training on 2 CPU cores
-    per_device_train_batch_size=16,
-    per_device_eval_batch_size=64,
-    learning_rate=2e-3,
-    adam_beta2=0.98,
-    weight_decay=0.01,
-    warmup_steps=0.06,  # a value below 1 is a fraction of the total steps
-    logging_steps=50,
-    eval_strategy="steps",
-    eval_steps=0.5,  # likewise a fraction: evaluate half-way and at the end
-    save_strategy="no",
-    report_to="none",
-    # The collator needs word_ids, special_tokens_mask and example_index, which the model does not
-    # take; it consumes them itself, so nothing unused ever reaches the model.
-    remove_unused_columns=False,
-    ddp_find_unused_parameters=False,
-)
+@dataclass
+class PretrainTrainingArguments(JobTrainingArguments):
+    """``TrainingArguments`` with this job's defaults: the embedded default's recipe, chosen on the held-out split
+    (benchmarks/README.md lists the recipes tried): many cheap steps of the tiny preset with pre-norm layers, rotary
+    positions and 30 % training masks (with BERT's post-norm, learned positions and 15 % masks a tiny model stays
+    on the unigram plateau for thousands of steps)."""
+
+    output_dir: str | None = field(default="outputs/pretrain", metadata={"help": "Where the model and results go."})
+    max_steps: int = field(default=12000, metadata={"help": "Optimizer steps (about 7 minutes on 2 CPU cores)."})
+    per_device_train_batch_size: int = field(default=16, metadata={"help": "Rows per device and micro-batch."})
+    per_device_eval_batch_size: int = field(default=64, metadata={"help": "Rows per device in evaluation."})
+    learning_rate: float = field(default=2e-3, metadata={"help": "Peak learning rate."})
+    adam_beta2: float = field(default=0.98, metadata={"help": "AdamW's beta2."})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW's weight decay."})
+    warmup_steps: float = field(default=0.06, metadata={"help": "Warmup steps; below 1, a fraction of all steps."})
+    logging_steps: float = field(default=50, metadata={"help": "Log every X update steps."})
+    eval_strategy: str = field(default="steps", metadata={"help": "Evaluation strategy: no, steps, epoch."})
+    eval_steps: float | None = field(
+        default=0.5, metadata={"help": "Evaluate every X steps; below 1, a fraction (default: half-way and at the end)."}
+    )
+    save_strategy: str = field(default="no", metadata={"help": "Checkpoint strategy: no, steps, epoch, best."})
+    report_to: None | str | list[str] = field(default="none", metadata={"help": "Integrations to report to."})
+    # The collator consumes word_ids, special_tokens_mask and example_index itself (forced in resolve_job_defaults).
+    remove_unused_columns: bool = field(default=False, metadata={"help": "Forced off: the collator needs its columns."})
+    ddp_find_unused_parameters: bool | None = field(
+        default=False, metadata={"help": "Every parameter takes part in every step."}
+    )
+
 
 # Defaults that replace the from-scratch ones above (and PretrainingArguments') when --model_name_or_path continues
 # a checkpoint; flags given on the command line still win. The from-scratch recipe (lr 2e-3, 30 % masks) is tuned to
@@ -180,7 +182,7 @@ class PretrainingArguments(HubArguments):
     dataset_config_name: str | None = field(default=None, metadata={"help": "configuration of --dataset_name"})
     validation_split_name: str = validation_split_name_field()
     text_column_name: str = field(
-        default="text", metadata=renamed("--text_column", help="field holding the text (JSON lines, datasets)")
+        default="text", metadata={"help": "field holding the text (JSON lines, datasets)"}
     )
     validation_split_percentage: float = field(
         default=5.0, metadata={"help": "without a validation file/split: share of training documents held out"}
@@ -226,7 +228,7 @@ class PretrainingArguments(HubArguments):
     )
     tokenizer_name: str | None = field(
         default=None,
-        metadata=renamed("--tokenizer", help="tokenizer folder (default: --model_name_or_path's, else a trained one)"),
+        metadata={"help": "tokenizer folder (default: --model_name_or_path's, else a trained one)"},
     )
     train_tokenizer: bool | None = field(
         default=None,
@@ -378,12 +380,12 @@ class PretrainingArguments(HubArguments):
 # ------------------------------------------------------------------------------------------------
 # Arguments
 # ------------------------------------------------------------------------------------------------
-def parse_arguments(argv: list[str] | None) -> tuple[PretrainingArguments, TrainingArguments]:
-    parser = argument_parser((PretrainingArguments, JobTrainingArguments), description=__doc__.split("\n\n")[0])
-    parser.set_defaults(**JOB_DEFAULTS)
-    args, training_args = parse_flags(parser, argv)
+def parse_arguments(argv: list[str] | None) -> tuple[PretrainingArguments, PretrainTrainingArguments]:
+    args, training_args = arguments.parse_arguments(
+        (PretrainingArguments, PretrainTrainingArguments), argv, description=__doc__.split("\n\n")[0]
+    )
     # CONTINUED_DEFAULTS when continuing a checkpoint (flags given win), and the values the job derives or forces.
-    resolve_job_defaults(parser, args, training_args, sys.argv[1:] if argv is None else argv, CONTINUED_DEFAULTS)
+    resolve_job_defaults(args, training_args, CONTINUED_DEFAULTS)
     return args, training_args
 
 
@@ -395,8 +397,8 @@ def parse_arguments(argv: list[str] | None) -> tuple[PretrainingArguments, Train
 # ------------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     started = time.time()
-    given = sys.argv[1:] if argv is None else argv
     args, training_args = parse_arguments(argv)
+    given = training_args.flags_given
 
     # Everything that can fail on bad input happens before the Trainer creates the output folder.
     validate_arguments(args)
@@ -498,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["CONTINUED_DEFAULTS", "JOB_DEFAULTS", "PretrainingArguments", "main", "read_documents"]
+__all__ = ["CONTINUED_DEFAULTS", "PretrainTrainingArguments", "PretrainingArguments", "main"]
 
 
 if __name__ == "__main__":

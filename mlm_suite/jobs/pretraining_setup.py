@@ -25,7 +25,7 @@ from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTrainin
 from mlm_suite.data import resources
 from mlm_suite.data.masking import check_mlm_tokenizer
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
-from mlm_suite.jobs.arguments import flag_given, flags_given
+from mlm_suite.jobs.arguments import apply_defaults
 from mlm_suite.training.cards import default_source
 from mlm_suite.training.controls import rows_per_step
 from mlm_suite.training.schedules import UNBOUNDED_STEPS, extend_context
@@ -57,10 +57,8 @@ NEW_MODEL_OPTIONS = ("config_preset", "norm_position", "position_embedding_type"
 # ------------------------------------------------------------------------------------------------
 # Arguments
 # ------------------------------------------------------------------------------------------------
-def resolve_job_defaults(
-    parser: Any, args: Any, training_args: TrainingArguments, argv: Sequence[str], continued_defaults: Mapping[str, Any]
-) -> None:
-    """What the job sets once its flags are parsed (``argv``: the command line, as ``parser`` reads it).
+def resolve_job_defaults(args: Any, training_args: Any, continued_defaults: Mapping[str, Any]) -> None:
+    """What the job sets once its flags are parsed.
 
     ``continued_defaults`` replace the from-scratch defaults when ``--model_name_or_path`` continues a checkpoint, unless
     given; ``args.defaults_applied`` records where each came from (:data:`GIVEN`, :data:`CONTINUED`,
@@ -68,22 +66,18 @@ def resolve_job_defaults(
     values derived from others (``--max_train_minutes`` lifts the step limit, ``--streaming`` loads in the main
     process, ``--flatten_batches`` follows the device, ``--warmup_ratio``) and those the job forces.
     """
-    named = flags_given(parser, list(argv), [*continued_defaults, *NEW_MODEL_OPTIONS])
-    for name, value in continued_defaults.items():
-        if name in named:
-            args.defaults_applied[name] = GIVEN
-        elif args.model_name_or_path:
-            setattr(args if name in type(args).__dataclass_fields__ else training_args, name, value)
-            args.defaults_applied[name] = CONTINUED
-        else:
-            args.defaults_applied[name] = FROM_SCRATCH
+    named = training_args.flags_given
+    if args.model_name_or_path:
+        args.defaults_applied.update(apply_defaults(dict(continued_defaults), named, args, training_args, source=CONTINUED))
+    else:
+        args.defaults_applied.update((name, GIVEN if name in named else FROM_SCRATCH) for name in continued_defaults)
     if args.model_name_or_path or args.config_name:
         args.defaults_applied.update((name, GIVEN) for name in NEW_MODEL_OPTIONS if name in named)
     if args.max_train_minutes is not None and "max_steps" not in named:
         # The budget decides when to stop; the job's default step count must not cut it short.
         training_args.max_steps = UNBOUNDED_STEPS
         args.defaults_applied["max_steps"] = "--max_train_minutes decides"
-    if args.streaming and not flag_given("dataloader_num_workers", argv):
+    if args.streaming and "dataloader_num_workers" not in named:
         training_args.dataloader_num_workers = 0  # a stream's workers each need a shard of their own
     if args.flatten_batches is None:
         args.flatten_batches = training_args.device.type == "cuda"
@@ -174,7 +168,7 @@ def load_tokenizer(args: Any, train_texts: list[str]) -> PreTrainedTokenizerBase
     """``--tokenizer_name``, the checkpoint's, a WordPiece vocabulary trained on ``train_texts``, or MiniLM's."""
     train = args.train_tokenizer
     if train is None:
-        # A small vocabulary fitted to the data learns faster than a general 30k one (see the job's JOB_DEFAULTS).
+        # A small vocabulary fitted to the data learns faster than a general 30k one (see the job's PretrainTrainingArguments).
         train = bool(args.vocab_size) or not (args.tokenizer_name or args.model_name_or_path)
     if train:
         tokenizer = train_wordpiece_tokenizer(train_texts, vocab_size=args.vocab_size or DEFAULT_TRAINED_VOCAB_SIZE)

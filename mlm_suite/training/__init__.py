@@ -9,8 +9,3 @@
 * :mod:`~mlm_suite.training.retrieval`: the bi-encoder's batches, gradient caching and sentence-transformers files;
 * :mod:`~mlm_suite.training.cards`: the model cards the jobs write next to the weights.
 """
-
-# mlm_suite.training was the module of the training controls before the regrouping: its names stay importable here.
-from mlm_suite.training.controls import StepRateCallback, TimeBudgetCallback, early_stopping_callback, rows_per_step
-
-__all__ = ["StepRateCallback", "TimeBudgetCallback", "early_stopping_callback", "rows_per_step"]

@@ -58,10 +58,6 @@ DECAY_TYPES = ("linear", "cosine", "1-sqrt")
 UNBOUNDED_STEPS = 10**9  # the pretraining job's --max_steps under --max_train_minutes when none is given
 
 
-def _given(name: str, argv: Sequence[str]) -> bool:
-    return any(item.split("=")[0] == f"--{name}" for item in argv)
-
-
 def _read_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
@@ -69,7 +65,7 @@ def _read_json(path: Path) -> Any:
 # ------------------------------------------------------------------------------------------------
 # Arguments
 # ------------------------------------------------------------------------------------------------
-def resolve_controls(args: Any, training_args: TrainingArguments, argv: Sequence[str]) -> None:
+def resolve_controls(args: Any, training_args: TrainingArguments, given: frozenset[str]) -> None:
     """Check the controls' flags and fill in what they imply (before anything is read or written).
 
     Sets the learning-rate schedule's arguments (``lr_scheduler_kwargs`` of a warmup-stable-decay run; for
@@ -113,7 +109,7 @@ def resolve_controls(args: Any, training_args: TrainingArguments, argv: Sequence
 
     if schedule.varies or args.batch_size_warmup_tokens:
         check_row_sampling(training_args)
-    _resolve_lr_schedule(args, training_args, argv)
+    _resolve_lr_schedule(args, training_args, given)
     if args.rope_theta is not None and not args.rope_theta > 0:
         raise UsageError(f"--rope_theta must be positive, got {args.rope_theta}")
 
@@ -151,17 +147,17 @@ def batch_size_warmup(args: Any, training_args: TrainingArguments) -> BatchSizeW
     )
 
 
-def _resolve_lr_schedule(args: Any, training_args: TrainingArguments, argv: Sequence[str]) -> None:
+def _resolve_lr_schedule(args: Any, training_args: TrainingArguments, given: frozenset[str]) -> None:
     if args.lr_decay_type not in DECAY_TYPES:
         raise UsageError(f"--lr_decay_type must be one of {', '.join(DECAY_TYPES)}, got {args.lr_decay_type!r}")
     if args.lr_decay_steps is not None and not args.lr_decay_steps > 0:
         raise UsageError(f"--lr_decay_steps must be positive, got {args.lr_decay_steps:g}")
     if args.decay_from_checkpoint:
-        _resolve_decay_run(args, training_args, argv)
+        _resolve_decay_run(args, training_args, given)
         return
     kwargs = dict(training_args.lr_scheduler_kwargs or {})
     if training_args.lr_scheduler_type != WSD:
-        if args.lr_decay_steps is not None or _given("lr_decay_type", argv):
+        if args.lr_decay_steps is not None or "lr_decay_type" in given:
             raise UsageError("--lr_decay_steps and --lr_decay_type shape a --lr_scheduler_type warmup_stable_decay run")
         return
     if "num_decay_steps" in kwargs and args.lr_decay_steps is not None:
@@ -190,7 +186,7 @@ def _resolve_lr_schedule(args: Any, training_args: TrainingArguments, argv: Sequ
     args.schedules_applied["learning-rate schedule"] = lr_schedule_summary(training_args, args)
 
 
-def _resolve_decay_run(args: Any, training_args: TrainingArguments, argv: Sequence[str]) -> None:
+def _resolve_decay_run(args: Any, training_args: TrainingArguments, given: frozenset[str]) -> None:
     folder = Path(args.decay_from_checkpoint)
     state_file = folder / "trainer_state.json"
     if not state_file.is_file():
@@ -203,11 +199,11 @@ def _resolve_decay_run(args: Any, training_args: TrainingArguments, argv: Sequen
         raise UsageError("--decay_from_checkpoint runs a fixed number of decay steps (--lr_decay_steps), not a time budget")
     if args.lr_decay_steps is None or args.lr_decay_steps < 1 or not float(args.lr_decay_steps).is_integer():
         raise UsageError("--decay_from_checkpoint needs --lr_decay_steps N, the whole number of steps of the decay")
-    if _given("lr_scheduler_type", argv) and training_args.lr_scheduler_type != WSD:
+    if "lr_scheduler_type" in given and training_args.lr_scheduler_type != WSD:
         raise UsageError("--decay_from_checkpoint runs the decay of a warmup_stable_decay schedule; drop --lr_scheduler_type")
     step = int(_read_json(state_file)["global_step"])
     decay = int(args.lr_decay_steps)
-    if _given("max_steps", argv) and training_args.max_steps != step + decay:
+    if "max_steps" in given and training_args.max_steps != step + decay:
         raise UsageError(
             f"--decay_from_checkpoint at step {step} with --lr_decay_steps {decay} ends at step {step + decay}; "
             f"drop --max_steps {training_args.max_steps}"
@@ -226,7 +222,7 @@ def _resolve_decay_run(args: Any, training_args: TrainingArguments, argv: Sequen
     if arguments_file.is_file():
         peak = _read_json(arguments_file).get("learning_rate", peak)
     if peak is not None:
-        if _given("learning_rate", argv) and not math.isclose(training_args.learning_rate, peak, rel_tol=1e-6):
+        if "learning_rate" in given and not math.isclose(training_args.learning_rate, peak, rel_tol=1e-6):
             raise UsageError(
                 f"--decay_from_checkpoint decays from the checkpoint's learning rate {peak:g}; drop --learning_rate"
             )
