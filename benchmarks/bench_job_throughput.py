@@ -13,7 +13,7 @@ collator that makes fewer per process starves it unless workers collate in paral
 
 **Jobs against a bare loop.** Each job runs in this process, as its command line would run it, for ``--steps``
 optimizer steps, with no evaluation or checkpoint; its steady step rate is the one the job itself reports
-(``train_steady_steps_per_second``, :class:`mlm_suite.training.StepRateCallback`: warm-up steps excluded).
+(``train_steady_steps_per_second``, :class:`mlm_suite.training.controls.StepRateCallback`: warm-up steps excluded).
 Then a bare loop trains the job's own model on batches that the job's own data loader made *before* the timing
 (already on the device), with the same optimizer (``Trainer.get_optimizer_cls_and_kwargs``), the same
 autocast, gradient clipping and learning-rate schedule: the speed of the model step alone. The ratio
@@ -39,7 +39,7 @@ from mlm_suite.data import resources
 from mlm_suite.data.chunking import tokenize_for_mlm
 from mlm_suite.data.masking import DataCollatorForMaskedLM
 from mlm_suite.data.padding import DataCollatorForPadding, DataCollatorForTokenLabels
-from mlm_suite.jobs import finetune_classification, finetune_ner, pretrain
+from mlm_suite.jobs import finetune_cls, finetune_ner, pretrain
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
 from mlm_suite.training.trainer import JobTrainer
 from mlm_suite.training.controls import rows_per_step
@@ -51,13 +51,13 @@ TARGET_RATIO = 0.85
 JOBS = {
     "cpu": [
         ("pretrain", pretrain, ["--fill_mask_probes", "0"]),
-        ("finetune-cls", finetune_classification, ["--max_predict_samples", "64"]),
+        ("finetune-cls", finetune_cls, ["--max_predict_samples", "64"]),
         ("finetune-ner", finetune_ner, ["--max_predict_samples", "64", "--compare_hf", "false"]),
     ],
     "cuda": [
         ("pretrain", pretrain, ["--fill_mask_probes", "0", "--config_preset", "mini", "--per_device_train_batch_size", "128",
                                 "--max_seq_length", "128", "--bf16", "true"]),
-        ("finetune-cls", finetune_classification, ["--max_predict_samples", "64", "--per_device_train_batch_size", "128",
+        ("finetune-cls", finetune_cls, ["--max_predict_samples", "64", "--per_device_train_batch_size", "128",
                                                    "--bf16", "true"]),
         ("finetune-ner", finetune_ner, ["--max_predict_samples", "64", "--compare_hf", "false", "--per_device_train_batch_size", "128",
                                         "--bf16", "true"]),

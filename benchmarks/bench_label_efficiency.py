@@ -70,7 +70,7 @@ from typing import Any
 from mlm_suite.data import resources
 from mlm_suite.data.subsets import balanced_nested_subsets
 from mlm_suite.evaluation.intervals import mean_interval
-from mlm_suite.jobs import finetune_classification, pretrain
+from mlm_suite.jobs import finetune_cls, pretrain
 from mlm_suite.data.readers import read_documents, split_80_10_10
 
 STARTS = {
@@ -271,7 +271,7 @@ def build_starts(args: argparse.Namespace, root: Path, tapt_corpus: Path) -> dic
 
 def finetune_one(flags: list[str], folder: Path, keep_model: bool) -> dict:
     """One fine-tuning run (:func:`run_once` of ``finetune-cls``); top level, so that worker processes can call it."""
-    return run_once(finetune_classification, flags, folder, keep_model=keep_model)
+    return run_once(finetune_cls, flags, folder, keep_model=keep_model)
 
 
 def set_threads(threads: int | None) -> None:

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer
 
-from mlm_suite.jobs.finetune_classification import pang_lee_splits
+from mlm_suite.jobs.finetune_cls import pang_lee_splits
 from mlm_suite.model import MlmSuiteConfig, MlmSuiteForMaskedLM
 
 OPPOSITE_PAIRS = [("good", "bad"), ("best", "worst"), ("great", "terrible"), ("funny", "boring"), ("love", "hate"),

@@ -25,7 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "prepare-data": ("mlm_suite.jobs.prepare_data", "tokenise (and pack) a corpus once into Arrow shards for pretrain --prepared_data"),
     "pretrain": ("mlm_suite.jobs.pretrain", "MLM (+NSP) pretraining with the HF Trainer"),
     "finetune-ner": ("mlm_suite.jobs.finetune_ner", "token classification (NER/POS) fine-tuning"),
-    "finetune-cls": ("mlm_suite.jobs.finetune_classification", "sequence classification fine-tuning"),
+    "finetune-cls": ("mlm_suite.jobs.finetune_cls", "sequence classification fine-tuning"),
     "finetune-pair": ("mlm_suite.jobs.finetune_pair", "sentence-pair classification / regression fine-tuning"),
     "finetune-retrieval": ("mlm_suite.jobs.finetune_retrieval", "bi-encoder retrieval fine-tuning (in-batch negatives)"),
     "seeds": ("mlm_suite.jobs.seeds", "repeat a fine-tuning job over seeds; mean ± sd of its scores"),

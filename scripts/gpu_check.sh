@@ -116,7 +116,7 @@ fi
 
 # ---- 3. fine-tuning ------------------------------------------------------------------------------------------
 section "finetune-cls: sentiment, from that model, bf16"
-if run finetune 100 $python -m mlm_suite.jobs.finetune_classification --model_name_or_path "$work/pretrain" \
+if run finetune 100 $python -m mlm_suite.jobs.finetune_cls --model_name_or_path "$work/pretrain" \
     --output_dir "$work/finetune_cls" --bf16 true --disable_tqdm true; then
     $python - "$work/finetune_cls" >>"$report" <<'EOF'
 import json, sys

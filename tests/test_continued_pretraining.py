@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining
-from mlm_suite.jobs.finetuning import mlm_suite_checkpoint
+from mlm_suite.jobs.model_loading import mlm_suite_checkpoint
 from mlm_suite.jobs.pretrain import PretrainingArguments, main
 from mlm_suite.jobs.pretraining_setup import build_config, build_model
 from mlm_suite.training.pretraining import evaluation_collator

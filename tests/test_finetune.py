@@ -24,7 +24,7 @@ from transformers import (
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteForTokenClassification, MlmSuiteModel
 from mlm_suite.data import resources
-from mlm_suite.jobs import finetune_classification, finetune_ner, finetune_pair, seeds
+from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, seeds
 from mlm_suite.data.labels import infer_task_type
 from mlm_suite.data.readers import Source, read_conll, split_80_10_10
 from mlm_suite.jobs.finetuning import save_everything
@@ -308,7 +308,7 @@ def test_classification_job(tiny_model, tmp_path):
     rows = polarity_rows(1990, 2030)
     train = write_jsonl(tmp_path / "train.jsonl", rows)
     out = tmp_path / "out"
-    finetune_classification.main(["--model_name_or_path", str(tiny_model), "--train_file", str(train),
+    finetune_cls.main(["--model_name_or_path", str(tiny_model), "--train_file", str(train),
                                   "--text_column_name", "review", "--output_dir", str(out), *FAST])
     metrics = results(out)
     for key in ("eval_accuracy", "eval_f1", "test_accuracy", "test_f1"):
@@ -341,7 +341,7 @@ def test_early_stopping_in_a_finetuning_job(tiny_model, tmp_path):
     (step 3 of 50); only the best checkpoint is kept, and the reported score is the best model's."""
     train = write_jsonl(tmp_path / "train.jsonl", polarity_rows(1990, 2030))
     out = tmp_path / "out"
-    finetune_classification.main(["--model_name_or_path", str(tiny_model), "--train_file", str(train),
+    finetune_cls.main(["--model_name_or_path", str(tiny_model), "--train_file", str(train),
                                   "--text_column_name", "review", "--output_dir", str(out), "--max_steps", "50",
                                   "--learning_rate", "0", "--eval_strategy", "steps", "--eval_steps", "1",
                                   "--early_stopping_patience", "2", "--per_device_train_batch_size", "4",
@@ -363,11 +363,11 @@ def test_intermediate_stage_equals_finetuning_its_checkpoint(tiny_model, tmp_pat
               "--validation_file", str(files["dev"]), *FAST]
     task = ["--train_file", str(files["train"]), "--test_file", str(files["test"])]
     both, stage, then = tmp_path / "both", tmp_path / "stage", tmp_path / "then"
-    finetune_classification.main(["--model_name_or_path", str(tiny_model), *task, *common, "--output_dir", str(both),
+    finetune_cls.main(["--model_name_or_path", str(tiny_model), *task, *common, "--output_dir", str(both),
                                   "--intermediate_train_file", str(files["intermediate"])])
-    finetune_classification.main(["--model_name_or_path", str(tiny_model), "--train_file", str(files["intermediate"]),
+    finetune_cls.main(["--model_name_or_path", str(tiny_model), "--train_file", str(files["intermediate"]),
                                   "--do_predict", "false", *common, "--output_dir", str(stage)])
-    finetune_classification.main(["--model_name_or_path", str(stage), *task, *common, "--output_dir", str(then)])
+    finetune_cls.main(["--model_name_or_path", str(stage), *task, *common, "--output_dir", str(then)])
 
     combined, staged, continued = results(both), results(stage), results(then)
     assert combined["intermediate_train_samples"] == 20 and combined["train_samples"] == 30
@@ -385,7 +385,7 @@ def test_intermediate_input_errors(tiny_model, tmp_path):
     base = ["--model_name_or_path", str(tiny_model), "--train_file", str(train), "--text_column_name", "review",
             "--output_dir", str(tmp_path / "out"), *FAST]
     with pytest.raises(ValueError, match=r"\['neutral'\] of the intermediate data"):
-        finetune_classification.main([*base, "--intermediate_train_file", str(other_labels)])
+        finetune_cls.main([*base, "--intermediate_train_file", str(other_labels)])
     assert not (tmp_path / "out" / "all_results.json").exists()
 
 
@@ -506,7 +506,7 @@ def test_init_random_keeps_the_architecture_and_drops_the_weights(tiny_model, tm
     runs = []
     for name in ("first", "second"):
         out = tmp_path / name
-        finetune_classification.main(["--model_name_or_path", str(tiny_model), "--train_file", str(train),
+        finetune_cls.main(["--model_name_or_path", str(tiny_model), "--train_file", str(train),
                                       "--text_column_name", "review", "--output_dir", str(out), "--init", init,
                                       "--learning_rate", "0", *FAST])
         runs.append(load_file(out / "model.safetensors"))

@@ -219,7 +219,7 @@ def test_benchmark_end_to_end_on_a_tiny_model(bench, tiny_model, tmp_path, monke
     def no_training(argv):
         raise AssertionError(f"trained again: {argv}")
 
-    monkeypatch.setattr(bench.finetune_classification, "main", no_training)
+    monkeypatch.setattr(bench.finetune_cls, "main", no_training)
     assert bench.main(argv) == 0  # everything reused
     assert json.loads((out / "results.json").read_text())["runs"] == report["runs"]
     monkeypatch.undo()

@@ -25,7 +25,7 @@ from transformers import AutoTokenizer, TrainingArguments
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteModel
 from mlm_suite.data import resources
-from mlm_suite.jobs import finetune_classification, finetune_ner, finetune_pair, pretrain
+from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, pretrain
 from mlm_suite.training.cards import MINILM_HUB_ID, base_model_fields
 from mlm_suite.training.trainer import JobTrainer, PickleFreeTrainer, join_optimizer_state, split_optimizer_state
 from test_finetune import FAST, SENTENCES, write_conll
@@ -150,7 +150,7 @@ def run_job(job: str, tiny_model: Path, folder: Path, output_dir: Path, *extra: 
         assert pretrain.main(pretrain_args(folder, output_dir, *extra)) == 0
         return
     data = {"finetune-ner": ner_files, "finetune-cls": cls_files, "finetune-pair": pair_files}[job](folder)
-    main = {"finetune-ner": finetune_ner.main, "finetune-cls": finetune_classification.main,
+    main = {"finetune-ner": finetune_ner.main, "finetune-cls": finetune_cls.main,
             "finetune-pair": finetune_pair.main}[job]
     main(["--model_name_or_path", str(tiny_model), *data, "--output_dir", str(output_dir), *FAST, *extra])
 

@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 from transformers import TrainingArguments
 
 from mlm_suite import cli
-from mlm_suite.jobs import finetune_classification, finetune_ner, finetune_pair, finetune_retrieval, pretrain
+from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, finetune_retrieval, pretrain
 from mlm_suite.jobs.arguments import JobTrainingArguments
 from mlm_suite.jobs.checkpoints import resume_checkpoint, stage_checkpoint
 from mlm_suite.training.trainer import PickleFreeTrainer
@@ -173,8 +173,8 @@ def test_early_stopping_checkpoints_resume_with_the_patience_count(tiny_model, t
               "--early_stopping_patience", "2", "--per_device_train_batch_size", "4", "--do_predict", "false", *QUIET]
     full, resumed, kept = tmp_path / "full", tmp_path / "resumed", tmp_path / "kept"
     keep_every_checkpoint(monkeypatch, kept)
-    finetune_classification.main([*common, "--output_dir", str(full)])
-    err = stop_then_continue(monkeypatch, finetune_classification.main, [*common, "--output_dir", str(resumed)], capsys)
+    finetune_cls.main([*common, "--output_dir", str(full)])
+    err = stop_then_continue(monkeypatch, finetune_cls.main, [*common, "--output_dir", str(resumed)], capsys)
     assert f"resuming training from {resumed / 'checkpoint-2'}" in err
     for run in (full, resumed):
         assert sorted(path.name for path in run.glob("checkpoint-*")) == ["checkpoint-1"]  # the best is kept
@@ -255,6 +255,6 @@ def test_which_checkpoint_a_run_continues_from(tmp_path, capsys):
 def test_overwrite_output_dir_is_a_flag_of_every_job(tmp_path):
     _, training_args = pretrain.parse_arguments(["--output_dir", str(tmp_path), "--overwrite_output_dir"])
     assert training_args.overwrite_output_dir is True
-    for arguments in (finetune_classification.ClassificationTrainingArguments, finetune_pair.PairTrainingArguments,
+    for arguments in (finetune_cls.ClassificationTrainingArguments, finetune_pair.PairTrainingArguments,
                       finetune_ner.NerTrainingArguments, finetune_retrieval.RetrievalTrainingArguments):
         assert issubclass(arguments, JobTrainingArguments)

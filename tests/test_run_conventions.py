@@ -21,11 +21,11 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTok
 from mlm_suite.data import readers
 from mlm_suite.jobs import (
     arguments,
-    finetune_classification,
+    finetune_cls,
     finetune_ner,
     finetune_pair,
     finetune_retrieval,
-    finetuning,
+    model_loading,
     prepare_data,
     pretrain,
 )
@@ -39,7 +39,7 @@ from test_pretrain import make_documents, write_text
 
 FINETUNING = {
     "finetune-ner": finetune_ner,
-    "finetune-cls": finetune_classification,
+    "finetune-cls": finetune_cls,
     "finetune-pair": finetune_pair,
     "finetune-retrieval": finetune_retrieval,
 }
@@ -215,7 +215,7 @@ def save_classification_data(folder: Path) -> Path:
 def test_classification_split_names_sample_limits_and_hub_flags(tiny_model, tmp_path, recorded):
     data = save_classification_data(tmp_path / "data")
     out = tmp_path / "out"
-    finetune_classification.main([
+    finetune_cls.main([
         "--model_name_or_path", str(tiny_model), "--dataset_name", str(data), "--output_dir", str(out),
         "--validation_split_name", "validation_matched", "--test_split_name", "test_matched",
         "--max_train_samples", "8", "--max_predict_samples", "4", *hub_flags(tmp_path), *FAST,
@@ -233,7 +233,7 @@ def test_a_split_name_the_dataset_lacks_is_a_one_line_user_error(tiny_model, tmp
             "--validation_split_name", "validation_mismatched"]
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
-        run_job(finetune_classification.main, argv, prog="mlm-suite finetune-cls", debug=False)
+        run_job(finetune_cls.main, argv, prog="mlm-suite finetune-cls", debug=False)
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and len(err) == 1, err
     assert err[0] == (f"mlm-suite finetune-cls: error: --validation_split_name validation_mismatched: {data} has no such "
@@ -243,7 +243,7 @@ def test_a_split_name_the_dataset_lacks_is_a_one_line_user_error(tiny_model, tmp
 
 def test_hub_splits_stay_arrow_and_equal_the_same_rows_read_from_files(tmp_path):
     data = save_classification_data(tmp_path / "data")
-    args = arguments.parse_arguments(finetuning_dataclasses(finetune_classification),
+    args = arguments.parse_arguments(finetuning_dataclasses(finetune_cls),
                                       ["--dataset_name", str(data), "--test_split_name", "test_matched"])[1]
     splits, description = readers.load_labelled_text_splits(args, ["text"], 0, lambda: None)
     assert description.endswith("(test split `test_matched`)"), description
@@ -254,7 +254,7 @@ def test_hub_splits_stay_arrow_and_equal_the_same_rows_read_from_files(tmp_path)
         rows = [{"text": row["text"], "label": ["neg", "pos"][row["label"]]} for row in load_from_disk(str(data))[split]]
         files[split] = tmp_path / f"{split}.jsonl"
         files[split].write_text("".join(json.dumps(row) + "\n" for row in rows))
-    file_args = arguments.parse_arguments(finetuning_dataclasses(finetune_classification), [
+    file_args = arguments.parse_arguments(finetuning_dataclasses(finetune_cls), [
         "--train_file", str(files["train"]), "--validation_file", str(files["validation"]),
         "--test_file", str(files["test_matched"])])[1]  # fmt: skip
     from_files, _ = readers.load_labelled_text_splits(file_args, ["text"], 0, lambda: None)
@@ -371,9 +371,9 @@ def test_config_name_is_the_config_a_fine_tuning_job_loads(tiny_model, tmp_path,
     config_folder = tmp_path / "config"
     AutoConfig.from_pretrained(tiny_model).save_pretrained(config_folder)
     recorded.clear()
-    args = arguments.parse_arguments(finetuning_dataclasses(finetune_classification),
+    args = arguments.parse_arguments(finetuning_dataclasses(finetune_cls),
                                       ["--model_name_or_path", str(tiny_model), "--config_name", str(config_folder)])[0]
-    finetuning.load_config(str(tiny_model), args)
+    model_loading.load_config(str(tiny_model), args)
     assert [path for name, path, _ in recorded if name == "AutoConfig"] == [str(config_folder)]
 
 

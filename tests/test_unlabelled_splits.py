@@ -14,7 +14,7 @@ import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs import finetune_classification, finetune_pair
+from mlm_suite.jobs import finetune_cls, finetune_pair
 from mlm_suite.jobs.distributed import run_job
 from mlm_suite.data.labels import hub_split_labels, hub_tag_sequences
 from mlm_suite.data.readers import read_examples
@@ -66,7 +66,7 @@ def test_classification_predicts_a_hidden_label_test_split(tiny_model, tmp_path,
     data = save_dataset(tmp_path / "data", {"text": texts}, ["neg", "pos"],
                         {"train": [i % 2 for i in range(20)], "validation": [0, 1, 0, 1], "test": [-1] * 6})
     out = tmp_path / "out"
-    finetune_classification.main(["--model_name_or_path", str(tiny_model), "--dataset_name", str(data),
+    finetune_cls.main(["--model_name_or_path", str(tiny_model), "--dataset_name", str(data),
                                   "--output_dir", str(out), *FAST])
     assert_predicted_not_scored(out, 6, {"neg", "pos"}, capsys.readouterr().out)
     assert json.loads((out / "config.json").read_text())["id2label"] == {"0": "neg", "1": "pos"}
@@ -92,7 +92,7 @@ def test_local_test_file_without_labels_is_predicted(tiny_model, tmp_path, capsy
     test = tmp_path / "test.csv"
     test.write_text("text,label\n" + "".join(f"{sentence(i)},\n" for i in range(3)), encoding="utf-8")
     out = tmp_path / "out"
-    finetune_classification.main(["--model_name_or_path", str(tiny_model), "--train_file", str(train),
+    finetune_cls.main(["--model_name_or_path", str(tiny_model), "--train_file", str(train),
                                   "--validation_file", str(validation), "--test_file", str(test),
                                   "--output_dir", str(out), *FAST])
     assert_predicted_not_scored(out, 3, {"a", "b"}, capsys.readouterr().out)
@@ -118,13 +118,13 @@ def test_a_split_mixing_labels_and_hidden_labels_is_a_user_error(tiny_model, tmp
     data = save_dataset(tmp_path / "mixed", {"text": texts}, ["neg", "pos"],
                         {"train": [0, 1] * 4, "validation": [0, 1], "test": [0, -1, -1, 1]})
     argv = ["--model_name_or_path", str(tiny_model), "--dataset_name", str(data), "--output_dir", str(tmp_path / "o")]
-    err = run_expecting_user_error(finetune_classification.main, argv, capsys)
+    err = run_expecting_user_error(finetune_cls.main, argv, capsys)
     assert "[test]" in err and "2 of 4 rows have no label (label -1)" in err
     assert not (tmp_path / "o").exists()
 
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps({"text": sentence(i), "label": ["a", None, ""][i % 3]}) + "\n" for i in range(6)))
-    err = run_expecting_user_error(finetune_classification.main, ["--model_name_or_path", str(tiny_model),
+    err = run_expecting_user_error(finetune_cls.main, ["--model_name_or_path", str(tiny_model),
                                    "--train_file", str(train), "--output_dir", str(tmp_path / "o")], capsys)
     assert "train.jsonl (the train split" in err and "4 of 6 rows have no label (label None)" in err
 
@@ -133,7 +133,7 @@ def test_unlabelled_train_split_and_hidden_tags_are_refused(tiny_model, tmp_path
     texts = [sentence(i) for i in range(8)]
     data = save_dataset(tmp_path / "data", {"text": texts}, ["neg", "pos"], {"train": [-1] * 6, "test": [-1] * 2})
     argv = ["--model_name_or_path", str(tiny_model), "--dataset_name", str(data), "--output_dir", str(tmp_path / "o")]
-    assert "the train split has no labels" in run_expecting_user_error(finetune_classification.main, argv, capsys)
+    assert "the train split has no labels" in run_expecting_user_error(finetune_cls.main, argv, capsys)
 
     # The shared readers: -1 is never a class name; tags cannot be hidden.
     from datasets import Sequence as SequenceFeature

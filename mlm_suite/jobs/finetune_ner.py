@@ -62,15 +62,12 @@ from mlm_suite.jobs.finetuning import (
     apply_freezing,
     check_max_seq_length,
     early_stopping,
-    load_config,
-    load_model,
-    load_tokenizer,
     replace_output_dir,
-    resolve_model_path,
     run_trainer,
     save_everything,
     save_metrics,
 )
+from mlm_suite.jobs.model_loading import load_config, load_model, load_tokenizer, resolve_model_path
 from mlm_suite.data.tagging import NO_SCHEME, check_tags_in, scheme_labels, settle_scheme
 from mlm_suite.evaluation.baseline import compare_with_hf_baseline
 from mlm_suite.evaluation.plots import figures_section

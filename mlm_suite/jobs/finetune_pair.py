@@ -30,8 +30,9 @@ from typing import Any
 from mlm_suite.data import resources
 from mlm_suite.data.readers import SPLITS, Example, load_intermediate, load_labelled_text_splits, split_80_10_10
 from mlm_suite.jobs.arguments import parse_arguments, validate_flags
-from mlm_suite.jobs.finetune_classification import TextDataArguments, finetune_sequence_task
-from mlm_suite.jobs.finetuning import FinetuneTrainingArguments, ModelArguments, load_model
+from mlm_suite.jobs.finetune_cls import TextDataArguments, finetune_sequence_task
+from mlm_suite.jobs.finetuning import FinetuneTrainingArguments, ModelArguments
+from mlm_suite.jobs.model_loading import load_model
 from mlm_suite.training.cards import CardDataset
 
 FOLLOWS, RANDOM = "follows", "random"

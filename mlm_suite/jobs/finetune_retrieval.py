@@ -50,13 +50,15 @@ from mlm_suite.jobs.finetuning import (
     apply_freezing,
     check_max_seq_length,
     early_stopping,
+    run_trainer,
+    save_everything,
+)
+from mlm_suite.jobs.model_loading import (
     load_config,
     load_model,
     load_tokenizer,
     mlm_suite_checkpoint,
     resolve_model_path,
-    run_trainer,
-    save_everything,
 )
 from mlm_suite.training.cards import (
     CardDataset,

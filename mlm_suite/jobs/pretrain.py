@@ -41,7 +41,7 @@ Evaluation reports accuracy at ``[MASK]`` positions (the headline), at random-to
 positions, top-5 accuracy and the most-frequent-token baseline at ``[MASK]`` positions, and the MLM
 loss (``mlm_suite.evaluation.masked_lm``); a fill-mask probe shows the top-5 answers on held-out sentences.
 ``--max_train_minutes`` trains for a wall-clock budget with a schedule that ends there
-(``mlm_suite.training.TimeBudgetCallback``); ``--early_stopping_patience`` stops when the ``[MASK]``
+(``mlm_suite.training.controls.TimeBudgetCallback``); ``--early_stopping_patience`` stops when the ``[MASK]``
 accuracy stops improving and keeps the best model.
 
 Modern pretraining controls (``mlm_suite.training.schedules``; none is on by default):
@@ -110,7 +110,7 @@ from mlm_suite.jobs.arguments import (
     validate_flags,
     validation_split_name_field,
 )
-from mlm_suite.jobs.finetuning import mlm_suite_checkpoint
+from mlm_suite.jobs.model_loading import mlm_suite_checkpoint
 
 CURVES_PNG = "training_curves.png"
 CURVES_CAPTION = "Pretraining: train and held-out loss, and held-out [MASK] accuracy against the most-frequent-token baseline"

@@ -316,7 +316,7 @@ def extend_context(config: Any, tokenizer: Any, args: Any, checkpoint: str | Non
 # Time budget
 # ------------------------------------------------------------------------------------------------
 class WsdTimeBudgetCallback(TimeBudgetCallback):
-    """:class:`~mlm_suite.training.TimeBudgetCallback` for a warmup-stable-decay schedule.
+    """:class:`~mlm_suite.training.controls.TimeBudgetCallback` for a warmup-stable-decay schedule.
 
     The plan is re-made after every step as for the linear schedule; the warmup, then a constant rate, then the
     decay over ``decay`` of the planned steps (a fraction below 1, else a step count), so that the decay ends at the

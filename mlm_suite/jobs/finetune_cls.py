@@ -11,8 +11,8 @@ the Pang & Lee sentence-polarity data (4,000 movie-review sentences, negative/po
 80/10/10 with a fixed seed::
 
     mlm-suite finetune-cls --output_dir outputs/sentiment
-    python examples/finetune_classification.py --train_file train.csv --validation_file dev.csv
-    accelerate launch examples/finetune_classification.py --train_file reviews.jsonl --text_column_name review
+    python examples/finetune_cls.py --train_file train.csv --validation_file dev.csv
+    accelerate launch examples/finetune_cls.py --train_file reviews.jsonl --text_column_name review
 
 ``--intermediate_train_file`` adds a first stage of intermediate-task training (Phang et al.,
 2018): the model is fine-tuned on that file (same columns and labels) before the task.
@@ -81,13 +81,10 @@ from mlm_suite.jobs.finetuning import (
     apply_freezing,
     check_max_seq_length,
     early_stopping,
-    load_config,
-    load_model,
-    load_tokenizer,
-    resolve_model_path,
     run_trainer,
     save_everything,
 )
+from mlm_suite.jobs.model_loading import load_config, load_model, load_tokenizer, resolve_model_path
 from mlm_suite.training.cards import (
     CardDataset,
     card_base_model,
