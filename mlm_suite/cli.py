@@ -19,9 +19,9 @@ from mlm_suite.jobs.distributed import run_job
 
 # subcommand → (module with main(argv), one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "quickstart": ("mlm_suite.cli", "build a small model, save it, reload it through the Auto classes, compare outputs"),
+    "quickstart": ("mlm_suite.jobs.quickstart", "build a small model, save it, reload it through the Auto classes, compare outputs"),
     "convert-bert": ("mlm_suite.cli", "convert a Hugging Face BERT folder into an mlm_suite folder"),
-    "export-onnx": ("mlm_suite.export", "export a checkpoint to ONNX and check it against the eager model"),
+    "export-onnx": ("mlm_suite.jobs.export_onnx", "export a checkpoint to ONNX and check it against the eager model"),
     "prepare-data": ("mlm_suite.jobs.prepare_data", "tokenise (and pack) a corpus once into Arrow shards for pretrain --prepared_data"),
     "pretrain": ("mlm_suite.jobs.pretrain", "MLM (+NSP) pretraining with the HF Trainer"),
     "finetune-ner": ("mlm_suite.jobs.finetune_ner", "token classification (NER/POS) fine-tuning"),
@@ -43,34 +43,6 @@ def convert_bert_main(argv: list[str] | None = None) -> int:
 
     print(f"converted {args.src} -> {convert_bert_checkpoint(args.src, args.dst)}")
     return 0
-
-
-def quickstart_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="mlm-suite quickstart", description=SUBCOMMANDS["quickstart"][1])
-    parser.add_argument("--output_dir", default="outputs/quickstart")
-    parser.add_argument("--preset", default="mini")
-    args = parser.parse_args(argv)
-
-    import torch
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
-
-    from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM
-    from mlm_suite.data import resources
-
-    tokenizer = AutoTokenizer.from_pretrained(resources.minilm_dir())
-    config = MlmSuiteConfig.preset(args.preset, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    model = MlmSuiteForMaskedLM(config).eval()
-    model.save_pretrained(args.output_dir)
-    tokenizer.save_pretrained(args.output_dir)
-    reloaded = AutoModelForMaskedLM.from_pretrained(args.output_dir).eval()
-    batch = tokenizer(["the movie was [MASK] good .", "a masked language model"], padding=True, return_tensors="pt")
-    with torch.inference_mode():
-        difference = (model(**batch).logits - reloaded(**batch).logits).abs().max().item()
-    parameters = sum(p.numel() for p in model.parameters())
-    print(f"saved a {args.preset} MlmSuiteForMaskedLM ({parameters / 1e6:.1f} M parameters) to {args.output_dir}")
-    print(f"reloaded as {type(reloaded).__name__}; max |logit difference| = {difference:.2e}")
-    return 0 if difference < 1e-5 else 1
 
 
 def _installed_version(distribution: str) -> str:
@@ -129,9 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         print(overview(), file=sys.stderr)
         print(f"mlm-suite: error: unknown command {command!r}", file=sys.stderr)
         return 2
-    if command == "quickstart":
-        job = quickstart_main
-    elif command == "convert-bert":
+    if command == "convert-bert":
         job = convert_bert_main
     else:
         job = importlib.import_module(SUBCOMMANDS[command][0]).main

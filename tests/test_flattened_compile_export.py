@@ -30,6 +30,7 @@ from mlm_suite import (
     MlmSuiteModel,
 )
 from mlm_suite import export as mlm_export
+from mlm_suite.jobs import export_onnx
 from mlm_suite.data import DataCollatorForMaskedLM
 from mlm_suite.data.flattening import flatten_batch
 from mlm_suite.model import attention
@@ -313,7 +314,7 @@ def test_export_onnx_command_writes_a_file_onnxruntime_runs_like_eager(tmp_path,
     torch.manual_seed(0)
     source = tmp_path / "ner"
     MlmSuiteForTokenClassification(config("bert", id2label={0: "O", 1: "B-X", 2: "I-X"})).save_pretrained(source)
-    difference = mlm_export.main(["--model_name_or_path", str(source), "--output", str(tmp_path / "ner.onnx")])
+    difference = export_onnx.main(["--model_name_or_path", str(source), "--output", str(tmp_path / "ner.onnx")])
     assert difference < 1e-4
     assert (tmp_path / "ner.onnx").stat().st_size > 10_000
     assert "outputs logits" in capsys.readouterr().out
