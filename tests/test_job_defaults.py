@@ -14,7 +14,7 @@ from mlm_suite.jobs.pretrain import parse_arguments
 
 def training_args(device: str, given: frozenset[str] = frozenset()) -> SimpleNamespace:
     return SimpleNamespace(
-        device=torch.device(device), dataloader_num_workers=0, logging_nan_inf_filter=True,
+        device=torch.device(device), dataloader_num_workers=0, logging_nan_inf_filter=True, dataloader_pin_memory=True,
         accelerator_config=SimpleNamespace(non_blocking=False), flags_given=given,
     )  # fmt: skip
 
@@ -26,6 +26,7 @@ def test_a_gpu_run_collates_in_workers_and_never_waits_for_the_loss(monkeypatch)
     feed_the_device(args)
     assert args.dataloader_num_workers == gpu_loader_workers() == 4
     assert args.logging_nan_inf_filter is False and args.accelerator_config.non_blocking is True
+    assert args.dataloader_pin_memory is True
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")  # 8 processes share the node's 16 cores
     assert gpu_loader_workers() == 1
 
@@ -39,6 +40,10 @@ def test_flags_given_win_and_a_cpu_run_keeps_the_trainer_defaults():
     feed_the_device(args)
     assert args.dataloader_num_workers == 0 and args.logging_nan_inf_filter is True
     assert args.accelerator_config.non_blocking is False
+    assert args.dataloader_pin_memory is False  # pinned memory serves an accelerator; torch warns without one
+    args = training_args("cpu", frozenset({"dataloader_pin_memory"}))
+    feed_the_device(args)
+    assert args.dataloader_pin_memory is True
 
 
 def test_pretraining_flattens_batches_on_a_gpu_only_unless_told():

@@ -237,7 +237,10 @@ def gpu_loader_workers() -> int:
 
 
 def feed_the_device(training_args: JobTrainingArguments) -> None:
-    """On a GPU, let the host run ahead of the device (flags given explicitly win).
+    """Data-loading settings for the device the run trains on (flags given explicitly win).
+
+    On CPU, no pinned memory (it serves copies to an accelerator; torch warns when there is none). On a GPU, let the
+    host run ahead of the device:
 
     * Batches are collated in worker processes while the device computes (on CPU the main process collates:
       workers would take cores from the step). Seeded masks depend on each example's index and the epoch, not on
@@ -246,9 +249,11 @@ def feed_the_device(training_args: JobTrainingArguments) -> None:
       a blocking copy waits for every step queued before it.
     * ``logging_nan_inf_filter`` is off: the Trainer's filter reads every step's loss on the host, a synchronisation.
     """
+    given = training_args.flags_given
+    if training_args.device.type == "cpu" and "dataloader_pin_memory" not in given:
+        training_args.dataloader_pin_memory = False
     if training_args.device.type != "cuda":
         return
-    given = training_args.flags_given
     if "dataloader_num_workers" not in given:
         training_args.dataloader_num_workers = gpu_loader_workers()
     if "accelerator_config" not in given:
