@@ -10,11 +10,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats
+from sklearn.metrics import f1_score
 
 from mlm_suite.evaluation.plots import confusion_matrix, plot_confusion_matrix
 
@@ -24,25 +27,25 @@ def classification_metrics(eval_pred: Any) -> dict[str, float]:
     logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
     predictions = np.asarray(logits).argmax(axis=-1)
     gold = np.asarray(eval_pred.label_ids)
-    f1s = []
-    for label in np.union1d(gold, predictions):
-        tp = np.sum((predictions == label) & (gold == label))
-        denominator = np.sum(predictions == label) + np.sum(gold == label)
-        f1s.append(2 * tp / denominator)
-    return {"accuracy": float(np.mean(predictions == gold)), "f1": float(np.mean(f1s)), "n_examples": int(gold.size)}
+    # Classes absent from both gold and predictions are left out of the mean (each listed class has an F1).
+    f1 = f1_score(gold, predictions, labels=np.union1d(gold, predictions), average="macro")
+    return {"accuracy": float(np.mean(predictions == gold)), "f1": float(f1), "n_examples": int(gold.size)}
 
 
 def regression_metrics(eval_pred: Any) -> dict[str, float]:
-    """Pearson and Spearman correlation and mean squared error."""
-    import pandas as pd
-
+    """Pearson and Spearman correlation and mean squared error; a correlation is NaN where it is undefined
+    (fewer than 2 examples, or constant predictions or gold scores)."""
     scores = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
-    predicted = pd.Series(np.asarray(scores, dtype=np.float64).reshape(-1))
-    gold = pd.Series(np.asarray(eval_pred.label_ids, dtype=np.float64).reshape(-1))
+    predicted = np.asarray(scores, dtype=np.float64).reshape(-1)
+    gold = np.asarray(eval_pred.label_ids, dtype=np.float64).reshape(-1)
+    if gold.size < 2:  # scipy refuses fewer than 2 pairs
+        pearson = spearman = math.nan
+    else:
+        pearson, spearman = stats.pearsonr(predicted, gold).statistic, stats.spearmanr(predicted, gold).statistic
     return {
-        "pearson": float(predicted.corr(gold, method="pearson")),
-        "spearman": float(predicted.corr(gold, method="spearman")),
-        "mse": float(((predicted - gold) ** 2).mean()),
+        "pearson": float(pearson),
+        "spearman": float(spearman),
+        "mse": float(np.mean((predicted - gold) ** 2)),
         "n_examples": int(gold.size),
     }
 

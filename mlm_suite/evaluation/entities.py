@@ -170,6 +170,8 @@ def tag_scores(gold: TagSequences, pred: TagSequences) -> dict[str, Any]:
         "macro_recall", "macro_f1", "n_tokens", "per_tag"}``.
     """
     _check_lengths(gold, pred)
+    # Counted by hand: the same values as scikit-learn's precision_recall_fscore_support, measured faster on
+    # string tags (which it encodes first); tests/test_metrics.py compares the two.
     tp: dict[str, int] = {}
     predicted: dict[str, int] = {}
     support: dict[str, int] = {}

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from sklearn.metrics import confusion_matrix as sklearn_confusion_matrix
 
 DPI = 100
 SCORE_NAMES = ("precision", "recall", "f1")
@@ -68,9 +69,10 @@ def confusion_matrix(gold: Sequence[int], predicted: Sequence[int], num_labels: 
         index = int(np.argmax(outside))
         raise ValueError(f"example {index}: label ids {gold[index]} (gold), {predicted[index]} (predicted) "
                          f"outside 0..{num_labels - 1}")
-    matrix = np.zeros((num_labels, num_labels), dtype=np.int64)
-    np.add.at(matrix, (gold, predicted), 1)
-    return matrix
+    if gold.size == 0:  # scikit-learn refuses empty inputs
+        return np.zeros((num_labels, num_labels), dtype=np.int64)
+    # scikit-learn drops ids outside ``labels`` without a word, hence the check above.
+    return sklearn_confusion_matrix(gold, predicted, labels=np.arange(num_labels)).astype(np.int64)
 
 
 def plot_confusion_matrix(matrix: np.ndarray, labels: Sequence[str], path: str | Path, title: str) -> Path:

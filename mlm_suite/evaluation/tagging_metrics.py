@@ -40,9 +40,8 @@ def main_metric(scheme: str) -> str:
     return "accuracy" if scheme == NO_SCHEME else "f1"
 
 
-def check_best_model_metric(training_args: Any) -> None:
+def check_best_model_metric(metric: str | None) -> None:
     """Scheme none reports no entity scores: ``--metric_for_best_model f1`` (or the like) is an error."""
-    metric = training_args.metric_for_best_model
     if metric and metric.removeprefix("eval_") in ENTITY_METRICS:
         raise ValueError(
             f"--metric_for_best_model {metric}: tags without entity scheme (none) are scored per token; "
