@@ -2,7 +2,7 @@
 
 * ``compute_metrics`` for the Trainer: accuracy and macro-averaged F1 over the classes present in gold or
   predictions (:func:`classification_metrics`), Pearson/Spearman correlation and mean squared error
-  (:func:`regression_metrics`);
+  (:func:`regression_metrics`), and the :func:`confusion_matrix` of label ids;
 * what a run writes beside its results: ``predict_results_<split>.txt`` for splits without labels, as
   ``run_glue.py`` writes them (:func:`write_predictions`), and the confusion matrices the card shows
   (:func:`write_confusion_matrices`).
@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 from scipy import stats
+from sklearn.metrics import confusion_matrix as sklearn_confusion_matrix
 from sklearn.metrics import f1_score
 
-from mlm_suite.evaluation.plots import confusion_matrix, plot_confusion_matrix
+from mlm_suite.evaluation.plots import plot_confusion_matrix
 
 
 def classification_metrics(eval_pred: Any) -> dict[str, float]:
@@ -48,6 +49,22 @@ def regression_metrics(eval_pred: Any) -> dict[str, float]:
         "mse": float(np.mean((predicted - gold) ** 2)),
         "n_examples": int(gold.size),
     }
+
+
+def confusion_matrix(gold: Sequence[int], predicted: Sequence[int], num_labels: int) -> np.ndarray:
+    """``(num_labels, num_labels)`` counts: row = gold label id, column = predicted label id."""
+    gold, predicted = np.asarray(gold, dtype=np.int64), np.asarray(predicted, dtype=np.int64)
+    if gold.shape != predicted.shape:
+        raise ValueError(f"gold has shape {gold.shape} but predicted {predicted.shape}")
+    outside = (gold < 0) | (gold >= num_labels) | (predicted < 0) | (predicted >= num_labels)
+    if outside.any():
+        index = int(np.argmax(outside))
+        raise ValueError(f"example {index}: label ids {gold[index]} (gold), {predicted[index]} (predicted) "
+                         f"outside 0..{num_labels - 1}")
+    if gold.size == 0:  # scikit-learn refuses empty inputs
+        return np.zeros((num_labels, num_labels), dtype=np.int64)
+    # scikit-learn drops ids outside ``labels`` without a word, hence the check above.
+    return sklearn_confusion_matrix(gold, predicted, labels=np.arange(num_labels)).astype(np.int64)
 
 
 def write_predictions(
@@ -107,6 +124,7 @@ def write_confusion_matrices(
 
 __all__ = [
     "classification_metrics",
+    "confusion_matrix",
     "regression_metrics",
     "write_confusion_matrices",
     "write_predictions",

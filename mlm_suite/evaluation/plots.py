@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from sklearn.metrics import confusion_matrix as sklearn_confusion_matrix
 
 DPI = 100
 SCORE_NAMES = ("precision", "recall", "f1")
@@ -59,22 +58,6 @@ def _tick_labels(axes, labels: Sequence[str], axis: str = "x") -> None:
 # --------------------------------------------------------------------------------------------
 # Classification
 # --------------------------------------------------------------------------------------------
-def confusion_matrix(gold: Sequence[int], predicted: Sequence[int], num_labels: int) -> np.ndarray:
-    """``(num_labels, num_labels)`` counts: row = gold label id, column = predicted label id."""
-    gold, predicted = np.asarray(gold, dtype=np.int64), np.asarray(predicted, dtype=np.int64)
-    if gold.shape != predicted.shape:
-        raise ValueError(f"gold has shape {gold.shape} but predicted {predicted.shape}")
-    outside = (gold < 0) | (gold >= num_labels) | (predicted < 0) | (predicted >= num_labels)
-    if outside.any():
-        index = int(np.argmax(outside))
-        raise ValueError(f"example {index}: label ids {gold[index]} (gold), {predicted[index]} (predicted) "
-                         f"outside 0..{num_labels - 1}")
-    if gold.size == 0:  # scikit-learn refuses empty inputs
-        return np.zeros((num_labels, num_labels), dtype=np.int64)
-    # scikit-learn drops ids outside ``labels`` without a word, hence the check above.
-    return sklearn_confusion_matrix(gold, predicted, labels=np.arange(num_labels)).astype(np.int64)
-
-
 def plot_confusion_matrix(matrix: np.ndarray, labels: Sequence[str], path: str | Path, title: str) -> Path:
     """Counts of each (gold, predicted) pair, shaded by the share of the gold label's examples (its recall on
     the diagonal); each cell shows the count and that share."""
@@ -242,7 +225,6 @@ def figures_section(figures: Sequence[tuple[str, str | Path]]) -> str:
 
 
 __all__ = [
-    "confusion_matrix",
     "figures_section",
     "plot_confusion_matrix",
     "plot_label_scores",
