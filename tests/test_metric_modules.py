@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from mlm_suite.evaluation.metric_modules import METRIC_NAMES, metric_path
-from mlm_suite.evaluation.entities import entity_scores, load_metric, make_compute_metrics, tag_scores
+from mlm_suite.evaluation import entity_scores, load_metric, make_compute_metrics, tag_scores
 from mlm_suite.evaluation.masked_lm import NOT_SELECTED, TOP_K, corruption_kinds, kind_scores, masked_lm_scores
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,7 +96,7 @@ socket.socket.connect = socket.socket.connect_ex = refuse
 socket.create_connection = socket.getaddrinfo = refuse
 
 import mlm_suite
-from mlm_suite.evaluation.entities import load_metric, metric_path
+from mlm_suite.evaluation import load_metric, metric_path
 inputs = json.load(open(inputs_path))
 outputs = {"package": mlm_suite.__file__, "paths": {}, "entity_f1": []}
 for name in ("entity_f1", "token_accuracy", "masked_lm_accuracy"):

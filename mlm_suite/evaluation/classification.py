@@ -120,12 +120,3 @@ def write_confusion_matrices(
             plot_confusion_matrix(matrix, label_list, path, caption)
         figures.append((caption, path))
     return figures
-
-
-__all__ = [
-    "classification_metrics",
-    "confusion_matrix",
-    "regression_metrics",
-    "write_confusion_matrices",
-    "write_predictions",
-]

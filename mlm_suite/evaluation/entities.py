@@ -16,8 +16,8 @@ entities: :func:`tag_scores` scores them token by token (accuracy, per-tag preci
 their macro and micro averages), and :func:`make_compute_metrics` and :func:`paired_bootstrap`
 switch to those scores for ``scheme="none"``.
 
-The same scores as Hugging Face ``evaluate`` modules: :func:`load_metric` (``"entity_f1"``: :func:`entity_scores`,
-``"token_accuracy"``: :func:`tag_scores`; see :mod:`mlm_suite.evaluation.metric_modules`).
+The same scores as Hugging Face ``evaluate`` modules: ``load_metric("entity_f1")`` and ``load_metric("token_accuracy")``
+(:mod:`mlm_suite.evaluation.metric_modules`). See docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from seqeval import scheme as seqeval_scheme
 from seqeval.metrics import classification_report
 from seqeval.metrics.sequence_labeling import get_entities
 
-from mlm_suite.evaluation.metric_modules import load_metric, metric_path  # noqa: F401  (the evaluate modules of these metrics)
 from mlm_suite.data.tagging import NO_SCHEME, ALLOWED_PREFIXES, UnknownTagError, normalize_scheme, parse_tag
 
 MODES = ("conlleval", "strict")

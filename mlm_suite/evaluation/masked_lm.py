@@ -30,19 +30,6 @@ import numpy as np
 import torch
 from transformers import EvalPrediction, PreTrainedTokenizerBase
 
-__all__ = [
-    "KINDS",
-    "NOT_SELECTED",
-    "TOP_K",
-    "corruption_kinds",
-    "fill_mask_probe",
-    "kind_scores",
-    "make_mlm_compute_metrics",
-    "masked_lm_scores",
-    "preprocess_logits_for_mlm_metrics",
-    "probe_sentences",
-]
-
 TOP_K = 5
 IGNORE_INDEX = -100
 #: The corruption kinds of selected positions, and the kind of a position that was not selected.

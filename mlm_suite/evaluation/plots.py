@@ -222,12 +222,3 @@ def figures_section(figures: Sequence[tuple[str, str | Path]]) -> str:
     if not figures:
         return ""
     return "\n\n### Figures\n\n" + "\n\n".join(f"![{caption}]({Path(path).name})" for caption, path in figures)
-
-
-__all__ = [
-    "figures_section",
-    "plot_confusion_matrix",
-    "plot_label_scores",
-    "plot_pretraining_curves",
-    "plot_seed_scores",
-]

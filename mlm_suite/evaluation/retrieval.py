@@ -177,17 +177,3 @@ def rerank(
             scores.append((logits[:, relevant] - torch.logsumexp(others, dim=1)).cpu())
     order = torch.cat(scores).view(-1, top_k).argsort(dim=1, descending=True, stable=True)
     return torch.cat([candidates.gather(1, order), ranked[:, top_k:]], dim=1)
-
-
-
-__all__ = [
-    "RANKING_DEPTH",
-    "RetrievalMetrics",
-    "embed_texts",
-    "evaluate_retrieval",
-    "rank_documents",
-    "rerank",
-    "retrieval_eval_dataset",
-    "retrieval_metrics",
-    "tokenize_texts",
-]

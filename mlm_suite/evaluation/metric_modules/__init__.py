@@ -6,7 +6,7 @@ modules cache and imports it from there, without any Hub request. The scripts ar
 the library functions (:func:`mlm_suite.evaluation.entities.entity_scores`, :func:`mlm_suite.evaluation.entities.tag_scores`,
 :func:`mlm_suite.evaluation.masked_lm.kind_scores`), so each metric has one implementation::
 
-    from mlm_suite.evaluation.entities import load_metric
+    from mlm_suite.evaluation import load_metric
     entity_f1 = load_metric("entity_f1")          # = evaluate.load(str(metric_path("entity_f1")))
     entity_f1.compute(predictions=[["B-PER", "O"]], references=[["B-PER", "O"]], mode="strict", scheme="BIO")
 """
@@ -35,6 +35,3 @@ def load_metric(name: str, **kwargs: Any) -> Any:
     import evaluate
 
     return evaluate.load(str(metric_path(name)), **kwargs)
-
-
-__all__ = ["METRIC_NAMES", "load_metric", "metric_path"]
