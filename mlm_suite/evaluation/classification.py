@@ -1,11 +1,6 @@
-"""Scores and outputs of sequence (and sentence-pair) classification and regression.
-
-* ``compute_metrics`` for the Trainer: accuracy and macro-averaged F1 over the classes present in gold or
-  predictions (:func:`classification_metrics`), Pearson/Spearman correlation and mean squared error
-  (:func:`regression_metrics`), and the :func:`confusion_matrix` of label ids;
-* what a run writes beside its results: ``predict_results_<split>.txt`` for splits without labels, as
-  ``run_glue.py`` writes them (:func:`write_predictions`), and the confusion matrices the card shows
-  (:func:`write_confusion_matrices`).
+"""Scores and outputs of sequence (and sentence-pair) classification and regression: the ``Trainer``'s
+``compute_metrics`` (accuracy and macro-F1, or Pearson/Spearman and mean squared error), the predictions of
+splits without labels in ``run_glue.py``'s format, and the confusion matrices the card shows. See docs/finetuning.md.
 """
 
 from __future__ import annotations

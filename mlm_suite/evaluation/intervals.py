@@ -1,7 +1,6 @@
-"""Confidence intervals for means over a few seeds.
-
-The benchmarks report a mean over seeds, or a mean paired difference between two recipes, with its two-sided
-95 % Student's t-interval, the seeds' values being treated as independent draws. See docs/metrics.md#intervals-over-seeds.
+"""Confidence intervals for means over a few seeds: the benchmarks report a mean over seeds, or a mean paired
+difference between two recipes, with its two-sided 95 % Student's t-interval, the seeds' values being treated
+as independent draws. See docs/metrics.md#intervals-over-seeds.
 """
 
 from __future__ import annotations

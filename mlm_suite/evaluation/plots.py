@@ -1,15 +1,7 @@
-"""The evaluation plots the jobs write next to their results, and the card section that shows them.
-
-* classification (``finetune-cls``, ``finetune-pair``): :func:`plot_confusion_matrix` per evaluated split;
-* token classification (``finetune-ner``): :func:`plot_label_scores`, precision/recall/F1 per entity type
-  (per tag for tag sets without entities) above the gold and predicted counts, per evaluated split;
-* pretraining: :func:`plot_pretraining_curves`, the losses and the held-out ``[MASK]`` accuracy with its
-  most-frequent-token baseline over the evaluations;
-* ``mlm-suite seeds``: :func:`plot_seed_scores`, each seed's score with the mean ± sample standard deviation.
-
-Figures are PNG files drawn on matplotlib's Agg canvas without pyplot, so no global backend state is
-touched and nothing needs a display. :func:`figures_section` links them from a model card (relative
-links: the card and the pictures sit in the same folder, locally and on the Hub).
+"""The evaluation plots the jobs write next to their results (confusion matrices, per-type scores, pretraining
+curves, scores per seed) and the card section that shows them. Figures are PNG files drawn on matplotlib's Agg
+canvas without pyplot, so no global backend state is touched and nothing needs a display. See
+docs/models.md#evaluation-plots.
 """
 
 from __future__ import annotations

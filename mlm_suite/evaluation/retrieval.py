@@ -1,10 +1,6 @@
-"""Scoring retrieval with sentence embeddings: recall@k, MRR@10 and nDCG@10, and reranking.
-
-* :class:`RetrievalMetrics` (a ``compute_metrics`` for an evaluation set of queries followed by the
-  corpus) and :func:`evaluate_retrieval` (standalone) report recall@k, MRR@10 and nDCG@10.
-* :func:`rerank` reorders each query's top k with a sentence-pair model (a cross-encoder).
-
-Training a bi-encoder is in :mod:`mlm_suite.training.retrieval`.
+"""Scoring retrieval with sentence embeddings (recall@k, MRR@10, nDCG@10) during training, standalone or from
+a ranking, and reranking a ranking with a cross-encoder. Training a bi-encoder is in
+:mod:`mlm_suite.training.retrieval`. See docs/metrics.md#retrieval.
 """
 
 from __future__ import annotations
