@@ -380,7 +380,9 @@ def rogue_dimensions(vectors: ArrayLike, k: int = 5) -> RogueDimensions:
 class Standardizer:
     """Per-dimension z-scoring ``z = (x - mean) / std``, with ``std`` floored at ``eps``.
 
-    Removes the rogue dimensions' dominance over cosine similarity (Timkey & van Schijndel, 2021).
+    Removes the rogue dimensions' dominance over cosine similarity (Timkey & van Schijndel, 2021). Not
+    scikit-learn's ``StandardScaler``: torch tensors in and out, saved as safetensors rather than pickled, and a
+    constant dimension is divided by ``eps`` (StandardScaler leaves it unscaled).
     """
 
     FORMAT = "mlm_suite.Standardizer"
