@@ -32,15 +32,16 @@ cleanup() {
 }
 trap cleanup EXIT
 # The test tools, at the floors of the dev extra (its onnx and retrieval extras are not needed by these tests).
-test_tools=("pytest>=8" "scipy>=1.13")
+test_tools=("pytest>=8")
 # Smoke tests (not the slow ones) of the data pipeline, the model, the pretraining and fine-tuning jobs, and
-# the parts of the other direct dependencies they do not reach (evaluate's metric modules, matplotlib's plots).
+# the parts of the other direct dependencies they do not reach (evaluate's metric modules, matplotlib's plots,
+# scikit-learn's and scipy's scores).
 tests=(
     tests/test_chunking.py tests/test_packing.py tests/test_nsp.py tests/test_masking.py
     tests/test_tokenization.py tests/test_alignment.py tests/test_large_corpora.py
     tests/test_modeling.py tests/test_heads.py
     tests/test_pretrain.py tests/test_finetune.py tests/test_resume.py tests/test_training_semantics.py tests/test_pretraining_schedules.py
-    tests/test_metric_modules.py tests/test_plots.py tests/test_model_cards.py tests/test_run_conventions.py tests/test_layout.py
+    tests/test_metric_modules.py tests/test_plots.py tests/test_classification.py tests/test_intervals.py tests/test_model_cards.py tests/test_run_conventions.py tests/test_layout.py
 )
 
 start=$SECONDS

@@ -4,6 +4,8 @@ real (all-MiniLM-L6-v2) BERT weights, the standardizer and the sense-centroid cl
 from __future__ import annotations
 
 import random
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -282,3 +284,14 @@ def test_real_minilm_separates_bank_senses(minilm, tokenizer):
     different = similarity_in_context(embedder, river, money)
     print(f"bank river/shore {same:.3f}, river/money {different:.3f}")
     assert same > different
+
+
+def test_every_public_name_is_documented():
+    """``mlm_suite.analysis.__all__`` is the public API: each name exists and docs/analysis.md names it (its
+    snippets run in tests/test_docs.py)."""
+    import mlm_suite.analysis
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "analysis.md").read_text(encoding="utf-8")
+    assert sorted(mlm_suite.analysis.__all__) == mlm_suite.analysis.__all__
+    for name in mlm_suite.analysis.__all__:
+        assert hasattr(mlm_suite.analysis, name) and re.search(rf"\b{name}\b", page), name

@@ -4,8 +4,6 @@ smoke run of benchmarks/bench_label_efficiency.py's fine-tuning plumbing on a ti
 from __future__ import annotations
 
 import json
-import math
-import statistics
 import sys
 from collections import Counter
 from pathlib import Path
@@ -98,22 +96,6 @@ def test_subset_errors():
 # --------------------------------------------------------------------------------------------
 # The benchmark's helpers
 # --------------------------------------------------------------------------------------------
-def test_t_interval():
-    """mlm_suite.evaluation.intervals: the benchmarks' 95 % t-intervals over seeds."""
-    from mlm_suite.evaluation.intervals import mean_interval, t_critical_975
-
-    values = [0.01, 0.03, -0.02, 0.04, 0.02]
-    mean, low, high = mean_interval(values)
-    half = 2.776 * statistics.stdev(values) / math.sqrt(5)
-    assert mean == pytest.approx(0.016) and low == pytest.approx(mean - half) and high == pytest.approx(mean + half)
-    assert math.isnan(mean_interval([0.1])[1])
-    scipy_stats = pytest.importorskip("scipy.stats")
-    for df in (1, 2, 4, 9, 29, 30, 31, 45, 100, 1000):
-        assert t_critical_975(df) == pytest.approx(scipy_stats.t.ppf(0.975, df), abs=1.5e-3)
-    with pytest.raises(ValueError):
-        t_critical_975(0)
-
-
 def test_training_steps_and_sizes(bench):
     assert bench.train_steps(32, 3, 32, 100) == 100  # tiny subsets still get the minimum
     assert bench.train_steps(3200, 3, 32, 100) == 300

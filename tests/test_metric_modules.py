@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -22,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlm_suite.evaluation.metric_modules import METRIC_NAMES, metric_path
-from mlm_suite.evaluation.entities import entity_scores, load_metric, make_compute_metrics, tag_scores
+import mlm_suite.evaluation
+from mlm_suite.evaluation import METRIC_NAMES, entity_scores, load_metric, make_compute_metrics, metric_path, tag_scores
 from mlm_suite.evaluation.masked_lm import NOT_SELECTED, TOP_K, corruption_kinds, kind_scores, masked_lm_scores
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,7 +97,7 @@ socket.socket.connect = socket.socket.connect_ex = refuse
 socket.create_connection = socket.getaddrinfo = refuse
 
 import mlm_suite
-from mlm_suite.evaluation.entities import load_metric, metric_path
+from mlm_suite.evaluation import load_metric, metric_path
 inputs = json.load(open(inputs_path))
 outputs = {"package": mlm_suite.__file__, "paths": {}, "entity_f1": []}
 for name in ("entity_f1", "token_accuracy", "masked_lm_accuracy"):
@@ -251,3 +252,12 @@ def test_kinds_are_read_off_the_inputs():
     assert (scores["selected_tokens"], scores["mask_baseline_accuracy"]) == (3, 1.0)
     with pytest.raises(ValueError, match=r"kind 'MASK' at position \(0, 1\)"):
         kind_scores(np.array([["", "MASK"]]), labels[:, :2], labels[:, :2])
+
+
+def test_every_public_name_is_documented():
+    """``mlm_suite.evaluation.__all__`` is the public API: each name exists and docs/metrics.md names it (its
+    snippets run in tests/test_docs.py)."""
+    page = (REPO / "docs" / "metrics.md").read_text(encoding="utf-8")
+    assert sorted(mlm_suite.evaluation.__all__) == mlm_suite.evaluation.__all__
+    for name in mlm_suite.evaluation.__all__:
+        assert hasattr(mlm_suite.evaluation, name) and re.search(rf"\b{name}\b", page), name

@@ -8,7 +8,7 @@ import pytest
 from transformers import EvalPrediction
 
 from mlm_suite.data import resources
-from mlm_suite.evaluation.entities import entity_counts, entity_scores, make_compute_metrics, paired_bootstrap
+from mlm_suite.evaluation.entities import entity_counts, entity_scores, make_compute_metrics, paired_bootstrap, tag_scores
 from mlm_suite.data.tagging import UnknownTagError, convert_tags
 
 
@@ -299,3 +299,30 @@ def test_bootstrap_errors():
         paired_bootstrap([["O"]], [["O"]], [["O"], ["O"]])
     with pytest.raises(ValueError, match="at least one sentence"):
         paired_bootstrap([], [], [])
+
+
+def test_tag_scores_equal_scikit_learn():
+    """tag_scores counts by hand (faster on string tags); its values are scikit-learn's, also for a tag never
+    predicted and a tag only predicted."""
+    from sklearn.metrics import precision_recall_fscore_support
+
+    rng = random.Random(0)
+    tags = ["NN", "VB", "DT", "PRP$", ",", "RARE"]
+    gold = [[rng.choice(tags[:-1]) for _ in range(rng.randint(1, 20))] for _ in range(200)]
+    pred = [[tag if rng.random() < 0.7 else rng.choice(tags) for tag in sentence] for sentence in gold]
+    gold[0][0], pred[0][0] = "GOLD_ONLY", "NN"  # a tag never predicted
+    scores = tag_scores(gold, pred)
+    flat_gold, flat_pred = [t for s in gold for t in s], [t for s in pred for t in s]
+    labels = sorted(set(flat_gold) | set(flat_pred))
+    assert list(scores["per_tag"]) == labels and {"RARE", "GOLD_ONLY"} <= set(labels)
+    precision, recall, f1, support = precision_recall_fscore_support(
+        flat_gold, flat_pred, labels=labels, average=None, zero_division=0
+    )
+    for index, tag in enumerate(labels):
+        row = scores["per_tag"][tag]
+        assert (row["precision"], row["recall"], row["f1"], row["support"]) == pytest.approx(
+            (precision[index], recall[index], f1[index], support[index]), abs=1e-15
+        )
+    macro = precision_recall_fscore_support(flat_gold, flat_pred, labels=labels, average="macro", zero_division=0)
+    assert (scores["macro_precision"], scores["macro_recall"], scores["macro_f1"]) == pytest.approx(macro[:3], abs=1e-15)
+    assert scores["micro_f1"] == scores["accuracy"] == pytest.approx(np.mean(np.array(flat_gold) == np.array(flat_pred)))

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
+from mlm_suite.evaluation.classification import confusion_matrix
 from mlm_suite.evaluation.entities import entity_scores, label_counts, tag_scores
 from mlm_suite.evaluation.plots import (
-    confusion_matrix,
     figures_section,
     plot_confusion_matrix,
     plot_label_scores,
@@ -60,16 +60,6 @@ def random_tags(rng: random.Random, n_sentences: int, tags: list[str]) -> list[l
 # --------------------------------------------------------------------------------------------
 # The numbers
 # --------------------------------------------------------------------------------------------
-def test_confusion_matrix_counts_gold_rows_and_predicted_columns():
-    matrix = confusion_matrix([0, 0, 1, 2, 2, 2], [0, 1, 1, 2, 0, 2], 3)
-    assert matrix.tolist() == [[1, 1, 0], [0, 1, 0], [1, 0, 2]]
-    assert confusion_matrix([], [], 2).tolist() == [[0, 0], [0, 0]]
-    with pytest.raises(ValueError, match=r"example 1: label ids 3 \(gold\), 0 \(predicted\) outside 0..2"):
-        confusion_matrix([0, 3], [0, 0], 3)
-    with pytest.raises(ValueError, match="shape"):
-        confusion_matrix([0, 1], [0], 3)
-
-
 @pytest.mark.parametrize("scheme,mode", [("BIO", "conlleval"), ("BIO", "strict"), ("BIOES", "strict"), ("IO", "conlleval")])
 def test_label_counts_agree_with_the_entity_scores(scheme, mode):
     """Gold counts are the per-type support; predicted counts turn precision and recall into the same true

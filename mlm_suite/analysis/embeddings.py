@@ -1,13 +1,7 @@
-"""Contextual word embeddings from an encoder, and tools to analyse and use them.
-
-* :class:`ContextualEmbedder` turns words in context into one vector per word instance, pooling
-  the vectors of a word's sub-token pieces, from any Hugging Face encoder that returns
-  ``hidden_states`` (mlm_suite models, ``BertModel``, ``*ForMaskedLM`` through ``base_model``).
-* :func:`anisotropy` (Ethayarajh, 2019) and :func:`rogue_dimensions` (Timkey & van Schijndel,
-  2021) measure how much a few directions dominate cosine similarity; :class:`Standardizer`
-  (per-dimension z-scoring) is the fix Timkey & van Schijndel recommend.
-* :class:`SenseCentroidClassifier` and :func:`most_frequent_sense_baseline` do word sense
-  disambiguation with sense centroids; :func:`contextual_similarity` compares two word instances.
+"""Contextual word embeddings from any Hugging Face encoder (one vector per word instance, its sub-token pieces
+pooled), how much a few directions dominate their cosine similarity (anisotropy, rogue dimensions) and the
+z-scoring that removes it, contextual similarity, and word-sense disambiguation by nearest sense centroid.
+See docs/analysis.md.
 """
 
 from __future__ import annotations
@@ -386,7 +380,9 @@ def rogue_dimensions(vectors: ArrayLike, k: int = 5) -> RogueDimensions:
 class Standardizer:
     """Per-dimension z-scoring ``z = (x - mean) / std``, with ``std`` floored at ``eps``.
 
-    Removes the rogue dimensions' dominance over cosine similarity (Timkey & van Schijndel, 2021).
+    Removes the rogue dimensions' dominance over cosine similarity (Timkey & van Schijndel, 2021). Not
+    scikit-learn's ``StandardScaler``: torch tensors in and out, saved as safetensors rather than pickled, and a
+    constant dimension is divided by ``eps`` (StandardScaler leaves it unscaled).
     """
 
     FORMAT = "mlm_suite.Standardizer"

@@ -1,17 +1,7 @@
-"""A WordNet 3.0 sense inventory and a sense-labelled WSD dataset built from its example sentences.
-
-WordNet glosses often end with example sentences in double quotes
-(``...| a financial institution that accepts deposits...; "he cashed a check at the bank"``).
-An example that contains one of its synset's lemmas (or a regular inflection of it) is a
-sense-labelled instance of that lemma: the matching word is the target. Lemmas with at least
-two such senses make a small, real word-sense-disambiguation dataset.
-
-Sense names follow NLTK's style, ``lemma.pos.NN`` with ``NN`` the WordNet sense number
-(``bank.n.01``: the first, most frequent, noun sense of *bank*).
-
-The user data format is JSON lines, one instance per line:
-``{"tokens": ["he", "sat", "on", "the", "bank"], "target": 4, "sense": "bank.n.01", "lemma": "bank"}``
-(``lemma`` optional; without it the lower-cased target word stands for the lemma).
+"""A WordNet 3.0 sense inventory and a sense-labelled word-sense-disambiguation dataset built from the example
+sentences of its glosses: an example that contains one of its synset's lemmas (or a regular inflection of it) is
+an instance of that lemma in that sense. Sense names follow NLTK's ``lemma.pos.NN`` (``bank.n.01``: the first,
+most frequent, noun sense); your own instances are JSON lines (:func:`read_jsonl`). See docs/analysis.md.
 """
 
 from __future__ import annotations

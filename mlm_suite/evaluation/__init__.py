@@ -1,15 +1,37 @@
-"""Scoring what the models predict.
-
-* :mod:`~mlm_suite.evaluation.entities`: entity- and token-level scores (conlleval and strict seqeval), a
-  ``compute_metrics`` for token classification, the paired bootstrap;
-* :mod:`~mlm_suite.evaluation.tagging_metrics`: scoring a token-classification model inside the ``Trainer``
-  (``finetune-ner``'s ``compute_metrics``, CRF decoding, the predictions kept, the per-split figures);
-* :mod:`~mlm_suite.evaluation.baseline`: ``--compare_hf``, HF's ``BertForTokenClassification`` trained with the same
-  recipe and the paired bootstrap against it;
-* :mod:`~mlm_suite.evaluation.classification`: accuracy and macro-F1 (or correlations) of sequence and pair
-  classification, the predictions of unlabelled splits and the confusion matrices;
-* :mod:`~mlm_suite.evaluation.masked_lm`: masked-language-model accuracy per corruption kind, the fill-mask probe;
-* :mod:`~mlm_suite.evaluation.retrieval`: recall@k, MRR@10, nDCG@10, reranking;
-* :mod:`~mlm_suite.evaluation.metric_modules`: the same metrics as ``evaluate`` modules;
-* :mod:`~mlm_suite.evaluation.plots`: the plots the jobs write next to their results.
+"""Scoring what the models predict: entity and tag scores, masked-LM accuracy per corruption kind, retrieval
+scores and reranking, the paired bootstrap and t-intervals, and the same metrics as ``evaluate`` modules. The
+modules the jobs use beside these (``tagging_metrics``, ``baseline``, ``classification``, ``plots``) are
+imported from their own paths. See docs/metrics.md.
 """
+
+from mlm_suite.evaluation.entities import entity_scores, make_compute_metrics, paired_bootstrap, tag_scores
+from mlm_suite.evaluation.intervals import mean_interval
+from mlm_suite.evaluation.masked_lm import (
+    fill_mask_probe,
+    kind_scores,
+    make_mlm_compute_metrics,
+    preprocess_logits_for_mlm_metrics,
+    probe_sentences,
+)
+from mlm_suite.evaluation.metric_modules import METRIC_NAMES, load_metric, metric_path
+from mlm_suite.evaluation.retrieval import RetrievalMetrics, evaluate_retrieval, rerank, retrieval_metrics
+
+__all__ = [
+    "METRIC_NAMES",
+    "RetrievalMetrics",
+    "entity_scores",
+    "evaluate_retrieval",
+    "fill_mask_probe",
+    "kind_scores",
+    "load_metric",
+    "make_compute_metrics",
+    "make_mlm_compute_metrics",
+    "mean_interval",
+    "metric_path",
+    "paired_bootstrap",
+    "preprocess_logits_for_mlm_metrics",
+    "probe_sentences",
+    "rerank",
+    "retrieval_metrics",
+    "tag_scores",
+]

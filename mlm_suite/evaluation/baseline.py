@@ -1,9 +1,9 @@
 """Comparing a token-classification model with Hugging Face's ``BertForTokenClassification`` (``--compare_hf``).
 
 ``mlm-suite finetune-ner --compare_hf`` fine-tunes, in the same run, HF's ``BertForTokenClassification`` from
-the all-MiniLM-L6-v2 weights with the job's own recipe (same data split, alignment, seed, hyper-parameters and
-Trainer) and tests the score difference with a paired bootstrap (:func:`compare_with_hf_baseline`). The job
-passes its recipe in as a function, so the baseline is trained exactly as the job trains its own model.
+the all-MiniLM-L6-v2 weights with the job's own recipe, passed in as a function so that the baseline is trained
+exactly as the job trains its own model, and tests the score difference with a paired bootstrap. See
+docs/finetuning.md.
 """
 
 from __future__ import annotations

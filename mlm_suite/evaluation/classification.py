@@ -1,22 +1,21 @@
-"""Scores and outputs of sequence (and sentence-pair) classification and regression.
-
-* ``compute_metrics`` for the Trainer: accuracy and macro-averaged F1 over the classes present in gold or
-  predictions (:func:`classification_metrics`), Pearson/Spearman correlation and mean squared error
-  (:func:`regression_metrics`);
-* what a run writes beside its results: ``predict_results_<split>.txt`` for splits without labels, as
-  ``run_glue.py`` writes them (:func:`write_predictions`), and the confusion matrices the card shows
-  (:func:`write_confusion_matrices`).
+"""Scores and outputs of sequence (and sentence-pair) classification and regression: the ``Trainer``'s
+``compute_metrics`` (accuracy and macro-F1, or Pearson/Spearman and mean squared error), the predictions of
+splits without labels in ``run_glue.py``'s format, and the confusion matrices the card shows. See docs/finetuning.md.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats
+from sklearn.metrics import confusion_matrix as sklearn_confusion_matrix
+from sklearn.metrics import f1_score
 
-from mlm_suite.evaluation.plots import confusion_matrix, plot_confusion_matrix
+from mlm_suite.evaluation.plots import plot_confusion_matrix
 
 
 def classification_metrics(eval_pred: Any) -> dict[str, float]:
@@ -24,27 +23,43 @@ def classification_metrics(eval_pred: Any) -> dict[str, float]:
     logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
     predictions = np.asarray(logits).argmax(axis=-1)
     gold = np.asarray(eval_pred.label_ids)
-    f1s = []
-    for label in np.union1d(gold, predictions):
-        tp = np.sum((predictions == label) & (gold == label))
-        denominator = np.sum(predictions == label) + np.sum(gold == label)
-        f1s.append(2 * tp / denominator)
-    return {"accuracy": float(np.mean(predictions == gold)), "f1": float(np.mean(f1s)), "n_examples": int(gold.size)}
+    # Classes absent from both gold and predictions are left out of the mean (each listed class has an F1).
+    f1 = f1_score(gold, predictions, labels=np.union1d(gold, predictions), average="macro")
+    return {"accuracy": float(np.mean(predictions == gold)), "f1": float(f1), "n_examples": int(gold.size)}
 
 
 def regression_metrics(eval_pred: Any) -> dict[str, float]:
-    """Pearson and Spearman correlation and mean squared error."""
-    import pandas as pd
-
+    """Pearson and Spearman correlation and mean squared error; a correlation is NaN where it is undefined
+    (fewer than 2 examples, or constant predictions or gold scores)."""
     scores = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
-    predicted = pd.Series(np.asarray(scores, dtype=np.float64).reshape(-1))
-    gold = pd.Series(np.asarray(eval_pred.label_ids, dtype=np.float64).reshape(-1))
+    predicted = np.asarray(scores, dtype=np.float64).reshape(-1)
+    gold = np.asarray(eval_pred.label_ids, dtype=np.float64).reshape(-1)
+    if gold.size < 2:  # scipy refuses fewer than 2 pairs
+        pearson = spearman = math.nan
+    else:
+        pearson, spearman = stats.pearsonr(predicted, gold).statistic, stats.spearmanr(predicted, gold).statistic
     return {
-        "pearson": float(predicted.corr(gold, method="pearson")),
-        "spearman": float(predicted.corr(gold, method="spearman")),
-        "mse": float(((predicted - gold) ** 2).mean()),
+        "pearson": float(pearson),
+        "spearman": float(spearman),
+        "mse": float(np.mean((predicted - gold) ** 2)),
         "n_examples": int(gold.size),
     }
+
+
+def confusion_matrix(gold: Sequence[int], predicted: Sequence[int], num_labels: int) -> np.ndarray:
+    """``(num_labels, num_labels)`` counts: row = gold label id, column = predicted label id."""
+    gold, predicted = np.asarray(gold, dtype=np.int64), np.asarray(predicted, dtype=np.int64)
+    if gold.shape != predicted.shape:
+        raise ValueError(f"gold has shape {gold.shape} but predicted {predicted.shape}")
+    outside = (gold < 0) | (gold >= num_labels) | (predicted < 0) | (predicted >= num_labels)
+    if outside.any():
+        index = int(np.argmax(outside))
+        raise ValueError(f"example {index}: label ids {gold[index]} (gold), {predicted[index]} (predicted) "
+                         f"outside 0..{num_labels - 1}")
+    if gold.size == 0:  # scikit-learn refuses empty inputs
+        return np.zeros((num_labels, num_labels), dtype=np.int64)
+    # scikit-learn drops ids outside ``labels`` without a word, hence the check above.
+    return sklearn_confusion_matrix(gold, predicted, labels=np.arange(num_labels)).astype(np.int64)
 
 
 def write_predictions(
@@ -100,11 +115,3 @@ def write_confusion_matrices(
             plot_confusion_matrix(matrix, label_list, path, caption)
         figures.append((caption, path))
     return figures
-
-
-__all__ = [
-    "classification_metrics",
-    "regression_metrics",
-    "write_confusion_matrices",
-    "write_predictions",
-]

@@ -1,22 +1,11 @@
-"""Honest masked-language-model evaluation: accuracy per corruption kind, and a fill-mask probe.
+"""Masked-language-model accuracy per corruption kind, and a fill-mask probe.
 
-BERT-style masking corrupts the selected tokens in three ways: 80 % become ``[MASK]``, 10 % a
-random token and 10 % stay unchanged. Accuracy over all selected tokens mixes the three, and the
-kept tokens are trivial (the answer is visible), so a model that copies its input and predicts
-"the" elsewhere scores 12 % on a corpus whose most frequent token covers 3 %. The headline here is
-**accuracy at ``[MASK]`` positions**, reported beside the random and kept positions (each with its
-count), top-5 accuracy at ``[MASK]`` positions and the most-frequent-token baseline *on those same
-positions*.
-
-With the ``Trainer``::
-
-    args = TrainingArguments(..., include_for_metrics=["inputs"])   # the kinds are read off the inputs
-    trainer = Trainer(..., compute_metrics=make_mlm_compute_metrics(tokenizer.mask_token_id, baseline_id),
-                      preprocess_logits_for_metrics=preprocess_logits_for_mlm_metrics)
-
-The kind of a selected position is read off what the model saw: the mask token, the original token
-(kept; this includes the rare random replacement that drew the original token, which the model
-cannot tell apart from a kept one) or anything else (random).
+BERT-style masking turns a selected token into ``[MASK]``, a random token or leaves it unchanged; accuracy over
+all of them rewards a model that copies its input. The headline is therefore accuracy at ``[MASK]`` positions,
+reported beside the random and kept positions (each with its count), top-5 accuracy at ``[MASK]`` positions and
+the most-frequent-token baseline on those same positions. A position's kind is read off what the model saw (a
+random replacement that drew the original token counts as kept: the model cannot tell them apart). See
+docs/pretraining.md for a ``Trainer`` that reports them.
 """
 
 from __future__ import annotations
@@ -29,19 +18,6 @@ from typing import Any
 import numpy as np
 import torch
 from transformers import EvalPrediction, PreTrainedTokenizerBase
-
-__all__ = [
-    "KINDS",
-    "NOT_SELECTED",
-    "TOP_K",
-    "corruption_kinds",
-    "fill_mask_probe",
-    "kind_scores",
-    "make_mlm_compute_metrics",
-    "masked_lm_scores",
-    "preprocess_logits_for_mlm_metrics",
-    "probe_sentences",
-]
 
 TOP_K = 5
 IGNORE_INDEX = -100
@@ -86,7 +62,8 @@ def masked_lm_scores(
 
 def corruption_kinds(inputs: np.ndarray, labels: np.ndarray, mask_token_id: int) -> np.ndarray:
     """``(batch, seq)`` kind of each position: ``"mask"``, ``"random"``, ``"kept"`` where selected
-    (``labels != -100``), :data:`NOT_SELECTED` elsewhere (see the module docstring for how it is read)."""
+    (``labels != -100``), :data:`NOT_SELECTED` elsewhere. A selected position shows the mask token, its original
+    token (kept, or a random replacement that drew it) or another token (random)."""
     inputs, labels = np.asarray(inputs), np.asarray(labels)
     kinds = np.where(inputs == mask_token_id, "mask", np.where(inputs == labels, "kept", "random"))
     return np.where(labels != IGNORE_INDEX, kinds, NOT_SELECTED)

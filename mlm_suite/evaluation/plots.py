@@ -1,15 +1,7 @@
-"""The evaluation plots the jobs write next to their results, and the card section that shows them.
-
-* classification (``finetune-cls``, ``finetune-pair``): :func:`plot_confusion_matrix` per evaluated split;
-* token classification (``finetune-ner``): :func:`plot_label_scores`, precision/recall/F1 per entity type
-  (per tag for tag sets without entities) above the gold and predicted counts, per evaluated split;
-* pretraining: :func:`plot_pretraining_curves`, the losses and the held-out ``[MASK]`` accuracy with its
-  most-frequent-token baseline over the evaluations;
-* ``mlm-suite seeds``: :func:`plot_seed_scores`, each seed's score with the mean ± sample standard deviation.
-
-Figures are PNG files drawn on matplotlib's Agg canvas without pyplot, so no global backend state is
-touched and nothing needs a display. :func:`figures_section` links them from a model card (relative
-links: the card and the pictures sit in the same folder, locally and on the Hub).
+"""The evaluation plots the jobs write next to their results (confusion matrices, per-type scores, pretraining
+curves, scores per seed) and the card section that shows them. Figures are PNG files drawn on matplotlib's Agg
+canvas without pyplot, so no global backend state is touched and nothing needs a display. See
+docs/models.md#evaluation-plots.
 """
 
 from __future__ import annotations
@@ -58,21 +50,6 @@ def _tick_labels(axes, labels: Sequence[str], axis: str = "x") -> None:
 # --------------------------------------------------------------------------------------------
 # Classification
 # --------------------------------------------------------------------------------------------
-def confusion_matrix(gold: Sequence[int], predicted: Sequence[int], num_labels: int) -> np.ndarray:
-    """``(num_labels, num_labels)`` counts: row = gold label id, column = predicted label id."""
-    gold, predicted = np.asarray(gold, dtype=np.int64), np.asarray(predicted, dtype=np.int64)
-    if gold.shape != predicted.shape:
-        raise ValueError(f"gold has shape {gold.shape} but predicted {predicted.shape}")
-    outside = (gold < 0) | (gold >= num_labels) | (predicted < 0) | (predicted >= num_labels)
-    if outside.any():
-        index = int(np.argmax(outside))
-        raise ValueError(f"example {index}: label ids {gold[index]} (gold), {predicted[index]} (predicted) "
-                         f"outside 0..{num_labels - 1}")
-    matrix = np.zeros((num_labels, num_labels), dtype=np.int64)
-    np.add.at(matrix, (gold, predicted), 1)
-    return matrix
-
-
 def plot_confusion_matrix(matrix: np.ndarray, labels: Sequence[str], path: str | Path, title: str) -> Path:
     """Counts of each (gold, predicted) pair, shaded by the share of the gold label's examples (its recall on
     the diagonal); each cell shows the count and that share."""
@@ -237,13 +214,3 @@ def figures_section(figures: Sequence[tuple[str, str | Path]]) -> str:
     if not figures:
         return ""
     return "\n\n### Figures\n\n" + "\n\n".join(f"![{caption}]({Path(path).name})" for caption, path in figures)
-
-
-__all__ = [
-    "confusion_matrix",
-    "figures_section",
-    "plot_confusion_matrix",
-    "plot_label_scores",
-    "plot_pretraining_curves",
-    "plot_seed_scores",
-]

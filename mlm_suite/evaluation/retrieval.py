@@ -1,10 +1,6 @@
-"""Scoring retrieval with sentence embeddings: recall@k, MRR@10 and nDCG@10, and reranking.
-
-* :class:`RetrievalMetrics` (a ``compute_metrics`` for an evaluation set of queries followed by the
-  corpus) and :func:`evaluate_retrieval` (standalone) report recall@k, MRR@10 and nDCG@10.
-* :func:`rerank` reorders each query's top k with a sentence-pair model (a cross-encoder).
-
-Training a bi-encoder is in :mod:`mlm_suite.training.retrieval`.
+"""Scoring retrieval with sentence embeddings (recall@k, MRR@10, nDCG@10) during training, standalone or from
+a ranking, and reranking a ranking with a cross-encoder. Training a bi-encoder is in
+:mod:`mlm_suite.training.retrieval`. See docs/metrics.md#retrieval.
 """
 
 from __future__ import annotations
@@ -177,17 +173,3 @@ def rerank(
             scores.append((logits[:, relevant] - torch.logsumexp(others, dim=1)).cpu())
     order = torch.cat(scores).view(-1, top_k).argsort(dim=1, descending=True, stable=True)
     return torch.cat([candidates.gather(1, order), ranked[:, top_k:]], dim=1)
-
-
-
-__all__ = [
-    "RANKING_DEPTH",
-    "RetrievalMetrics",
-    "embed_texts",
-    "evaluate_retrieval",
-    "rank_documents",
-    "rerank",
-    "retrieval_eval_dataset",
-    "retrieval_metrics",
-    "tokenize_texts",
-]

@@ -1,13 +1,8 @@
-"""Scoring a token-classification model inside the HF ``Trainer`` (``mlm-suite finetune-ner``).
-
-* :func:`ner_compute_metrics`: the ``compute_metrics`` of the job (:func:`~mlm_suite.evaluation.entities.make_compute_metrics`
-  plus F1 in both entity modes and what was scored), which keeps the predicted tags in a :class:`PredictionMemory`;
-* :func:`make_preprocess_logits`: logits → label ids before they are gathered (Viterbi with a CRF, else argmax);
-* :func:`predicted_tags`: gold and predicted tags of a data set, from the memory when the final evaluation kept them;
-* :func:`plot_scores_per_split`: the per-type (per-tag) score figures of the evaluated splits;
-* :func:`main_metric` and :func:`check_best_model_metric`: the validation score of a tagging scheme.
-
-Scores are word-level: evaluation data are aligned with the ``first`` strategy (one label per word).
+"""Scoring a token-classification model inside the HF ``Trainer`` for ``mlm-suite finetune-ner``: its
+``compute_metrics`` (entity F1 in both modes or token scores, and what was scored), logits turned into label ids
+before they are gathered (Viterbi with a CRF), the predicted tags kept for the paired bootstrap, and the per-split
+figures. Scores are word-level: evaluation data are aligned with the ``first`` strategy (one label per word).
+See docs/finetuning.md.
 """
 
 from __future__ import annotations
@@ -40,9 +35,8 @@ def main_metric(scheme: str) -> str:
     return "accuracy" if scheme == NO_SCHEME else "f1"
 
 
-def check_best_model_metric(training_args: Any) -> None:
+def check_best_model_metric(metric: str | None) -> None:
     """Scheme none reports no entity scores: ``--metric_for_best_model f1`` (or the like) is an error."""
-    metric = training_args.metric_for_best_model
     if metric and metric.removeprefix("eval_") in ENTITY_METRICS:
         raise ValueError(
             f"--metric_for_best_model {metric}: tags without entity scheme (none) are scored per token; "

@@ -302,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sources, data_description = load_sources(data_args, model_args.dataset_kwargs())
     read_scheme, scheme = settle_scheme(sources, data_args.tagging_scheme, data_args.convert_to)
     if scheme == NO_SCHEME:
-        check_best_model_metric(training_args)
+        check_best_model_metric(training_args.metric_for_best_model)
         if data_args.tagging_scheme is None and training_args.should_log:
             print(f"the tags are not an entity scheme (tagging scheme '{NO_SCHEME}', e.g. POS tags): "
                   "scored by token accuracy and per-tag precision/recall/F1")

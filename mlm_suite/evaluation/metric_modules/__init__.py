@@ -1,14 +1,6 @@
-"""mlm_suite's metrics as Hugging Face ``evaluate`` modules, installed with the package.
-
-Each metric is a folder ``<name>/`` holding the module script ``<name>.py`` and its metric card
-``README.md``, the layout ``evaluate.load`` reads from a local path: it copies the script into its
-modules cache and imports it from there, without any Hub request. The scripts are thin: they call
-the library functions (:func:`mlm_suite.evaluation.entities.entity_scores`, :func:`mlm_suite.evaluation.entities.tag_scores`,
-:func:`mlm_suite.evaluation.masked_lm.kind_scores`), so each metric has one implementation::
-
-    from mlm_suite.evaluation.entities import load_metric
-    entity_f1 = load_metric("entity_f1")          # = evaluate.load(str(metric_path("entity_f1")))
-    entity_f1.compute(predictions=[["B-PER", "O"]], references=[["B-PER", "O"]], mode="strict", scheme="BIO")
+"""mlm_suite's metrics as Hugging Face ``evaluate`` modules, installed with the package: one folder per metric
+with its script and metric card, the layout ``evaluate.load`` reads from a local path without the Hub. The
+scripts call the library functions, so each metric has one implementation. See docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -35,6 +27,3 @@ def load_metric(name: str, **kwargs: Any) -> Any:
     import evaluate
 
     return evaluate.load(str(metric_path(name)), **kwargs)
-
-
-__all__ = ["METRIC_NAMES", "load_metric", "metric_path"]

@@ -33,7 +33,7 @@ Returns:
     per_type: {type: {"precision", "recall", "f1", "support"}} for every type in references or predictions,
         support being the number of gold entities. Undefined ratios (0/0) are 0.
 Examples:
-    >>> from mlm_suite.evaluation.entities import load_metric
+    >>> from mlm_suite.evaluation import load_metric
     >>> entity_f1 = load_metric("entity_f1")
     >>> predictions = [["B-PER", "I-PER", "O", "B-LOC"], ["I-ORG", "O"]]
     >>> references = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]

@@ -34,7 +34,7 @@ Returns:
         predictions with k > 1 only);
     mask_baseline_accuracy: share of [MASK] positions whose original id is baseline_token_id (with it only).
 Examples:
-    >>> from mlm_suite.evaluation.entities import load_metric
+    >>> from mlm_suite.evaluation import load_metric
     >>> masked_lm_accuracy = load_metric("masked_lm_accuracy")
     >>> results = masked_lm_accuracy.compute(
     ...     predictions=[[7, 2], [6, 8], [7, 8], [2, 6], [6, 5], [9, 3]],  # top-2 ids per position

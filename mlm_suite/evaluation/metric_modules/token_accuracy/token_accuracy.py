@@ -28,7 +28,7 @@ Returns:
     per_tag: {tag: {"precision", "recall", "f1", "support"}} for every tag in references or predictions,
         sorted, support being the number of gold tokens. Undefined ratios (0/0) are 0.
 Examples:
-    >>> from mlm_suite.evaluation.entities import load_metric
+    >>> from mlm_suite.evaluation import load_metric
     >>> token_accuracy = load_metric("token_accuracy")
     >>> results = token_accuracy.compute(predictions=[["DT", "NN", "VBZ"], ["NN", "NN"]],
     ...                                  references=[["DT", "NN", "VBZ"], ["PRP", "VBD"]])
