@@ -22,7 +22,7 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
     "mlm_suite.metric_modules": ("mlm_suite.evaluation.metric_modules",),
     "mlm_suite.metrics": ("mlm_suite.evaluation.entities",),
     "mlm_suite.mlm_metrics": ("mlm_suite.evaluation.masked_lm",),
-    "mlm_suite.model_card": ("mlm_suite.training.cards",),
+    "mlm_suite.model_card": ("mlm_suite.cards",),
     "mlm_suite.plots": ("mlm_suite.evaluation.plots",),
     "mlm_suite.resources": ("mlm_suite.data.resources",),
     "mlm_suite.retrieval": ("mlm_suite.training.retrieval", "mlm_suite.evaluation.retrieval"),

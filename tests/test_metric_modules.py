@@ -117,8 +117,7 @@ def installed_wheel(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("wheel")
     source = root / "source"
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
-    for name in ("mlm_suite", "model_cards"):
-        shutil.copytree(REPO / name, source / name, ignore=ignore)
+    shutil.copytree(REPO / "mlm_suite", source / "mlm_suite", ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]

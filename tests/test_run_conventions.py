@@ -383,8 +383,8 @@ def test_pretrain_hub_documents_equal_the_same_documents_from_a_file(tmp_path):
     documents = make_documents(20, seed=4)
     data = tmp_path / "data"
     DatasetDict({"train": Dataset.from_dict({"text": documents[:10] + ["  ", ""] + documents[10:]})}).save_to_disk(str(data))
-    hub, _ = readers.load_pretraining_documents(pretrain.parse_arguments(["--dataset_name", str(data)])[0])
-    local, _ = readers.load_pretraining_documents(pretrain.parse_arguments(["--train_file", str(write_text(tmp_path / "c.txt", documents))])[0])
+    hub, _, _ = readers.load_pretraining_documents(pretrain.parse_arguments(["--dataset_name", str(data)])[0])
+    local, _, _ = readers.load_pretraining_documents(pretrain.parse_arguments(["--train_file", str(write_text(tmp_path / "c.txt", documents))])[0])
     for split in ("train", "validation"):
         assert hub[split]["text"] == local[split]["text"], split  # blank documents dropped, same seeded hold-out
 

@@ -32,7 +32,7 @@ from mlm_suite.data.readers import SPLITS, Example, load_intermediate, load_labe
 from mlm_suite.jobs.arguments import parse_arguments, validate_flags
 from mlm_suite.jobs.finetune_classification import TextDataArguments, finetune_sequence_task
 from mlm_suite.jobs.finetuning import FinetuneTrainingArguments, ModelArguments, load_model
-from mlm_suite.training.cards import CardDataset
+from mlm_suite.cards import CardDataset
 
 FOLLOWS, RANDOM = "follows", "random"
 

@@ -6,8 +6,9 @@
   context extension (``mlm-suite pretrain``);
 * :mod:`~mlm_suite.training.pretraining`: the pretraining job's ``Trainer``, its masking collators and final evaluation;
 * :mod:`~mlm_suite.training.freezing`: freezing the encoder of a fine-tuning model;
-* :mod:`~mlm_suite.training.retrieval`: the bi-encoder's batches, gradient caching and sentence-transformers files;
-* :mod:`~mlm_suite.training.cards`: the model cards the jobs write next to the weights.
+* :mod:`~mlm_suite.training.retrieval`: the bi-encoder's batches, gradient caching and sentence-transformers files.
+
+The model cards the jobs write (through ``JobTrainer``) live in :mod:`mlm_suite.cards`.
 """
 
 # mlm_suite.training was the module of the training controls before the regrouping: its names stay importable here.
