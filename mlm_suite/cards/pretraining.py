@@ -88,7 +88,7 @@ def pretraining_card(
     lr_schedule: str,
     weight_decay: float,
     max_seq_length: int,
-    packing: object,
+    packing: bool,
     seed: int,
     max_train_minutes: float | None,
     head_warmup_steps: int,
@@ -110,7 +110,7 @@ def pretraining_card(
     ``train_metrics`` and ``eval_metrics``: the job's results (``train_steps``; ``eval_*`` and ``perplexity``);
     ``probe``: the fill-mask probe; ``figures``: markdown shown after the scores.
     """
-    objective_text = "masked language modelling + next-sentence prediction" if objective == "mlm_nsp" else "masked language modelling"
+    objective_text = "masked language modelling" + (" + next-sentence prediction" if objective == "mlm_nsp" else "")
     objective_text += (
         f", {masking.replace('_', '-')} masking of {mlm_probability:.0%} of the tokens in training"
         + default_source(defaults_applied, "mlm_probability")
