@@ -64,7 +64,7 @@ def run_mlm_suite(output_dir: Path, minutes: float, job_args: list[str]) -> dict
 def run_hf(output_dir: Path, tokenizer_dir: Path, minutes: float, job_args: list[str]) -> dict:
     """HF BERT on the rows, masks and probes the mlm_suite job used (rebuilt from the same arguments)."""
     args, job_training_args = pretrain.parse_arguments(["--output_dir", str(output_dir), *job_args])
-    texts, _ = load_pretraining_documents(args)
+    texts, _, _ = load_pretraining_documents(args)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     train_features = build_features(texts["train"], tokenizer, args, job_training_args.seed, "training")
     eval_features = build_features(texts["validation"], tokenizer, args, EVAL_SEED, "validation")

@@ -75,7 +75,7 @@ def shared_tokenizer(folder: Path, job_args: list[str]) -> Path:
     """The vocabulary the job would train on the training documents, trained once for every run."""
     if not (folder / "tokenizer.json").is_file():
         args, _ = pretrain.parse_arguments(["--output_dir", str(folder), *job_args])
-        texts, _ = load_pretraining_documents(args)
+        texts, _, _ = load_pretraining_documents(args)
         vocabulary = args.vocab_size or pretrain.DEFAULT_TRAINED_VOCAB_SIZE
         train_wordpiece_tokenizer(texts["train"]["text"], vocab_size=vocabulary).save_pretrained(folder)
     return folder
@@ -127,7 +127,7 @@ def evaluate_at_job_rows(folder: Path, job_args: list[str]) -> dict:
     if saved.is_file():
         return json.loads(saved.read_text())
     args, _ = pretrain.parse_arguments(["--output_dir", str(folder / "eval"), *job_args])
-    texts, _ = load_pretraining_documents(args)
+    texts, _, _ = load_pretraining_documents(args)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     train_features = build_features(texts["train"], tokenizer, args, 0, "training")
     eval_features = build_features(texts["validation"], tokenizer, args, EVAL_SEED, "validation")

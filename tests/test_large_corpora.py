@@ -104,7 +104,7 @@ def test_prepared_shards_hold_the_rows_the_job_builds_in_memory(tmp_path, tokeni
 
     args, _ = parse_arguments(["--train_file", str(train), "--max_seq_length", str(MAX_LENGTH), "--output_dir", "x"]
                               + (["--packing"] if packing else []))  # fmt: skip
-    texts, _ = load_pretraining_documents(args)
+    texts, _, _ = load_pretraining_documents(args)
     in_memory = build_features(texts["train"], tokenizer, args, 0, "training")
     assert prepared.train.column_names == in_memory.column_names
     assert prepared.train.num_rows == in_memory.num_rows > 2000

@@ -118,8 +118,7 @@ def installed_wheel(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("wheel")
     source = root / "source"
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
-    for name in ("mlm_suite", "model_cards"):
-        shutil.copytree(REPO / name, source / name, ignore=ignore)
+    shutil.copytree(REPO / "mlm_suite", source / "mlm_suite", ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
@@ -135,6 +134,13 @@ def test_the_wheel_holds_each_module_script_and_metric_card(installed_wheel):
     names = set(zipfile.ZipFile(next((installed_wheel / "dist").glob("*.whl"))).namelist())
     for name in METRIC_NAMES:
         assert {f"mlm_suite/evaluation/metric_modules/{name}/{name}.py", f"mlm_suite/evaluation/metric_modules/{name}/README.md"} <= names
+
+
+def test_the_wheel_holds_the_model_card_templates(installed_wheel):
+    names = set(zipfile.ZipFile(next((installed_wheel / "dist").glob("*.whl"))).namelist())
+    templates = {p.name for p in (REPO / "mlm_suite" / "cards" / "templates").glob("*.md")}
+    assert templates >= {"finetuned.md", "pretraining.md", "retrieval.md", "seeds.md"}
+    assert {f"mlm_suite/cards/templates/{name}" for name in templates} <= names
 
 
 def test_installed_modules_load_offline_in_a_fresh_process_and_equal_the_library(installed_wheel, tmp_path):

@@ -21,18 +21,24 @@ import yaml
 from huggingface_hub import ModelCard, ModelCardData
 from huggingface_hub.repocard_data import eval_results_to_model_index, model_index_to_eval_results
 
-from mlm_suite.training.cards import (
+from mlm_suite.cards import (
+    HELD_OUT_OF_TRAIN,
     MINILM_HUB_ID,
     PROJECT_LICENSE,
     CardDataset,
     CardScore,
+    FinetunedCard,
     base_model_license,
     card_scores,
     front_matter,
     model_card_data,
-    render_model_card,
+    pretraining_card,
+    render_card,
+    seed_summary_card,
     update_card_data,
 )
+from mlm_suite.model import MlmSuiteForMaskedLM
+from mlm_suite.training.trainer import JobTrainer
 
 PIPELINE_TAGS = {"fill-mask", "token-classification", "text-classification", "sentence-similarity"}
 
@@ -87,11 +93,11 @@ def results_of(metadata: dict) -> dict[tuple[str, str], float]:
 
 
 def card_text(**metadata) -> str:
-    """A whole finetuned card with the given metadata arguments (``model_card_data``'s; a text classifier unless told)."""
+    """A whole finetuned card with the given metadata fields (``TrainedModelCard``'s; a text classifier unless told)."""
     metadata.setdefault("pipeline_tag", "text-classification")
-    fields = dict(model_name="m", task_description="A model", auto_class="AutoModel", model_id='"m"', labels="",
-                  data="", training="", metrics="", base_model_text="")
-    return render_model_card("finetuned", model_card_data("finetuned", model_name="m", **metadata), **fields)
+    card = FinetunedCard(task_description="A model", auto_class="AutoModel", labels="", data="", training="",
+                         metrics="", **metadata)
+    return render_card(card, model_name="m", model_id="m")
 
 
 SCORES = [CardScore("validation", "accuracy", 0.75, "accuracy"), CardScore("validation", "f1", 0.5, "macro F1"),
@@ -231,3 +237,67 @@ def test_create_model_card_arguments_update_the_metadata():
         update_card_data(data, licence="mit")
     assert update_card_data(data).to_dict() == data.to_dict()
     assert model_card_data("finetuned", model_name="m", base_model=MINILM_HUB_ID).base_model == MINILM_HUB_ID
+
+
+# --------------------------------------------------------------------------------------------
+# The pretraining card: where the model and the held-out documents came from
+# --------------------------------------------------------------------------------------------
+def pretraining_card_text(tiny_config, tokenizer, **given) -> str:
+    """The pretraining card of a tiny run, with ``given`` replacing the defaults of a from-scratch run on files."""
+    eval_metrics = {"eval_mask_accuracy": 0.5, "eval_mask_baseline_accuracy": 0.1, "eval_mask_top5_accuracy": 0.7,
+                    "eval_random_accuracy": 0.2, "eval_kept_accuracy": 0.9, "eval_mlm_loss": 2.0, "perplexity": 7.4,
+                    "eval_mask_tokens": 8, "eval_random_tokens": 1, "eval_kept_tokens": 1}
+    values = dict(
+        model=MlmSuiteForMaskedLM(tiny_config()), tokenizer=tokenizer, base_model=None, config_name=None,
+        config_preset="tiny", dataset_name=None, dataset_config_name=None, prepared_data=None, train_file="c.txt",
+        validation_file=None, held_out_split=None, data={"source": "`c.txt`"}, objective="mlm", masking="token",
+        mlm_probability=0.2, eval_mlm_probability=0.15, defaults_applied={}, max_steps=20, rows_per_step=16,
+        learning_rate=5e-4, adam_beta2=0.98, lr_schedule="linear", weight_decay=0.01, max_seq_length=64,
+        packing=True, seed=0, max_train_minutes=None, head_warmup_steps=0, controls={},
+        train_metrics={"train_steps": 20, "train_loss": 5.0, "train_runtime": 3.0}, eval_metrics=eval_metrics,
+        probe=[],
+    )
+    return render_card(pretraining_card(**{**values, **given}), model_name="m", model_id="m")
+
+
+def test_the_pretraining_card_names_the_config_a_new_model_was_built_from(tiny_config, tokenizer):
+    assert "| initialisation | preset `tiny` |" in pretraining_card_text(tiny_config, tokenizer)
+    text = pretraining_card_text(tiny_config, tokenizer, config_name="configs/my-encoder")
+    assert "| initialisation | config `configs/my-encoder` |" in text and "preset" not in text
+    text = pretraining_card_text(tiny_config, tokenizer, base_model="someone/bert", config_name="configs/my-encoder")
+    assert "| initialisation | continued from `someone/bert` |" in text
+
+
+def test_the_pretraining_cards_held_out_split_is_named_for_where_it_came_from(tiny_config, tokenizer):
+    def held_out(**given) -> set[str]:
+        metadata = assert_valid_model_card(pretraining_card_text(tiny_config, tokenizer, **given))
+        return {split for split, _ in results_of(metadata)}
+
+    hub = dict(dataset_name="someone/corpus", train_file=None)
+    assert held_out(**hub, held_out_split="validation") == {"validation"}
+    assert held_out(**hub, held_out_split="dev") == {"dev"}
+    # No validation split: the held-out documents are part of train, and the card says so.
+    assert held_out(**hub) == {HELD_OUT_OF_TRAIN} == {"held-out part of train"}
+    assert held_out(**hub, validation_file="data/dev.txt") == {"dev.txt (--validation_file)"}
+    assert held_out() == {"validation"}  # local files: the card names no dataset split
+
+
+# --------------------------------------------------------------------------------------------
+# mlm-suite seeds: a card without metadata, through the same writer
+# --------------------------------------------------------------------------------------------
+def test_the_seed_summary_card_is_written_by_the_job_trainer(tmp_path):
+    per_seed = {3: {"eval_accuracy": 0.5, "test_accuracy": 0.75}, 5: {"eval_accuracy": 0.25}}
+    summary = {"eval_accuracy": {"mean": 0.375, "std": 0.125}, "test_accuracy": {"mean": 0.75, "std": 0.0}}
+    card = seed_summary_card(job="finetune-cls", command="mlm-suite seeds finetune-cls --seeds 3 5", metric="accuracy",
+                             per_seed=per_seed, summary=summary,
+                             series={"eval_accuracy": "validation", "test_accuracy": "test"}, figures="\n\n![f](f.png)")
+    path = JobTrainer.write_card(tmp_path, card)
+    assert path == tmp_path / "README.md"
+    assert path.read_text(encoding="utf-8") == (
+        "# finetune-cls: accuracy over 2 seeds\n\n`mlm-suite seeds finetune-cls --seeds 3 5` ran the job once per seed, "
+        "into `seed_<seed>/` (each with its model card); `seed_summary.json` holds these numbers.\n\n"
+        "| seed | validation accuracy | test accuracy |\n|---|---|---|\n| 3 | 0.5000 | 0.7500 |\n| 5 | 0.2500 | - |\n"
+        "| mean ± sd | 0.3750 ± 0.1250 | 0.7500 ± 0.0000 |\n\n![f](f.png)\n"
+    )
+    with pytest.raises(TypeError, match="no metadata"):
+        JobTrainer.write_card(tmp_path, card, license="mit")

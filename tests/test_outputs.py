@@ -26,7 +26,7 @@ from transformers import AutoTokenizer, TrainingArguments
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteModel
 from mlm_suite.data import resources
 from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, pretrain
-from mlm_suite.training.cards import MINILM_HUB_ID, base_model_fields
+from mlm_suite.cards import MINILM_HUB_ID, base_model_fields
 from mlm_suite.training.trainer import JobTrainer, PickleFreeTrainer, join_optimizer_state, split_optimizer_state
 from test_finetune import FAST, SENTENCES, write_conll
 from test_model_cards import assert_valid_model_card

@@ -320,8 +320,11 @@ def test_pretrain_split_names_sample_limits_and_hub_flags(tmp_path, minilm_dir, 
                                 "trust_remote_code": True}]
     args, _ = pretrain.parse_arguments(pretrain_args(out, "--dataset_name", str(data), "--validation_split_name",
                                                      "heldout", "--text_column_name", "body"))
-    held_out = readers.load_pretraining_documents(args)[0]["validation"]
-    assert held_out["text"] == make_documents(6, seed=2)  # the split named, not 5 % of train
+    texts, _, held_out_split = readers.load_pretraining_documents(args)
+    held_out = texts["validation"]
+    assert held_out["text"] == make_documents(6, seed=2) and held_out_split == "heldout"  # the split named, not 5 % of train
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "split: heldout\n" in card.split("---\n")[1]  # the model-index names the split scored
     rows = build_features(held_out, AutoTokenizer.from_pretrained(minilm_dir), args, EVAL_SEED, "v")
     assert json.loads((out / "eval_results.json").read_text())["eval_samples"] == len(rows)
 
@@ -330,8 +333,9 @@ def test_pretrain_hub_documents_equal_the_same_documents_from_a_file(tmp_path):
     documents = make_documents(20, seed=4)
     data = tmp_path / "data"
     DatasetDict({"train": Dataset.from_dict({"text": documents[:10] + ["  ", ""] + documents[10:]})}).save_to_disk(str(data))
-    hub, _ = readers.load_pretraining_documents(pretrain.parse_arguments(["--dataset_name", str(data)])[0])
-    local, _ = readers.load_pretraining_documents(pretrain.parse_arguments(["--train_file", str(write_text(tmp_path / "c.txt", documents))])[0])
+    hub, _, held_out_split = readers.load_pretraining_documents(pretrain.parse_arguments(["--dataset_name", str(data)])[0])
+    assert held_out_split is None  # no validation split: 5 % of train held out
+    local, _, _ = readers.load_pretraining_documents(pretrain.parse_arguments(["--train_file", str(write_text(tmp_path / "c.txt", documents))])[0])
     for split in ("train", "validation"):
         assert hub[split]["text"] == local[split]["text"], split  # blank documents dropped, same seeded hold-out
 

@@ -477,9 +477,10 @@ def hub_documents(dataset: Any, args: Any, name: str) -> Any:
     )  # fmt: skip
 
 
-def load_pretraining_documents(args: Any) -> tuple[Any, str]:
+def load_pretraining_documents(args: Any) -> tuple[Any, str, str | None]:
     """``mlm-suite pretrain``'s documents: ``train`` and ``validation`` splits (a ``DatasetDict``) with one ``text``
-    column, and a description of the data. ``args`` are the job's ``PretrainingArguments``: ``--dataset_name``,
+    column, a description of the data, and the dataset's split the held-out documents were read from (None: a file,
+    or held out of train). ``args`` are the job's ``PretrainingArguments``: ``--dataset_name``,
     ``--train_file``/``--validation_file``, else the embedded Pang & Lee reviews; without a held-out split,
     ``--validation_split_percentage`` of the documents, drawn with ``HELD_OUT_SEED``.
 
@@ -491,6 +492,7 @@ def load_pretraining_documents(args: Any) -> tuple[Any, str]:
     from mlm_suite.data import resources
 
     validation = read_documents(args.validation_file, args.text_column_name) if args.validation_file else None
+    held_out_split = None
     if args.dataset_name:
         raw = load_hub_splits(args.dataset_name, args.dataset_config_name, validation_split_name=args.validation_split_name,
                               test_split_name=None, require_train=True, **args.dataset_kwargs())
@@ -498,7 +500,7 @@ def load_pretraining_documents(args: Any) -> tuple[Any, str]:
         split_names = {"train": "train"}
         if validation is None and "validation" in raw:
             validation = hub_documents(raw["validation"], args, f"{args.dataset_name}[{args.validation_split_name}]")
-            split_names["validation"] = args.validation_split_name
+            split_names["validation"] = held_out_split = args.validation_split_name
         source = (f"`{args.dataset_name}`" + (f" ({args.dataset_config_name})" if args.dataset_config_name else "")
                   + split_description(split_names))
     elif args.train_file:
@@ -513,8 +515,8 @@ def load_pretraining_documents(args: Any) -> tuple[Any, str]:
     train = documents if isinstance(documents, Dataset) else Dataset.from_dict({"text": documents})
     if validation is not None:
         held_out = validation if isinstance(validation, Dataset) else Dataset.from_dict({"text": validation})
-        return DatasetDict(train=train, validation=held_out), source
-    return hold_out(train, args.validation_split_percentage, HELD_OUT_SEED), source
+        return DatasetDict(train=train, validation=held_out), source, held_out_split
+    return hold_out(train, args.validation_split_percentage, HELD_OUT_SEED), source, None
 
 
 __all__ = [

@@ -76,6 +76,7 @@ class PreparedSource:
         if args.validation_file:
             validation = Dataset.from_dict({"text": list(iter_documents(args.validation_file, args.text_column_name))})
         self.texts = DatasetDict(validation=validation)
+        self.held_out_split: str | None = None  # not a split of a dataset: prepared or read from a file
 
     def check_tokenizer(self, tokenizer: PreTrainedTokenizerBase) -> None:
         check_tokenizer(self.prepared, tokenizer, self.tokenizer_flag)
@@ -112,6 +113,7 @@ class StreamingSource:
         args.train_tokenizer = False
         self.args = args
         validation = list(iter_documents(args.validation_file, args.text_column_name)) if args.validation_file else None
+        self.held_out_split: str | None = None  # the dataset's split the held-out documents come from, if any
         if args.train_file:
             self.source = f"`{Path(args.train_file).name}` (streamed)"
             open_stream = functools.partial(document_stream, [args.train_file], args.text_column_name)
@@ -125,7 +127,8 @@ class StreamingSource:
             name = args.dataset_name + (f" ({args.dataset_config_name})" if args.dataset_config_name else "")
             self.source = f"`{name}` (streamed)"
             if validation is None and "validation" in names:
-                held_out = splits[names["validation"]]
+                self.held_out_split = names["validation"]
+                held_out = splits[self.held_out_split]
                 head = hub_document_stream(held_out, args.text_column_name).take(args.held_out_documents)
                 validation = [record["text"] for record in head]
             open_stream = functools.partial(hub_document_stream, splits["train"], args.text_column_name)

@@ -79,22 +79,14 @@ from mlm_suite.jobs.finetuning import (
     FinetuneTrainingArguments,
     ModelArguments,
     apply_freezing,
+    card_training_summary,
     check_max_seq_length,
     early_stopping,
     run_trainer,
     save_everything,
 )
 from mlm_suite.jobs.model_loading import load_config, load_model, load_tokenizer, resolve_model_path
-from mlm_suite.training.cards import (
-    CardDataset,
-    card_base_model,
-    card_scores,
-    initialisation,
-    label_table,
-    markdown_table,
-    training_summary,
-    write_card,
-)
+from mlm_suite.cards import CardDataset, FinetunedCard, card_base_model, card_scores, label_table, markdown_table
 from mlm_suite.training.trainer import JobTrainer
 
 INTERMEDIATE_DIR = "intermediate"  # under --output_dir: the intermediate stage's checkpoints
@@ -331,16 +323,15 @@ def finetune_sequence_task(
     )
     split_sizes = {split: f"{len(examples)} (no labels: {'predicted only' if split in predicted else 'not used'})"
                    if split in unlabelled else len(examples) for split, examples in splits.items()}
-    write_card(
-        trainer,
+    trainer.publish(FinetunedCard(
         pipeline_tag=pipeline_tag,
         task_description=task_description,
-        base_model=card_base_model(model_path, model_args),
+        base_model=card_base_model(model_path, model_args.init),
         auto_class="AutoModelForSequenceClassification",
         labels=labels_text,
         data=data_description + "\n\n" + markdown_table(split_sizes, ("split", "examples")),
-        training=training_summary(training_args, **initialisation(model_path, model_args),
-                                  **{"max_seq_length": data_args.max_seq_length, "trained layers": trainable}),
+        training=card_training_summary(training_args, model_path, model_args,
+                                       {"max_seq_length": data_args.max_seq_length, "trained layers": trainable}),
         metrics=(metric_note + "\n\n" + markdown_table(scored, ("metric", "value")) + unlabelled_note
                  + figures_section(figures)),
         dataset=CardDataset.read_by_job(data_args.dataset_name, data_args.dataset_config_name,
@@ -348,7 +339,7 @@ def finetune_sequence_task(
                                         embedded_data, {"validation": data_args.validation_split_name,
                                                         "test": data_args.test_split_name}),
         scores=card_scores(flat, CARD_SCORES[task_type]),
-    )
+    ))
     if trainer.is_world_process_zero():
         main_metrics = ("accuracy", "f1") if task_type == "classification" else ("pearson", "spearman")
         for split in ("intermediate_eval", "eval", "test"):

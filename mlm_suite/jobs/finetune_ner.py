@@ -60,6 +60,7 @@ from mlm_suite.jobs.finetuning import (
     FinetuneTrainingArguments,
     ModelArguments,
     apply_freezing,
+    card_training_summary,
     check_max_seq_length,
     early_stopping,
     replace_output_dir,
@@ -75,9 +76,9 @@ from mlm_suite.evaluation.tagging_metrics import (
     PredictionMemory, check_best_model_metric, main_metric, make_preprocess_logits, ner_compute_metrics,
     plot_scores_per_split,
 )
-from mlm_suite.training.cards import (
-    CardDataset, card_base_model, card_scores, initialisation, markdown_table, ner_card_score_names, ner_labels_section,
-    ner_metrics_section, ner_summary, ner_task_description, training_summary, write_card,
+from mlm_suite.cards import (
+    CardDataset, FinetunedCard, card_base_model, card_scores, markdown_table, ner_card_score_names, ner_labels_section,
+    ner_metrics_section, ner_summary, ner_task_description,
 )
 from mlm_suite.training.trainer import JobTrainer
 
@@ -365,25 +366,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Figures, model card, summary
     flat = {key: value for values in metrics.values() for key, value in values.items()}
     figures = plot_scores_per_split(trainer, datasets, metrics, scheme, data_args.metric_mode)
-    write_card(
-        trainer,
+    trainer.publish(FinetunedCard(
         pipeline_tag="token-classification",
         task_description=ner_task_description(scheme, len(label_list)),
-        base_model=card_base_model(model_path, model_args),
+        base_model=card_base_model(model_path, model_args.init),
         auto_class="AutoModelForTokenClassification",
         labels=ner_labels_section(scheme, read_scheme, model_args.use_crf, id2label),
         data=data_description + "\n\n" + markdown_table({split: len(data) for split, data in sentences.items()},
                                                          ("split", "sentences")),
-        training=training_summary(
-            training_args,
-            **initialisation(model_path, model_args),
-            **{"label strategy": data_args.label_strategy, "max_seq_length": data_args.max_seq_length,
-               "trained layers": trainable},
+        training=card_training_summary(
+            training_args, model_path, model_args,
+            {"label strategy": data_args.label_strategy, "max_seq_length": data_args.max_seq_length,
+             "trained layers": trainable},
         ),
         metrics=ner_metrics_section(flat, data_args.metric_mode, compare_hf, scheme) + figures_section(figures),
         dataset=card_dataset(data_args),
         scores=card_scores(flat, ner_card_score_names(scheme, data_args.metric_mode)),
-    )
+    ))
     if trainer.is_world_process_zero():
         print(ner_summary(flat, compare_hf, scheme))
         print(f"trained on {training_args.world_size} process(es); saved the model, tokenizer, model card "

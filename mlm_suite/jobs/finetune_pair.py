@@ -33,7 +33,7 @@ from mlm_suite.jobs.arguments import parse_arguments, validate_flags
 from mlm_suite.jobs.finetune_cls import TextDataArguments, finetune_sequence_task
 from mlm_suite.jobs.finetuning import FinetuneTrainingArguments, ModelArguments
 from mlm_suite.jobs.model_loading import load_model
-from mlm_suite.training.cards import CardDataset
+from mlm_suite.cards import CardDataset
 
 FOLLOWS, RANDOM = "follows", "random"
 

@@ -48,6 +48,7 @@ from mlm_suite.jobs.finetuning import (
     FinetuneTrainingArguments,
     ModelArguments,
     apply_freezing,
+    card_training_summary,
     check_max_seq_length,
     early_stopping,
     run_trainer,
@@ -60,15 +61,7 @@ from mlm_suite.jobs.model_loading import (
     mlm_suite_checkpoint,
     resolve_model_path,
 )
-from mlm_suite.training.cards import (
-    CardDataset,
-    card_base_model,
-    card_scores,
-    initialisation,
-    markdown_table,
-    training_summary,
-    write_card,
-)
+from mlm_suite.cards import CardDataset, RetrievalCard, card_base_model, card_scores, markdown_table
 
 METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")
 #: The embedded task (no data flags), as the card's metadata names it.
@@ -282,20 +275,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     table += [f"| {split} | {stage} | " + " | ".join(f"{flat[f'{key}_{name}']:.4f}" for name in METRICS) + " |"
               for split, stage, key in scored_runs]
     sizes = {name: f"{len(split.queries):,} queries, {len(split.corpus):,} documents" for name, split in splits.items()}
-    write_card(
-        trainer,
+    trainer.publish(RetrievalCard(
         pipeline_tag="sentence-similarity",
         task_description="A sentence-embedding (bi-encoder retrieval) model",
-        base_model=card_base_model(model_path, model_args),
-        auto_class="AutoModel",
-        labels="",
-        extra_fields=_embedding_fields(model.config),
+        base_model=card_base_model(model_path, model_args.init),
+        **_embedding_fields(model.config),
         data=description + "\n\n" + markdown_table({"train": f"{len(pairs):,} query/document pairs", **sizes},
                                                     ("split", "size")),
-        training=training_summary(
-            training_args, **initialisation(model_path, model_args),
-            **{"loss": _loss_text(model.config), "max_seq_length": data_args.max_seq_length,
-               "mini_batch_size (gradient caching)": model_args.mini_batch_size or "none", "trained layers": trainable},
+        training=card_training_summary(
+            training_args, model_path, model_args,
+            {"loss": _loss_text(model.config), "max_seq_length": data_args.max_seq_length,
+             "mini_batch_size (gradient caching)": model_args.mini_batch_size or "none", "trained layers": trainable},
         ),
         metrics=("Recall@k, MRR@10 and nDCG@10 (cosine similarity, the whole corpus of the split ranked for each "
                  "query), before (zero-shot) and after fine-tuning.\n\n" + "\n".join(table)) if scored_runs else
@@ -304,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                      data_args.test_corpus_file, data_args.test_queries_file),
                                         EMBEDDED_DATA),
         scores=card_scores(flat, {name: (name, f"{name} (cosine similarity)") for name in METRICS}),  # fine-tuned only
-    )
+    ))
     if trainer.is_world_process_zero():
         for split in dict.fromkeys(split for split, _, _ in scored_runs):
             print(f"{split}: " + ", ".join(f"{stage} mrr@10 = {flat[f'{key}_mrr@10']:.4f}"

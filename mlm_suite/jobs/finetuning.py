@@ -13,8 +13,9 @@
 
 The rest lives by concern: parsing and checking flags in :mod:`mlm_suite.jobs.arguments`, reading data in
 :mod:`mlm_suite.data.readers`, labels in :mod:`mlm_suite.data.labels`, the classification metrics in
-:mod:`mlm_suite.evaluation.classification` and the model card (written, then pushed with ``--push_to_hub``) in
-:mod:`mlm_suite.training.cards` (:func:`~mlm_suite.training.cards.write_card`). 
+:mod:`mlm_suite.evaluation.classification` and the model card in :mod:`mlm_suite.cards` (handed to
+``JobTrainer.publish``, which writes it, then pushes with ``--push_to_hub``; :func:`card_training_summary` is its
+hyper-parameter table).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any, Literal
 
 from transformers import PretrainedConfig, Trainer, TrainerCallback, TrainingArguments
 
+from mlm_suite.cards import initialisation, training_summary
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import HubArguments, JobTrainingArguments
 from mlm_suite.jobs.checkpoints import stage_checkpoint
@@ -188,6 +190,19 @@ def save_metrics(trainer: Trainer, metrics: Mapping[str, Mapping[str, float]]) -
         trainer.save_metrics(split, dict(values))
 
 
+def card_training_summary(
+    training_args: TrainingArguments, model_path: str, model_args: ModelArguments, rows: Mapping[str, object]
+) -> str:
+    """The card's hyper-parameter table: the recipe of ``training_args``, the starting weights, then the job's ``rows``."""
+    return training_summary(
+        num_train_epochs=training_args.num_train_epochs, max_steps=training_args.max_steps,
+        learning_rate=training_args.learning_rate, lr_scheduler_type=training_args.lr_scheduler_type,
+        warmup_steps=training_args.warmup_steps, optimizer=training_args.optim, weight_decay=training_args.weight_decay,
+        batch_size=training_args.per_device_train_batch_size, seed=training_args.seed,
+        **initialisation(model_path, model_args.init), **rows,
+    )
+
+
 def replace_output_dir(args: TrainingArguments, output_dir: str) -> TrainingArguments:
     """A copy of ``args`` writing to ``output_dir`` (for a second model trained in the same run), continuing from
     the last checkpoint there (:func:`~mlm_suite.jobs.checkpoints.stage_checkpoint`) rather than from the job's."""
@@ -200,6 +215,7 @@ __all__ = [
     "FinetuneTrainingArguments",
     "ModelArguments",
     "apply_freezing",
+    "card_training_summary",
     "check_max_seq_length",
     "early_stopping",
     "replace_output_dir",

@@ -88,13 +88,16 @@ from mlm_suite.data.masking import MaskingEpochCallback
 from mlm_suite.data.pretraining import EVAL_SEED, build_features, first_rows, most_frequent_row_token
 from mlm_suite.evaluation.masked_lm import make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics, probe_sentences
 from mlm_suite.evaluation.plots import figures_section, plot_pretraining_curves
-from mlm_suite.training.cards import pretraining_card_fields, pretraining_card_metadata
+from mlm_suite.cards import pretraining_card
 from mlm_suite.training.controls import early_stopping_callback, rows_per_step
 from mlm_suite.training.pretraining import (
     PretrainingTrainer, describe_evaluation, evaluate_pretraining, evaluation_collator, training_collator,
 )  # fmt: skip
 # time_budget_callback is looked up here when the job runs: benchmarks replace it in this module.
-from mlm_suite.training.schedules import describe_controls, resolve_controls, row_schedule, time_budget_callback
+from mlm_suite.training.schedules import (
+    UNBOUNDED_STEPS, control_card_rows, describe_controls, lr_schedule_summary, resolve_controls, row_schedule,
+    time_budget_callback,
+)  # fmt: skip
 from mlm_suite.jobs.pretraining_setup import (
     DEFAULT_TRAINED_VOCAB_SIZE, build_config, build_model, describe_configuration, describe_new_weights, load_tokenizer,
     resolve_job_defaults, validate_arguments,
@@ -409,7 +412,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # Data: the documents (in memory, or a prepared folder / stream) and the tokenizer.
     large = open_corpus_source(args, training_args, given)
-    texts, source = (large.texts, large.source) if large else load_pretraining_documents(args)
+    texts, source, held_out_split = (
+        (large.texts, large.source, large.held_out_split) if large else load_pretraining_documents(args)
+    )
     tokenizer = load_tokenizer(args, texts["train"]["text"] if "train" in texts else [])
     if large:
         large.check_tokenizer(tokenizer)  # a prepared folder's rows are ids of one tokenizer
@@ -487,12 +492,22 @@ def main(argv: list[str] | None = None) -> int:
         "training rows": training["rows"],
         "validation rows": len(eval_features),
     }
-    trainer.model_card_fields = pretraining_card_fields(
-        args, training_args, trainer.model, tokenizer, data, train_metrics, eval_metrics, probe
+    card = pretraining_card(
+        model=trainer.model, tokenizer=tokenizer, base_model=args.model_name_or_path, config_name=args.config_name,
+        config_preset=args.config_preset, dataset_name=args.dataset_name, dataset_config_name=args.dataset_config_name,
+        prepared_data=args.prepared_data, train_file=args.train_file, validation_file=args.validation_file,
+        held_out_split=held_out_split, data=data, objective=args.objective, masking=args.masking,
+        mlm_probability=args.mlm_probability, eval_mlm_probability=args.eval_mlm_probability,
+        defaults_applied=args.defaults_applied,
+        max_steps=None if training_args.max_steps == UNBOUNDED_STEPS else training_args.max_steps,
+        rows_per_step=rows_per_step(training_args), learning_rate=training_args.learning_rate,
+        adam_beta2=training_args.adam_beta2, lr_schedule=lr_schedule_summary(training_args, args),
+        weight_decay=training_args.weight_decay, max_seq_length=args.max_seq_length, packing=args.packing,
+        seed=training_args.seed, max_train_minutes=args.max_train_minutes, head_warmup_steps=args.head_warmup_steps,
+        controls=control_card_rows(args), train_metrics=train_metrics, eval_metrics=eval_metrics, probe=probe,
+        figures=figures_section([(CURVES_CAPTION, CURVES_PNG)]),
     )
-    trainer.model_card_fields["metrics"] += figures_section([(CURVES_CAPTION, CURVES_PNG)])
-    trainer.model_card_metadata = pretraining_card_metadata(args, eval_metrics)
-    trainer.publish()  # the card, then with --push_to_hub the upload of the complete folder
+    trainer.publish(card)  # the card, then with --push_to_hub the upload of the complete folder
 
     if trainer.is_world_process_zero():
         print("\n" + describe_evaluation(eval_metrics, probe, tokenizer.convert_ids_to_tokens(baseline_token_id)))

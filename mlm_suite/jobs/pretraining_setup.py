@@ -26,7 +26,7 @@ from mlm_suite.data import resources
 from mlm_suite.data.masking import check_mlm_tokenizer
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
 from mlm_suite.jobs.arguments import apply_defaults
-from mlm_suite.training.cards import default_source
+from mlm_suite.cards import default_source
 from mlm_suite.training.controls import rows_per_step
 from mlm_suite.training.schedules import UNBOUNDED_STEPS, extend_context
 
@@ -144,7 +144,7 @@ def describe_configuration(args: Any, training_args: TrainingArguments) -> str:
         "mlm_probability": f"{args.mlm_probability:g}",
         "max_steps": "unbounded" if training_args.max_steps == UNBOUNDED_STEPS else f"{training_args.max_steps}",
     }
-    lines += [f"  {name} {value}{default_source(args, name)}" for name, value in values.items()]
+    lines += [f"  {name} {value}{default_source(args.defaults_applied, name)}" for name, value in values.items()]
     warmup = training_args.warmup_steps
     lines.append(
         f"  warmup {f'{warmup:g} of the steps' if 0 < warmup < 1 else f'{warmup:g} steps'}, weight_decay "

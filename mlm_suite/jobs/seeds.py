@@ -25,10 +25,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from mlm_suite.cards import seed_summary_card
 from mlm_suite.cli import SUBCOMMANDS
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.distributed import command_prog, running_as
 from mlm_suite.evaluation.plots import figures_section, plot_seed_scores
+from mlm_suite.training.trainer import JobTrainer
 
 # job (an mlm-suite subcommand) → the score its results are summarised by
 JOB_METRICS = {"finetune-ner": "f1", "finetune-cls": "accuracy", "finetune-pair": "accuracy", "finetune-retrieval": "mrr@10"}
@@ -110,16 +112,9 @@ def write_summary_card(
     names = {key: series_name(key) for key in keys}
     caption = f"{job}: {metric} per seed, mean ± sample sd over {len(per_seed)} seeds"
     plot_seed_scores(per_seed, summary, names, output_dir / "seed_scores.png", caption, metric)
-    lines = ["| seed | " + " | ".join(f"{names[key]} {metric}" for key in keys) + " |", "|---" * (len(keys) + 1) + "|"]
-    for seed, results in per_seed.items():
-        lines.append(f"| {seed} | " + " | ".join(f"{results[key]:.4f}" if key in results else "-" for key in keys) + " |")
-    lines.append("| mean ± sd | " + " | ".join(f"{summary[key]['mean']:.4f} ± {summary[key]['std']:.4f}" for key in keys) + " |")
-    text = (f"# {job}: {metric} over {len(per_seed)} seeds\n\n`{command}` ran the job once per seed, into `seed_<seed>/` "
-            f"(each with its model card); `seed_summary.json` holds these numbers.\n\n"
-            + "\n".join(lines) + figures_section([(caption, "seed_scores.png")]) + "\n")
-    path = output_dir / "README.md"
-    path.write_text(text, encoding="utf-8")
-    return path
+    card = seed_summary_card(job=job, command=command, metric=metric, per_seed=per_seed, summary=summary, series=names,
+                             figures=figures_section([(caption, "seed_scores.png")]))
+    return JobTrainer.write_card(output_dir, card)
 
 
 if __name__ == "__main__":

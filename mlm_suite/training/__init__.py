@@ -6,6 +6,7 @@
   context extension (``mlm-suite pretrain``);
 * :mod:`~mlm_suite.training.pretraining`: the pretraining job's ``Trainer``, its masking collators and final evaluation;
 * :mod:`~mlm_suite.training.freezing`: freezing the encoder of a fine-tuning model;
-* :mod:`~mlm_suite.training.retrieval`: the bi-encoder's batches, gradient caching and sentence-transformers files;
-* :mod:`~mlm_suite.training.cards`: the model cards the jobs write next to the weights.
+* :mod:`~mlm_suite.training.retrieval`: the bi-encoder's batches, gradient caching and sentence-transformers files.
+
+The model cards the jobs write (through ``JobTrainer``) live in :mod:`mlm_suite.cards`.
 """

@@ -60,11 +60,9 @@ class PretrainingTrainer(ScheduledRowsMixin, JobTrainer):
     """A ``Trainer`` that evaluates with its own fixed-mask collator and writes mlm_suite's model card.
 
     ``create_model_card`` (:class:`~mlm_suite.training.trainer.JobTrainer`) is what ``push_to_hub`` calls, so the
-    card uploaded is the one written here (set ``model_card_fields`` first). It writes no pickle:
+    card uploaded is the one the job hands to ``publish``. It writes no pickle:
     ``training_args.json``, and checkpoints in safetensors and JSON.
     """
-
-    card_template = "pretraining"
 
     def __init__(self, *args, eval_data_collator: DataCollatorForMaskedLM, head_warmup_steps: int = 0, **kwargs):
         super().__init__(*args, **kwargs)

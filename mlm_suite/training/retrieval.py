@@ -96,8 +96,6 @@ class RetrievalTrainer(JobTrainer):
             together) with a graph at a time; ``None``: the whole batch at once.
     """
 
-    card_template = "retrieval"
-
     def __init__(self, *args: Any, mini_batch_size: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if mini_batch_size is not None and mini_batch_size < 1:

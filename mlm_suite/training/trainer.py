@@ -28,9 +28,9 @@ endless part of a stream, loaded through accelerate's ``DataLoaderShard`` over t
 hold each process's position in the stream, ``data_state.json`` (``data_state_<rank>.json`` with several
 processes), and a resumed run continues from it rather than re-reading the stream from its start.
 
-:class:`JobTrainer`: a ``PickleFreeTrainer`` that writes mlm_suite's model card where the stock
-``Trainer`` writes its generated one (``create_model_card``, which ``push_to_hub`` calls), and pushes
-only when told to (:meth:`JobTrainer.publish`, after the job wrote its results), never from
+:class:`JobTrainer`: a ``PickleFreeTrainer`` that writes the job's model card (a :mod:`mlm_suite.cards` object)
+where the stock ``Trainer`` writes its generated one (``create_model_card``, which ``push_to_hub`` calls), and
+pushes only when told to (:meth:`JobTrainer.publish`, after the job wrote its results), never from
 ``save_model``. It also counts the next-sentence labels of each optimizer step (over its
 micro-batches and processes, as the Trainer counts ``labels``), so MLM + NSP's NSP term is exactly
 the mean of one large batch (``num_sentence_pairs_in_batch``, see ``MlmSuiteForPreTraining``).
@@ -67,7 +67,7 @@ from transformers.utils import (
 )
 
 from mlm_suite.data.streaming import ProcessStream
-from mlm_suite.training.cards import model_card_data, update_card_data, usage_fields, write_model_card
+from mlm_suite.cards import JobCard, render_card
 from mlm_suite.training.controls import StepRateCallback, rows_per_step
 
 TRAINING_ARGS_JSON = "training_args.json"
@@ -467,26 +467,20 @@ class PickleFreeTrainer(transformers.Trainer):
 
 
 class JobTrainer(PickleFreeTrainer):
-    """Writes the model card from ``model_cards/<card_template>.md`` with ``model_card_fields``.
+    """The only writer of a job's model card ``README.md``: the job hands its card object to :meth:`publish`.
 
-    The card's usage snippet loads :func:`mlm_suite.training.cards.card_model_id` (the Hub repository
-    when pushing, else ``--hub_model_id``, else the output folder). Set ``model_card_fields`` (every
-    other placeholder of the template) and ``model_card_metadata`` (what its front matter is built from, see
-    :func:`mlm_suite.training.cards.model_card_data`; ``push_to_hub(license=..., tags=..., ...)`` updates it),
-    then call :meth:`publish`. With ``keep_predictions=True`` it keeps
-    what each evaluation scored (:attr:`kept_predictions`), for the job's plots.
+    The card's usage snippet loads :meth:`card_model_id` (the Hub repository when pushing, else
+    ``--hub_model_id``, else the output folder); ``push_to_hub(license=..., tags=..., ...)`` updates its front
+    matter. With ``keep_predictions=True`` it keeps what each evaluation scored (:attr:`kept_predictions`), for
+    the job's plots.
     """
-
-    card_template = "finetuned"
 
     def __init__(self, *args: Any, keep_predictions: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.step_rate = StepRateCallback()
         self.add_callback(self.step_rate)
-        self.model_card_fields: dict[str, object] = {}
-        #: What the card's metadata is built from: keyword arguments of
-        #: :func:`~mlm_suite.training.cards.model_card_data` (``pipeline_tag``, ``base_model``, ``dataset``, ``scores`` ...).
-        self.model_card_metadata: dict[str, Any] = {}
+        #: The card :meth:`create_model_card` writes, handed over by :meth:`publish`.
+        self.model_card: JobCard | None = None
         #: With ``keep_predictions``: the predictions and labels of the latest evaluation per metric key prefix
         #: (``"eval"``, ``"test"``, ...), as ``compute_metrics`` saw them (gathered from every process), so a job
         #: can plot what it scored without predicting again.
@@ -540,21 +534,40 @@ class JobTrainer(PickleFreeTrainer):
         # set; the jobs push once, from publish(), when the folder is complete.
         super().save_model(output_dir, _internal_call=True)
 
+    def card_model_id(self) -> str:
+        """What the card's snippet passes to ``from_pretrained``: the repository ``push_to_hub`` uploads to
+        (``<user>/<name>``, known once the Trainer created it), else ``--hub_model_id`` as given, else the output
+        folder as given on the command line."""
+        return getattr(self, "hub_model_id", None) or self.args.hub_model_id or str(self.args.output_dir)
+
     def create_model_card(self, model_name: str | None = None, **kwargs: Any) -> None:
-        """Write mlm_suite's card; ``kwargs`` are the stock method's (``license``, ``tags``, ``language``,
-        ``finetuned_from``, ``tasks``, ``dataset_tags``, ``dataset``, ``dataset_args``, as ``push_to_hub(**kwargs)``
-        passes them on) and update its metadata (:func:`~mlm_suite.training.cards.update_card_data`)."""
+        """Write the card :meth:`publish` was given; ``kwargs`` are the stock method's (``license``, ``tags``,
+        ``language``, ``finetuned_from``, ``tasks``, ``dataset_tags``, ``dataset``, ``dataset_args``, as
+        ``push_to_hub(**kwargs)`` passes them on) and update its metadata (:func:`mlm_suite.cards.update_card_data`)."""
         if not self.is_world_process_zero():
             return
-        name = model_name or Path(self.args.output_dir).name
-        metadata = update_card_data(
-            model_card_data(self.card_template, model_name=name, **self.model_card_metadata), **kwargs
-        )
-        fields = {"model_name": name, **self.model_card_fields}
-        write_model_card(self.args.output_dir, self.card_template, metadata, **{**fields, **usage_fields(self)})
+        if self.model_card is None:
+            raise ValueError("JobTrainer has no model card to write: hand the job's card to publish()")
+        self.write_card(self.args.output_dir, self.model_card, model_name=model_name, model_id=self.card_model_id(),
+                        **kwargs)
 
-    def publish(self) -> None:
-        """Write the model card; with ``--push_to_hub``, then upload the output folder (every process calls this)."""
+    @staticmethod
+    def write_card(
+        output_dir: str | os.PathLike, card: JobCard, *, model_name: str | None = None, model_id: str | None = None,
+        **metadata_updates: Any,
+    ) -> Path:
+        """Write ``card`` as ``<output_dir>/README.md``, named ``model_name`` (default: the folder's name), its snippet
+        loading ``model_id`` (default: ``output_dir``). Static, for a folder no Trainer wrote (``mlm-suite seeds``)."""
+        text = render_card(card, model_name=model_name or Path(output_dir).name, model_id=model_id or str(output_dir),
+                           **metadata_updates)
+        path = Path(output_dir) / "README.md"
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    def publish(self, card: JobCard) -> None:
+        """Write ``card`` as the model card; with ``--push_to_hub``, then upload the output folder (every process
+        calls this, last: ``push_to_hub`` saves the model again on all of them and uploads what the folder holds)."""
+        self.model_card = card
         if self.args.push_to_hub:
             self.push_to_hub()  # saves the model again, writes the card (create_model_card), uploads the folder
         else:

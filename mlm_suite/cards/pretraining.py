@@ -1,0 +1,181 @@
+"""The card of ``mlm-suite pretrain``: objective, architecture, data, recipe, held-out scores, the fill-mask probe.
+
+:func:`pretraining_card` builds it from the run's values; :func:`default_source` says where a value whose default
+depends on the mode (from scratch or continued) came from, for the card and the job's printed configuration.
+See docs/models.md#what-the-jobs-write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mlm_suite.cards.card import PretrainingCard
+from mlm_suite.cards.metadata import CardDataset, base_model_fields, card_scores
+from mlm_suite.cards.rendering import markdown_table
+
+#: The held-out scores in the pretraining card's metadata: metric key (after ``eval_``) → (metric type, name as the
+#: card says it).
+PRETRAINING_CARD_SCORES = {
+    "mask_accuracy": ("accuracy", "accuracy at [MASK] positions"),
+    "mask_top5_accuracy": ("top5_accuracy", "top-5 accuracy at [MASK] positions"),
+    "perplexity": ("perplexity", "perplexity"),
+    "nsp_accuracy": ("accuracy", "next-sentence accuracy"),
+}
+#: The model-index's split of held-out documents that were held out of the dataset's train split (a share of it, or
+#: the first documents of a stream) because it has no validation split.
+HELD_OUT_OF_TRAIN = "held-out part of train"
+#: The embedded default data, as the card's metadata names them.
+EMBEDDED_DATA = CardDataset.embedded("pang_lee_movie_reviews", "Pang & Lee movie reviews (built in, held-out split)")
+
+
+def default_source(defaults_applied: Mapping[str, str], name: str) -> str:
+    """`` (continued-pretraining default)``, `` (from-scratch default)`` or `` (given)``: where the value of ``name``
+    came from (``defaults_applied``: name → source); empty when unknown."""
+    source = defaults_applied.get(name)
+    return f" ({source})" if source else ""
+
+
+def architecture_rows(config: Any) -> dict[str, object]:
+    """The hyper-parameters a reader of a card wants to see, from an ``MlmSuiteConfig``."""
+    names = (
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "vocab_size",
+        "max_position_embeddings",
+        "norm_position",
+        "position_embedding_type",
+        "ffn_type",
+    )
+    return {name: getattr(config, name) for name in names}
+
+
+def probe_table(probe: list[dict]) -> str:
+    """The fill-mask probe as a markdown table for the model card."""
+    rows = ["| sentence | masked word | top-5 predictions |", "|---|---|---|"]
+    for item in probe:
+        sentence = item["sentence"].replace("|", "\\|")
+        rows.append(f"| {sentence} | {item['answer']} | {', '.join(item['predictions'])} |")
+    return "\n".join(rows)
+
+
+def pretraining_card(
+    *,
+    model: Any,
+    tokenizer: Any,
+    base_model: str | None,
+    config_name: str | None,
+    config_preset: str,
+    dataset_name: str | None,
+    dataset_config_name: str | None,
+    prepared_data: str | None,
+    train_file: str | None,
+    validation_file: str | None,
+    held_out_split: str | None,
+    data: Mapping[str, object],
+    objective: str,
+    masking: str,
+    mlm_probability: float,
+    eval_mlm_probability: float,
+    defaults_applied: Mapping[str, str],
+    max_steps: int | None,
+    rows_per_step: int,
+    learning_rate: float,
+    adam_beta2: float,
+    lr_schedule: str,
+    weight_decay: float,
+    max_seq_length: int,
+    packing: bool,
+    seed: int,
+    max_train_minutes: float | None,
+    head_warmup_steps: int,
+    controls: Mapping[str, str],
+    train_metrics: Mapping[str, float],
+    eval_metrics: Mapping[str, float],
+    probe: list[dict],
+    figures: str = "",
+) -> PretrainingCard:
+    """The pretraining card of ``model``.
+
+    ``base_model``: the checkpoint continued (``--model_name_or_path``), else the model is new, built from
+    ``config_name`` or else the preset ``config_preset``. The data: ``dataset_name`` (a Hub id or a saved folder) with
+    its configuration, else ``prepared_data``, ``train_file`` and ``validation_file``, else the embedded reviews;
+    ``held_out_split``: the dataset's split the held-out documents were read from (None: ``validation_file``, else
+    :data:`HELD_OUT_OF_TRAIN`); ``data``: the rows of the data table. ``defaults_applied``: where mode-dependent
+    values came from (:func:`default_source`); ``max_steps``: the step limit to show (None: none, a time budget
+    decides); ``lr_schedule``: the schedule in words; ``controls``: rows of the pretraining controls that are on.
+    ``train_metrics`` and ``eval_metrics``: the job's results (``train_steps``; ``eval_*`` and ``perplexity``);
+    ``probe``: the fill-mask probe; ``figures``: markdown shown after the scores.
+    """
+    objective_text = "masked language modelling" + (" + next-sentence prediction" if objective == "mlm_nsp" else "")
+    objective_text += (
+        f", {masking.replace('_', '-')} masking of {mlm_probability:.0%} of the tokens in training"
+        + default_source(defaults_applied, "mlm_probability")
+    )
+    if base_model:
+        start = f"continued from `{base_model}`"
+    else:
+        start = f"config `{config_name}`" if config_name else f"preset `{config_preset}`"
+    step_limit = ""
+    if defaults_applied and max_steps is not None:
+        step_limit = f" (--max_steps {max_steps}{default_source(defaults_applied, 'max_steps')})"
+    training = {
+        "initialisation": start,
+        "optimizer steps": f"{train_metrics['train_steps']}" + step_limit,
+        "batch size (global)": rows_per_step,
+        "learning rate": f"{learning_rate:g}{default_source(defaults_applied, 'learning_rate')} (AdamW β₂ "
+        f"{adam_beta2:g}, {lr_schedule})",
+        "weight decay": weight_decay,
+        "max sequence length": max_seq_length,
+        "packing": packing,
+        "seed": seed,
+        "time budget": f"{max_train_minutes:g} min" if max_train_minutes else "none (fixed step count)",
+        **({"head warm-up": f"{head_warmup_steps} steps with the encoder frozen"} if head_warmup_steps else {}),
+        **controls,  # masking-rate schedule, replacement split, batch-size warmup, context extension
+        "final train loss": train_metrics["train_loss"],
+        "train runtime (s)": train_metrics["train_runtime"],
+    }
+    shown = {
+        "**accuracy at `[MASK]` positions**": eval_metrics["eval_mask_accuracy"],
+        "most-frequent-token baseline at `[MASK]` positions": eval_metrics["eval_mask_baseline_accuracy"],
+        "top-5 accuracy at `[MASK]` positions": eval_metrics["eval_mask_top5_accuracy"],
+        "accuracy at random-token positions": eval_metrics["eval_random_accuracy"],
+        "accuracy at kept positions (the answer is visible)": eval_metrics["eval_kept_accuracy"],
+        "MLM loss (all selected positions)": eval_metrics["eval_mlm_loss"],
+        "perplexity": eval_metrics["perplexity"],
+        "selected tokens: `[MASK]` / random / kept": "{eval_mask_tokens} / {eval_random_tokens} / {eval_kept_tokens}".format(
+            **eval_metrics
+        ),
+    }
+    if "eval_nsp_accuracy" in eval_metrics:
+        shown["next-sentence accuracy"] = eval_metrics["eval_nsp_accuracy"]
+    metrics = markdown_table(shown, ("metric", "value")) + (
+        f"\n\nEvaluation selects {eval_mlm_probability:.0%} of the tokens with fixed (seeded) masks, 80 % "
+        "`[MASK]` / 10 % random / 10 % kept, so these numbers compare across runs whatever the training masking "
+        "rate. The headline is the accuracy at `[MASK]` positions: kept positions show the answer and are not a "
+        "test of the model. The baseline predicts the most frequent training token at every `[MASK]`."
+    )
+    if probe:
+        metrics += "\n\n### Fill-mask probe\n\nHeld-out sentences, one word masked:\n\n" + probe_table(probe)
+    parameters = sum(parameter.numel() for parameter in model.parameters())
+    held_out = held_out_split or (f"{Path(validation_file).name} (--validation_file)" if validation_file
+                                  else HELD_OUT_OF_TRAIN)
+    dataset = CardDataset.read_by_job(dataset_name, dataset_config_name, (prepared_data, train_file, validation_file),
+                                      EMBEDDED_DATA, {"validation": held_out})
+    return PretrainingCard(
+        base_model=base_model,
+        dataset=dataset,
+        scores=card_scores({**eval_metrics, "eval_perplexity": eval_metrics["perplexity"]}, PRETRAINING_CARD_SCORES,
+                           splits=(("eval", "validation"),)),
+        architecture=f"{parameters / 1e6:.1f}M-parameter BERT-style",
+        origin=f"pretrained further from {base_model_fields(base_model)['base_model_text']}" if base_model
+        else "pretrained from scratch",
+        objective=objective_text,
+        architecture_table=markdown_table(architecture_rows(model.config), ("hyper-parameter", "value")),
+        data=markdown_table({**data, "tokenizer": f"{type(tokenizer).__name__}, {len(tokenizer)} tokens"}),
+        training=markdown_table(training),
+        metrics=metrics + figures,
+    )

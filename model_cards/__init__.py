@@ -1,1 +1,0 @@
-"""Model-card templates, installed as the package data ``mlm_suite.model_cards``."""
