@@ -1,23 +1,10 @@
-"""Flattened batches: every sequence of a padded batch laid end to end in one ``(1, total)`` row.
+"""Flattened batches: every sequence of a padded batch laid end to end in one ``(1, total)`` row, in the format of
+transformers' ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)`` plus the masked positions
+(docs/performance.md).
 
-A flattened batch carries what the model's layout needs, so the model reads no tensor values to
-lay the tokens out (``SequenceLayout.from_offsets``): ``torch.compile`` traces the training step
-without a graph break, and a CUDA step runs without a host synchronisation. It is the format of
-transformers' ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)`` (and TRL's
-``padding_free=True``), plus what masked-LM training needs:
-
-* ``input_ids``, ``position_ids``, ``labels`` and ``token_type_ids`` as ``(1, total)``;
-* ``cu_seq_lens_q`` ``(num_sequences + 1,)`` int32 offsets and ``max_length_q``, the longest
-  sequence as a Python int (``cu_seq_lens_k`` / ``max_length_k`` are the same, as transformers
-  passes them);
-* ``masked_lm_positions`` ``(num_labelled,)``: where ``labels`` is not -100, so that sparse MLM
-  prediction needs no data-dependent size;
-* ``next_sentence_label`` (one per sequence) passed through.
-
-Each document of a packed row (``position_ids`` returning to 0, or ``document_ids`` changing)
-becomes a sequence of its own. Positions are what the padded batch gives the model (column
-index, or the offset within the document when rows are packed), so a model computes the same
-values for the real tokens from either form.
+The batch carries its offsets (``cu_seq_lens_q``, ``max_length_q``) and ``masked_lm_positions``, so the model
+reads no tensor values to lay tokens out: ``torch.compile`` traces the step without a graph break and a CUDA step
+needs no host synchronisation. Each document of a packed row becomes a sequence of its own.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
-"""Dynamic masking for masked-language-model pretraining: token, whole-word and span masking.
+"""Dynamic masking for masked-language-model pretraining: token, whole-word and span masking (docs/data.md).
 
-:class:`DataCollatorForMaskedLM` pads a list of tokenised features and corrupts them BERT-style.
-Three things distinguish it from ``transformers.DataCollatorForLanguageModeling``:
-
-* **Exact expected rate in every mode.** Each sequence gets a budget of
-  ``mlm_probability * n_maskable`` tokens (``n_maskable`` = its non-special, non-padding tokens).
-  Units (tokens, words or spans) are taken in random order while they fit in the budget; the
-  unit that would cross it is taken with probability ``(budget - taken) / unit_size`` and
-  selection stops. So the expected number of selected tokens is exactly the budget, the budget
-  is never overshot by more than one unit, and a word or span is never cut. In token mode this
-  is "choose ``floor(budget)`` tokens, plus one more with probability ``frac(budget)``":
-  an exact count per sequence, with lower variance than HF's per-token Bernoulli draw.
-* **Word-aware modes for any fast tokenizer.** Whole-word and span masking group sub-tokens by
-  the fast tokenizer's word ids (stored at tokenisation time by :func:`tokenize_for_mlm`), so
-  WordPiece (``##``), byte-level BPE (``Ġ``) and SentencePiece (``▁``) vocabularies work alike.
-* **Reproducible dynamic masks.** With a ``seed``, every example draws from its own
-  ``torch.Generator`` seeded by a hash of ``(seed, epoch, process rank, example key)``, so a mask
-  does not depend on batch composition, order, padding length or dataloader workers, and it
-  changes when :meth:`DataCollatorForMaskedLM.set_epoch` moves to a new epoch.
-
-The 80/10/10 corruption is applied independently per selected *token* in every mode (SpanBERT
-decides it per span; per-token keeps the three modes comparable and the statistics binomial).
+:class:`DataCollatorForMaskedLM` differs from ``transformers.DataCollatorForLanguageModeling`` in three ways: the
+expected share of selected tokens is exact in every mode (a per-sequence budget, never cutting a word or span),
+word-aware modes work with any fast tokenizer (through the word ids :func:`~mlm_suite.data.chunking.tokenize_for_mlm`
+keeps), and a seeded mask depends only on ``(seed, epoch, example)``, not on batch composition, padding or workers.
+The 80/10/10 corruption is drawn per selected token in every mode, which keeps the modes comparable.
 """
 
 from __future__ import annotations

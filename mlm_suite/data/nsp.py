@@ -1,22 +1,8 @@
-"""Next-sentence-prediction (NSP) pairs ``[CLS] A [SEP] B [SEP]`` for BERT pretraining.
+"""Next-sentence-prediction (NSP) pairs ``[CLS] A [SEP] B [SEP]`` for BERT pretraining (docs/pretraining.md).
 
-The pair construction follows Google BERT's ``create_instances_from_document``: the sentences
-of a document are accumulated into a chunk until it reaches the target length; A is the first
-k sentences of the chunk (k uniform in 1..len-1) and B is either the rest of the chunk (a true
-continuation, label 0) or a run of sentences from a random *other* document (label 1, the
-Hugging Face convention of ``BertForPreTraining``), in which case the unused sentences of the
-chunk are put back for the next pair. The pair is cut to ``max_length`` by repeatedly dropping a
-token from the front or the back (at random) of the longer side, like ``truncate_seq_pair``.
-
-Two deliberate differences from Google's code, both to keep the labels exactly
-Bernoulli(``nsp_probability``):
-
-* Google turns a one-sentence chunk into a forced random pair, which skews the labels towards
-  "random". Here a chunk is only closed once it holds at least two sentences, a document's last
-  sentence is never left alone (it joins the chunk before it), and the one remaining case - the
-  last sentence put back after a random pair - is dropped.
-* The random document is drawn uniformly among the *other* documents, so a random B never comes
-  from A's own document (Google retries ten times and may give up).
+Pairs are built as Google BERT's ``create_instances_from_document`` builds them, with two differences that keep the
+labels exactly Bernoulli(``nsp_probability``): a chunk closes only with at least two sentences (no forced random
+pair for a lone sentence), and a random B is drawn uniformly from the *other* documents.
 """
 
 from __future__ import annotations

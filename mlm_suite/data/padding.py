@@ -1,24 +1,10 @@
-"""Fast padding collators for fine-tuning: the batches of transformers' padding collators, without ``tokenizer.pad``.
+"""Fast padding collators for fine-tuning: the batches of transformers' padding collators, without
+``tokenizer.pad``'s per-row Python loop (docs/data.md).
 
-:class:`DataCollatorForPadding` replaces ``transformers.DataCollatorWithPadding`` (sequence and pair
-classification, regression, multi-label) and :class:`DataCollatorForTokenLabels` replaces
-``transformers.DataCollatorForTokenClassification`` (NER, POS). Each returns exactly the batch of the collator it
-replaces: the same keys in the same order, dtypes and values, as a ``BatchEncoding``. ``tokenizer.pad`` loops
-over the rows in Python, list by list; here each per-token column of the batch is concatenated once (one
-``np.fromiter`` over the rows' Python ints) and written into the padded ``(B, L)`` array through one boolean
-mask of the real positions, on either padding side.
-
-What is padded, as ``tokenizer.pad`` does: the main input (``tokenizer.model_input_names[0]``, ``input_ids``)
-with ``pad_token_id``, ``attention_mask`` with 0 (made from the lengths when absent, if the tokenizer's
-``model_input_names`` include it), ``token_type_ids`` with ``pad_token_type_id`` and ``special_tokens_mask``
-with 1; per-token labels (:class:`DataCollatorForTokenLabels`) with ``label_pad_token_id``. Every other key
-(``label``, float or multi-label targets, ids) is stacked by transformers' own ``BatchEncoding`` tensor
-conversion, so it gets the dtype transformers gives it (Python ints int64, floats float32) or the same error.
-
-Inputs outside the fast path go to the transformers collator itself, so they still give its batch or its
-error: ``return_tensors`` other than ``"pt"``, a padding strategy other than the longest row, ``max_length``,
-no pad token, rows of another type than lists of Python ints or 1-D integer arrays / CPU tensors, 2-D
-attention masks, empty rows only, per-token labels longer than the padded length.
+:class:`DataCollatorForPadding` replaces ``DataCollatorWithPadding`` and :class:`DataCollatorForTokenLabels`
+``DataCollatorForTokenClassification``: each returns exactly the batch of the collator it replaces (keys, order,
+dtypes, values). Inputs outside the fast path (other tensor types or padding strategies, 2-D masks ...) go to the
+transformers collator itself, so they still give its batch or its error.
 """
 
 from __future__ import annotations

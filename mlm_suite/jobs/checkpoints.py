@@ -1,28 +1,9 @@
 """Where a job's training starts: ``--resume_from_checkpoint``, ``--overwrite_output_dir`` and the checkpoints
-already in ``--output_dir``, detected as transformers' ``run_*.py`` example scripts detect them.
+already in ``--output_dir``, detected as transformers' ``run_*.py`` scripts detect them (docs/command_line.md).
 
-Every job that trains (``pretrain``, ``finetune-cls``, ``finetune-pair``, ``finetune-ner``,
-``finetune-retrieval``) calls :func:`resume_checkpoint` once, before its Trainer exists (the Trainer creates
-the output folder), and trains with ``trainer.train(resume_from_checkpoint=...)`` what it returned:
-
-* ``--resume_from_checkpoint PATH``: that checkpoint folder (a missing folder is a one-line error);
-* ``--resume_from_checkpoint true``: the last ``checkpoint-*`` folder of ``--output_dir``
-  (``transformers.trainer_utils.get_last_checkpoint``); none there is a one-line error;
-* neither: when ``--output_dir`` already holds ``checkpoint-*`` folders (a run that was stopped), training
-  continues from the last one, with a line saying so, unless ``--overwrite_output_dir`` asks for a run from
-  scratch. As with ``run_*.py``, that includes the checkpoints a finished run left: the same command again
-  continues from the last one (to the same end: early stopping keeps the best checkpoint, from which the run is
-  replayed exactly); changed hyper-parameters need ``--overwrite_output_dir`` or another folder. A non-empty
-  output folder without checkpoints is used as it is, the new run overwriting what it writes (``run_*.py``
-  refuses it, but the jobs' documented commands rerun into the same folders).
-
-A job's second training run in its own folder (``finetune-ner``'s ``hf_baseline/``, the intermediate stage of
-``finetune-cls``/``finetune-pair`` in ``intermediate/``) continues likewise from its own folder's last
-checkpoint (:func:`stage_checkpoint`).
-
-Checkpoints hold what resuming needs (weights, optimizer, scheduler, RNG and trainer state; early stopping's
-included), without pickles (:class:`mlm_suite.training.trainer.PickleFreeTrainer`), so a resumed run ends where the
-uninterrupted run ends.
+Every job that trains calls :func:`resume_checkpoint` once, before its Trainer creates the output folder; a
+second training run of a job in a folder of its own (``hf_baseline/``, ``intermediate/``) uses
+:func:`stage_checkpoint`.
 """
 
 from __future__ import annotations

@@ -1,31 +1,11 @@
-"""Ending a job cleanly when it runs as one of several processes (``accelerate launch``, torchrun).
+"""Running a job's ``main`` from the command line: one-line user errors, the command's name, and a clean end
+when it runs as one of several processes (docs/command_line.md).
 
-The Trainer joins a torch.distributed process group and never leaves it. With the gloo backend
-(CPU) a process can then crash or hang *after* the job succeeded, while it exits:
-
-* gloo runs collectives in worker threads, and the thread that ran one may free it (its tensors,
-  hence their Python objects, which takes the GIL) just after the Python call returned. If the
-  interpreter is shutting down by then, CPython ends that thread inside a C++ destructor and the
-  process aborts: "terminate called without an active exception".
-* ``destroy_process_group()`` alone does not help: it neither frees the group nor stops its
-  threads. DDP's reducer still holds the group, and when Python frees the reducer at exit, the
-  group's destructor (run with the GIL held) waits for a worker thread that waits for the GIL.
-
-:func:`end_process_group` therefore ends the job with a barrier, the point after which no process
-uses the group (the main process alone saves the model and writes the model card; the others must
-not leave before it is done). A gloo barrier holds the collectives still in flight when it starts,
-and whoever frees the barrier frees them. The worker thread that ran the barrier lets go of it
-right away; this module keeps it until the interpreter exits, so that the main thread frees them.
-
-This runs once per process, where a job's ``main`` is called from the command line
-(``mlm-suite <command>`` and ``examples/*.py``), not inside the jobs: ``mlm-suite seeds`` and the
-NER job's HF baseline run several Trainers in one process, and each needs the group.
-
-:func:`run_job` is also where every entry point reports errors alike (see :mod:`mlm_suite.errors`):
-a user error prints one line ``<prog>: error: <message>`` and exits with status 2, anything else
-keeps its traceback; ``debug=True`` or ``MLM_SUITE_DEBUG=1`` shows every traceback. It also names
-the command for the job's argument parser (:func:`command_prog`), so that ``usage:`` lines read
-``mlm-suite finetune-ner ...`` or ``python -m mlm_suite.jobs.finetune_ner ...``.
+The Trainer joins a torch.distributed process group and never leaves it; with gloo a process can then abort at
+interpreter exit, after the job succeeded (a collective's worker thread freeing Python objects during shutdown).
+:func:`end_process_group` therefore ends every job with a barrier, whose in-flight collectives this module keeps
+until exit so that the main thread frees them. It runs once per process, where ``main`` is called, because
+``mlm-suite seeds`` and the NER job's HF baseline run several Trainers in one process.
 """
 
 from __future__ import annotations

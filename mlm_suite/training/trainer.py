@@ -1,39 +1,11 @@
-"""The ``Trainer`` subclasses behind mlm_suite's jobs.
+"""The ``Trainer`` subclasses behind mlm_suite's jobs (docs/models.md, docs/training_semantics.md).
 
-:class:`PickleFreeTrainer`: output folders and checkpoints that can be read without unpickling
-anything. The stock ``Trainer`` pickles its ``TrainingArguments`` into every folder it saves
-(``training_args.bin``, through ``torch.save``) and writes the optimizer, scheduler, grad-scaler
-and RNG states of a checkpoint as torch pickles (``optimizer.pt``, ``scheduler.pt``, ``scaler.pt``,
-``rng_state.pth``). ``PickleFreeTrainer`` writes instead
-
-* ``training_args.json`` (``args.to_json_string()``, the Hub token redacted) in the output folder,
-  in every ``checkpoint-*`` folder and in what ``push_to_hub`` uploads;
-* in checkpoints, ``optimizer.safetensors`` (every state tensor) with ``optimizer.json``
-  (parameter groups and scalar state), ``scheduler.json``, ``scaler.json`` (fp16 on GPU only) and
-  ``rng_state.safetensors`` with ``rng_state.json`` (``rng_state_<rank>.*`` with several processes),
-
-and ``--resume_from_checkpoint`` restores training from them exactly as from the stock files (it
-still reads checkpoints written by the stock ``Trainer``). Under FSDP2 with full state dicts (the
-``fsdp_config`` of ``examples/accelerate_configs/fsdp2.yaml``) a checkpoint holds the gathered weights
-(``model.safetensors``) and the gathered optimizer state, keyed by parameter name, in the same files, and a
-resumed run shards them back (:func:`fsdp2_optimizer_state`, :func:`load_fsdp2_optimizer_state`,
-:func:`load_fsdp2_model_state`). Set-ups whose states are not plain tensors and numbers (DeepSpeed, FSDP1,
-sharded FSDP state dicts, TPU, SageMaker model parallelism, NPU/HPU/MLU/MUSA RNGs, an optimizer keeping
-other objects in its state) keep the stock torch files for those states. FSDP asked for where accelerate
-does not run it (CPU processes, which it would train with plain DDP instead) is an error.
-
-It also trains on a :class:`~mlm_suite.data.streaming.ProcessStream` (``--streaming``): each process's own,
-endless part of a stream, loaded through accelerate's ``DataLoaderShard`` over torchdata's
-``StatefulDataLoader`` without being split again across processes or dispatched from rank 0. Checkpoints then
-hold each process's position in the stream, ``data_state.json`` (``data_state_<rank>.json`` with several
-processes), and a resumed run continues from it rather than re-reading the stream from its start.
-
-:class:`JobTrainer`: a ``PickleFreeTrainer`` that writes the job's model card (a :mod:`mlm_suite.cards` object)
-where the stock ``Trainer`` writes its generated one (``create_model_card``, which ``push_to_hub`` calls), and
-pushes only when told to (:meth:`JobTrainer.publish`, after the job wrote its results), never from
-``save_model``. It also counts the next-sentence labels of each optimizer step (over its
-micro-batches and processes, as the Trainer counts ``labels``), so MLM + NSP's NSP term is exactly
-the mean of one large batch (``num_sentence_pairs_in_batch``, see ``MlmSuiteForPreTraining``).
+:class:`PickleFreeTrainer` writes folders and checkpoints that load without unpickling anything
+(``training_args.json``, ``optimizer.safetensors`` + ``optimizer.json``, ``scheduler.json``, ``scaler.json``,
+``rng_state.safetensors``; gathered FSDP2 states likewise) and resumes from them exactly; it also trains on a
+process's own part of a stream (``--streaming``) and saves its position. :class:`JobTrainer` adds the job's model
+card (:mod:`mlm_suite.cards`), written and pushed only by :meth:`JobTrainer.publish`, and counts next-sentence
+labels per optimizer step so that MLM + NSP's loss is exactly one large batch's.
 """
 
 from __future__ import annotations
