@@ -27,6 +27,7 @@ from accelerate.data_loader import prepare_data_loader
 from safetensors.torch import load_file, save_file
 from torch.utils.data import DataLoader
 from transformers import EvalPrediction, TrainerCallback, TrainingArguments
+from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, EvalLoopOutput
 from transformers.training_args import ParallelMode
 from transformers.utils import (
@@ -40,6 +41,7 @@ from transformers.utils import (
 
 from mlm_suite.data.streaming import ProcessStream
 from mlm_suite.cards import JobCard, render_card
+from mlm_suite.errors import UsageError
 from mlm_suite.training.controls import StepRateCallback, rows_per_step
 
 TRAINING_ARGS_JSON = "training_args.json"
@@ -338,8 +340,19 @@ class PickleFreeTrainer(transformers.Trainer):
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         names = (OPTIMIZER_TENSORS, OPTIMIZER_JSON, SCHEDULER_JSON)
-        if checkpoint is None or not all(os.path.isfile(os.path.join(checkpoint, name)) for name in names):
+        if checkpoint is None:
             return super()._load_optimizer_and_scheduler(checkpoint)
+        missing = [name for name in names if not os.path.isfile(os.path.join(checkpoint, name))]
+        stock = all(os.path.isfile(os.path.join(checkpoint, name)) for name in (OPTIMIZER_NAME, SCHEDULER_NAME))
+        if missing and (stock or not (self._plain_checkpoints() or self._fsdp2_full_state())):
+            return super()._load_optimizer_and_scheduler(checkpoint)  # a stock or DeepSpeed/FSDP1 checkpoint
+        if missing:
+            # The stock loader would skip a missing state and resume with a fresh optimizer and schedule, silently.
+            raise UsageError(
+                f"checkpoint {checkpoint} has no {missing[0]}: the optimizer and learning-rate schedule cannot be "
+                "restored, and the resumed run would differ from an uninterrupted one. Resume from a complete "
+                "checkpoint, or start anew with --overwrite_output_dir"
+            )
         tensors = load_file(os.path.join(checkpoint, OPTIMIZER_TENSORS), device="cpu")
         data = _read_json(os.path.join(checkpoint, OPTIMIZER_JSON))
         if self._fsdp2_full_state():
