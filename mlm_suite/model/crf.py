@@ -87,7 +87,7 @@ def allowed_transitions(id2label: dict[int, str], scheme: str) -> Constraints:
         ValueError: on an unknown scheme, ids that are not ``0..N-1``, or a label that
             does not fit the scheme (the message names the label).
     """
-    canonical = SCHEME_ALIASES.get(scheme.upper())
+    canonical = SCHEME_ALIASES.get(scheme.strip().upper())
     if canonical is None:
         raise ValueError(f"Unknown tagging scheme {scheme!r}; expected one of {sorted(SCHEME_ALIASES)}.")
     labels = {int(i): label for i, label in id2label.items()}
