@@ -135,7 +135,8 @@ class MlmSuiteLayer(GradientCheckpointingLayer):
 
 
 class MlmSuitePooler(nn.Module):
-    """Dense + tanh over ``config.classifier_pooling`` (``cls`` or ``mean``) of each row, or of each sequence of a flattened batch."""
+    """Dense + tanh over ``config.classifier_pooling`` (``cls`` or ``mean``) of each row of the batch, or of each
+    sequence of a flattened batch."""
 
     def __init__(self, config: MlmSuiteConfig):
         super().__init__()
@@ -603,41 +604,27 @@ class MlmSuiteForMaskedLM(_MaskedLMMixin, MlmSuitePreTrainedModel):
         ``Trainer`` takes every forward argument named like that for a label.
         """
         reference = input_ids if input_ids is not None else inputs_embeds
-        positions = None if reference is None else self.labelled_positions(labels, masked_lm_positions, reference.shape[:2])
-        per_layer_outputs = output_attentions or output_hidden_states or self.config.output_attentions or self.config.output_hidden_states
-        # A label on padding has no token for the encoder to finish; the padded output holds zeros there.
-        on_padding = (
-            positions is not None
-            and masked_lm_positions is None
-            and attention_mask is not None
-            and not bool(attention_mask.reshape(-1)[positions].all())
+        shape = None if reference is None else reference.shape[:2]
+        positions = None if shape is None else self.labelled_positions(labels, masked_lm_positions, shape)
+        # Sparse prediction all the way down (the last layer finishes the labelled tokens only), unless
+        # per-layer outputs are asked for or a label sits on padding, where no token is computed.
+        finish_only_labelled = positions is not None and not any(
+            (output_attentions, output_hidden_states, self.config.output_attentions, self.config.output_hidden_states)
         )
-        if positions is not None and not per_layer_outputs and not on_padding:
-            # Sparse prediction all the way down: the last layer finishes the labelled tokens only.
+        if finish_only_labelled and masked_lm_positions is None and attention_mask is not None:
+            finish_only_labelled = bool(attention_mask.reshape(-1)[positions].all())
+        if finish_only_labelled:
             hidden = self.encoder.encode(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                token_type_ids=token_type_ids,
-                position_ids=position_ids,
-                document_ids=document_ids,
-                inputs_embeds=inputs_embeds,
-                output_index=positions,
-                cu_seq_lens_q=kwargs.get("cu_seq_lens_q"),
-                max_length_q=kwargs.get("max_length_q"),
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+                document_ids=document_ids, inputs_embeds=inputs_embeds, output_index=positions,
+                cu_seq_lens_q=kwargs.get("cu_seq_lens_q"), max_length_q=kwargs.get("max_length_q"),
             )[0]  # (num_labelled, hidden)
             loss, logits = self.masked_lm(hidden, labels, positions, num_items_in_batch)
             return MaskedLMOutput(loss=loss, logits=logits)
         outputs = self.encoder(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            document_ids=document_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-            **kwargs,
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
         )
         loss, logits = self.masked_lm(outputs.last_hidden_state, labels, positions, num_items_in_batch)
         return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
@@ -668,16 +655,9 @@ class MlmSuiteForNextSentencePrediction(MlmSuitePreTrainedModel):
         **kwargs: Unpack[FlashAttentionKwargs],
     ) -> NextSentencePredictorOutput | tuple:
         outputs = self.encoder(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            document_ids=document_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-            **kwargs,
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
         )
         logits = self.nsp_head(outputs.pooler_output)  # (batch, 2)
         loss = None
@@ -719,16 +699,9 @@ class MlmSuiteForPreTraining(_MaskedLMMixin, MlmSuitePreTrainedModel):
         **kwargs: Unpack[FlashAttentionKwargs],
     ) -> MlmSuiteForPreTrainingOutput | tuple:
         outputs = self.encoder(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            document_ids=document_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-            **kwargs,
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
         )
         positions = self.labelled_positions(labels, masked_lm_positions, outputs.last_hidden_state.shape[:2])
         mlm_loss, prediction_logits = self.masked_lm(outputs.last_hidden_state, labels, positions, num_items_in_batch)
@@ -817,16 +790,9 @@ class MlmSuiteForSequenceClassification(MlmSuitePreTrainedModel):
         **kwargs: Unpack[FlashAttentionKwargs],
     ) -> SequenceClassifierOutput | tuple:
         outputs = self.encoder(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            document_ids=document_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-            **kwargs,
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (batch, num_labels)
         loss = None
@@ -874,18 +840,9 @@ class MlmSuiteForPairClassification(MlmSuiteForSequenceClassification):
                 "pairs pass the segment ids (0 for [CLS] A [SEP], 1 for B [SEP]): tokenizer(text_a, text_b)"
             )
         return super().forward(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            document_ids=document_ids,
-            inputs_embeds=inputs_embeds,
-            labels=labels,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            num_items_in_batch=num_items_in_batch,
-            return_dict=True,
-            **kwargs,
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, labels=labels, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, num_items_in_batch=num_items_in_batch, return_dict=True, **kwargs,
         )
 
 
@@ -935,16 +892,9 @@ class MlmSuiteForTokenClassification(MlmSuitePreTrainedModel):
         **kwargs: Unpack[FlashAttentionKwargs],
     ) -> TokenClassifierOutput | tuple:
         outputs = self.encoder(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            document_ids=document_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-            **kwargs,
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (batch, seq, num_labels)
         loss = None
@@ -1005,16 +955,9 @@ class MlmSuiteForQuestionAnswering(MlmSuitePreTrainedModel):
         **kwargs: Unpack[FlashAttentionKwargs],
     ) -> QuestionAnsweringModelOutput | tuple:
         outputs = self.encoder(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            document_ids=document_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-            **kwargs,
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
         )
         logits = self.qa_outputs(outputs.last_hidden_state).float()  # (batch, seq, 2)
         if attention_mask is not None:
@@ -1156,16 +1099,10 @@ class MlmSuiteForSentenceEmbedding(MlmSuitePreTrainedModel):
     ) -> SentenceEmbeddingOutput | tuple:
         output_attentions, output_hidden_states = _output_flags(self.config, output_attentions, output_hidden_states)
         hidden, layout, hidden_states, attentions = self.encoder.encode(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            document_ids=document_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
-            cu_seq_lens_q=kwargs.get("cu_seq_lens_q"),
-            max_length_q=kwargs.get("max_length_q"),
+            cu_seq_lens_q=kwargs.get("cu_seq_lens_q"), max_length_q=kwargs.get("max_length_q"),
         )
         embeddings = pool_sequences(hidden, layout, attention_mask, self.config.sentence_pooling)  # (num_sequences, hidden)
         if self.config.normalize_embeddings:
