@@ -490,16 +490,9 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
         """
         output_attentions, output_hidden_states = _output_flags(self.config, output_attentions, output_hidden_states)
         hidden, layout, hidden_states, attentions = self.encode(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            document_ids=document_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            cu_seq_lens_q=cu_seq_lens_q,
-            max_length_q=max_length_q,
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, cu_seq_lens_q=cu_seq_lens_q, max_length_q=max_length_q,
         )
         sequence_output = hidden_states[-1] if hidden_states else layout.pad(hidden)  # (batch, seq, hidden)
         pooled = self.pooler(hidden, layout, attention_mask) if self.pooler is not None else None
