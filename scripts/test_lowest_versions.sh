@@ -31,7 +31,7 @@ cleanup() {
     if [ -z "$keep_venv" ]; then rm -rf "$venv"; fi
 }
 trap cleanup EXIT
-# The test tools, at the floors of the dev extra (its onnx and retrieval extras are not needed by these tests).
+# The test tools, at the floors of the dev extra (its onnx, retrieval and peft extras are not needed by these tests).
 test_tools=("pytest>=8")
 # Smoke tests (not the slow ones) of the data pipeline, the model, the pretraining and fine-tuning jobs, and
 # the parts of the other direct dependencies they do not reach (evaluate's metric modules, matplotlib's plots,

@@ -25,6 +25,7 @@ from mlm_suite import (
     MlmSuiteForPairClassification,
     MlmSuiteForPreTraining,
     MlmSuiteForQuestionAnswering,
+    MlmSuiteForSentenceEmbedding,
     MlmSuiteForSequenceClassification,
     MlmSuiteForTokenClassification,
     MlmSuiteModel,
@@ -384,6 +385,83 @@ def test_question_answering_loss():
         F.cross_entropy(out.start_logits[keep], start[keep]) + F.cross_entropy(out.end_logits[keep], end[keep])
     ) / 2
     torch.testing.assert_close(out.loss, expected, atol=1e-6, rtol=0)
+
+
+def test_question_answering_pads_take_no_part_in_the_softmax():
+    """One example's loss is the same alone and padded: pads get the most negative finite score."""
+    model = build(MlmSuiteForQuestionAnswering).eval()
+    alone = make_random_batch((7,), seed=3)
+    padded = {key: F.pad(value, (0, 30)) for key, value in alone.items()}
+    answer = {"start_positions": torch.tensor([2]), "end_positions": torch.tensor([4])}
+    with torch.no_grad():
+        out_alone, out_padded = model(**alone, **answer), model(**padded, **answer)
+    assert float(out_padded.start_logits[0, 7:].max()) == torch.finfo(torch.float32).min
+    assert torch.isfinite(out_padded.start_logits).all() and torch.isfinite(out_padded.loss)
+    torch.testing.assert_close(out_padded.loss, out_alone.loss, atol=1e-6, rtol=0)
+    torch.testing.assert_close(out_padded.end_logits[:, :7], out_alone.end_logits, atol=1e-6, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Padding changes nothing
+# ------------------------------------------------------------------------------------------------
+def _padding_case(kind, batch):
+    rows = batch["input_ids"].shape[0]
+    return {
+        "none": {},
+        "mlm": {"labels": mlm_labels(batch)},
+        "pretraining": {"labels": mlm_labels(batch), "next_sentence_label": torch.arange(rows) % 2},
+        "sequence": {"labels": torch.arange(rows) % 3},
+        "nsp": {"labels": torch.arange(rows) % 2},
+        "tokens": {"labels": token_labels(batch)},
+        "qa": {"start_positions": torch.ones(rows, dtype=torch.long), "end_positions": torch.full((rows,), 2)},
+        "pairs": {"labels": torch.arange(rows // 2).flip(0)},  # queries first, then their documents
+    }[kind]
+
+
+PADDING_HEADS = [
+    (MlmSuiteModel, "none", {}),
+    (MlmSuiteModel, "none", {"classifier_pooling": "mean"}),
+    (MlmSuiteForMaskedLM, "mlm", {}),
+    (MlmSuiteForPreTraining, "pretraining", {}),
+    (MlmSuiteForNextSentencePrediction, "nsp", {}),
+    (MlmSuiteForSequenceClassification, "sequence", {"num_labels": 3}),
+    (MlmSuiteForSequenceClassification, "sequence", {"num_labels": 3, "classifier_pooling": "mean"}),
+    (MlmSuiteForPairClassification, "sequence", {"num_labels": 3}),
+    (MlmSuiteForTokenClassification, "tokens", {"num_labels": 5}),
+    (MlmSuiteForTokenClassification, "tokens", {"use_crf": True, "tagging_scheme": "BIO", "id2label": BIO}),
+    (MlmSuiteForQuestionAnswering, "qa", {}),
+    (MlmSuiteForSentenceEmbedding, "pairs", {}),
+    (MlmSuiteForSentenceEmbedding, "pairs", {"sentence_pooling": "max"}),
+]
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize("lengths", [(7,), LENGTHS], ids=["one-unpadded", "batch"])
+@pytest.mark.parametrize("cls, kind, overrides", PADDING_HEADS, ids=lambda v: getattr(v, "__name__", None))
+def test_padding_changes_no_loss_and_no_logit(cls, kind, overrides, lengths, training):
+    """Every head, more padding: the same loss and the same outputs at real positions (to 1e-6)."""
+    if kind == "pairs" and len(lengths) == 1:
+        kind = "none"  # a single sequence has no in-batch negatives
+    model = build(cls, **overrides).train(training)
+    batch = make_random_batch(lengths)
+    targets = _padding_case(kind, batch)
+    extra = 13
+    padded = {key: F.pad(value, (0, extra)) for key, value in batch.items()}
+    padded_targets = {
+        key: F.pad(value, (0, extra), value=-100) if value.dim() == 2 else value for key, value in targets.items()
+    }
+    out, out_padded = model(**batch, **targets), model(**padded, **padded_targets)
+    seq_len = batch["input_ids"].shape[1]
+    compared = 0
+    for name, value in out.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        other = out_padded[name]
+        if value.dim() >= 2 and other.shape[1] == seq_len + extra:
+            other = other[:, :seq_len]  # the padding added: no real position
+        torch.testing.assert_close(other, value, atol=1e-6, rtol=0, msg=name)
+        compared += 1
+    assert compared >= (2 if targets else 1)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -11,9 +11,11 @@ from mlm_suite.data.tagging import (
     detect_scheme,
     entity_spans,
     normalize_scheme,
+    scheme_labels,
     spans_to_tags,
     validate_tags,
 )
+from mlm_suite.model.crf import allowed_transitions
 
 # Two adjacent PER entities, then a three-token LOC and a one-token ORG right after it.
 BIO = ["B-PER", "I-PER", "B-PER", "O", "B-LOC", "I-LOC", "I-LOC", "B-ORG"]
@@ -182,3 +184,24 @@ def test_spans_to_tags_rejects_overlaps():
         spans_to_tags([("PER", 0, 2), ("LOC", 1, 3)], 4)
     with pytest.raises(ValueError, match="outside"):
         spans_to_tags([("PER", 2, 5)], 4)
+
+
+@pytest.mark.parametrize("name", ["IO", "BIO", "IOB2", "IOB1", "BIOES", "IOBES", "bio", "iobes", "Iob2", " BIOES "])
+def test_every_scheme_name_data_accepts_constrains_the_crf_as_validation_does(name):
+    """The CRF of a model fine-tuned on a scheme accepts its name, and its constraints allow exactly the
+    starts, transitions and ends that validate_tags allows (every one- and two-tag sequence)."""
+    scheme = normalize_scheme(name)
+    labels = scheme_labels([(list("abcd"), convert_tags(["B-PER", "I-PER", "O", "B-LOC"], "BIO", scheme))], scheme)
+    allowed, start, end = allowed_transitions(dict(enumerate(labels)), name)
+
+    def valid(tags):
+        try:
+            validate_tags(tags, scheme)
+        except InvalidTagSequenceError:
+            return False
+        return True
+
+    for i, first in enumerate(labels):
+        assert valid([first]) == bool(start[i] and end[i]), first
+        for j, second in enumerate(labels):
+            assert valid([first, second]) == bool(start[i] and allowed[i, j] and end[j]), (first, second)

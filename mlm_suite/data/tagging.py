@@ -38,20 +38,13 @@ from typing import Any
 
 from seqeval.metrics.sequence_labeling import get_entities
 
-SCHEMES: tuple[str, ...] = ("IO", "BIO", "IOB1", "BIOES")
+from mlm_suite.model.crf import ALLOWED_PREFIXES, SCHEME_ALIASES, transition_allowed
+
+#: The canonical scheme names.
+SCHEMES: tuple[str, ...] = tuple(ALLOWED_PREFIXES)
 
 #: The scheme name of tag sets without entity structure (POS tags and the like).
 NO_SCHEME = "none"
-
-_ALIASES = {"IO": "IO", "BIO": "BIO", "IOB2": "BIO", "IOB1": "IOB1", "BIOES": "BIOES", "IOBES": "BIOES"}
-
-#: Prefixes each scheme may use (besides the bare ``O`` tag).
-ALLOWED_PREFIXES: dict[str, frozenset[str]] = {
-    "IO": frozenset("I"),
-    "BIO": frozenset("BI"),
-    "IOB1": frozenset("BI"),
-    "BIOES": frozenset("BIES"),
-}
 
 #: An entity as ``(type, start, end)`` over token positions, ``end`` exclusive.
 Span = tuple[str, int, int]
@@ -84,10 +77,10 @@ def normalize_scheme(scheme: str, allow_none: bool = False) -> str:
             f"scheme {scheme!r} (tags that are not an entity scheme, e.g. POS) has no entities; "
             f"this needs one of {', '.join(SCHEMES)}"
         )
-    if key not in _ALIASES:
-        expected = ", ".join(sorted(_ALIASES)) + (f", {NO_SCHEME}" if allow_none else "")
+    if key not in SCHEME_ALIASES:
+        expected = ", ".join(sorted(SCHEME_ALIASES)) + (f", {NO_SCHEME}" if allow_none else "")
         raise ValueError(f"unknown tag scheme {scheme!r}; expected one of {expected}")
-    return _ALIASES[key]
+    return SCHEME_ALIASES[key]
 
 
 def parse_tag(tag: str) -> tuple[str, str | None]:
@@ -164,27 +157,13 @@ def validate_tags(
         if prefix != "O" and prefix not in ALLOWED_PREFIXES[scheme]:
             allowed = ", ".join(sorted(ALLOWED_PREFIXES[scheme] | {"O"}))
             raise InvalidTagSequenceError(f"{where}: {tag} is not a {scheme} tag (allowed prefixes: {allowed})")
-        same_entity_before = previous_prefix != "O" and previous_type == type_
-        if scheme == "BIO":
-            allowed_here = prefix != "I" or (previous_prefix in "BI" and same_entity_before)
-        elif scheme == "IOB1":
-            # B- only separates two adjacent entities of one type.
-            allowed_here = prefix != "B" or same_entity_before
-        elif scheme == "BIOES":
-            inside = previous_prefix in "BI"
-            if inside:
-                allowed_here = prefix in "IE" and type_ == previous_type
-            else:
-                allowed_here = prefix in "OBS"
-        else:
-            allowed_here = True
-        if not allowed_here:
+        if not transition_allowed(scheme, (previous_prefix, previous_type), (prefix, type_)):
             raise InvalidTagSequenceError(f"{where}: {tag} after {previous} is not allowed in {scheme}")
         previous, previous_prefix, previous_type = tag, prefix, type_
-    if scheme == "BIOES" and previous_prefix in "BI":
+    if not transition_allowed(scheme, (previous_prefix, previous_type), ("O", None)):
         raise InvalidTagSequenceError(
             f"{_where(sentence_index, len(tags) - 1, locate)}: the sequence ends inside an entity "
-            f"({previous} is not closed by E-{previous_type}), which is not allowed in BIOES"
+            f"({previous} is not closed by E-{previous_type}), which is not allowed in {scheme}"
         )
 
 

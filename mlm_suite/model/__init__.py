@@ -1,4 +1,4 @@
-"""The model code: the folder ``save_pretrained`` copies next to the weights for ``trust_remote_code`` users."""
+"""The model code: the folder ``save_pretrained`` copies next to the weights for ``trust_remote_code`` users. See docs/models.md."""
 
 from .configuration_mlm_suite import PRESETS, MlmSuiteConfig
 from .modeling_mlm_suite import (

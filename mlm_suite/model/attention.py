@@ -1,21 +1,7 @@
-"""Self-attention: the layer, its backends, and the one place that chooses between them.
-
-:func:`attention_backend` picks, per call:
-
-* ``"varlen"``: ``torch.nn.attention.varlen.varlen_attn`` (torch >= 2.10, flash attention over
-  variable-length sequences) straight on the flat ``(total, heads, head_size)`` tokens with the
-  layout's ``cu_seqlens``: no padded grid at all. Used when the configured implementation is
-  ``"sdpa"`` (the default), the tensors are fp16/bf16 on CUDA, attention dropout is off (eval, or
-  ``attention_probs_dropout_prob=0``), no attention weights are asked for, and the layout knows
-  its segment offsets (not the traced dense layout).
-* otherwise the segments go through a padded ``(segments, heads, len, head_size)`` grid and the
-  kernel registered in transformers' ``AttentionInterface`` under ``config._attn_implementation``
-  (``"sdpa"``: ``F.scaled_dot_product_attention``, the fast fused kernel on CPU; ``"eager"``:
-  :func:`eager_attention_forward`; or any registered one), so ``model.set_attn_implementation``
-  switches it as for transformers' own models. Returning attention weights always runs eagerly.
-
-This file is part of the remote-code payload: it imports only torch, transformers and its
-siblings, and the optional kernel import is guarded so remote-code users without it still load.
+"""Self-attention: the layer, its kernels, and :func:`attention_backend`, the one place that chooses between
+them (flash attention over variable-length sequences straight on the flat tokens, or a padded per-sequence grid
+through transformers' ``AttentionInterface``). Part of the remote-code payload; the optional kernel import is
+guarded so remote-code users without it still load. See docs/models.md.
 """
 
 from __future__ import annotations
@@ -67,7 +53,17 @@ def eager_attention_forward(
 def attention_backend(
     implementation: str, reference: torch.Tensor, layout: SequenceLayout, dropout: float, output_attentions: bool
 ) -> str:
-    """``"varlen"``, ``"eager"`` or the ``AttentionInterface`` name to run on the padded grid (see the module)."""
+    """``"varlen"``, ``"eager"`` or the ``AttentionInterface`` name to run on the padded grid.
+
+    ``"varlen"`` (``torch.nn.attention.varlen.varlen_attn``, torch >= 2.10) runs on the flat
+    ``(total, heads, head_size)`` tokens with the layout's ``cu_seqlens``, no padded grid at all: when the
+    configured implementation is ``"sdpa"`` (the default), the tensors are fp16/bf16 on CUDA, attention
+    dropout is off, no weights are asked for and the layout knows its segment offsets (not the traced dense
+    layout). Otherwise the segments go through a padded ``(segments, heads, len, head_size)`` grid and the
+    kernel registered under ``config._attn_implementation`` (``"sdpa"``, ``"eager"`` or any registered one),
+    so ``model.set_attn_implementation`` switches it as for transformers' own models. Returning attention
+    weights always runs eagerly.
+    """
     if output_attentions:
         return "eager"
     if (

@@ -1,7 +1,5 @@
-"""Configuration of the mlm_suite encoder.
-
-This file is part of the remote-code payload that ``save_pretrained`` copies next to the
-weights: it imports only ``transformers`` (and the standard library).
+"""Configuration of the mlm_suite encoder and its heads, with BERT's hyper-parameter names and BERT's values
+as defaults. Part of the remote-code payload: it imports only transformers. See docs/models.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
-"""Linear-chain conditional random field (CRF) for token classification.
-
-This file is part of the remote-code payload copied next to saved weights, so it
-depends on nothing but ``torch`` and the standard library.
-
-Conventions
------------
-* ``num_tags`` is written ``N``; ``B`` is the batch size and ``T`` the sequence length.
-* ``transitions[i, j]`` scores moving *from* tag ``i`` *to* tag ``j``.
-* A ``mask`` selects the positions that take part in the chain (typically the first
-  sub-token of every word). Selected positions need not be contiguous or
-  left-aligned: each row is compacted (selected positions moved to the front, in
-  their original order) before the recursion, so the chain links consecutive
-  *selected* positions and the constraints apply between words, not sub-tokens.
-* Forbidden transitions get ``FORBIDDEN_SCORE`` added rather than ``-inf``, so no
-  ``inf - inf`` can produce NaN in any dtype; a forbidden path is then
-  ``exp(-1e4)`` times less likely than an allowed one, i.e. exactly excluded in
-  float32 arithmetic.
+"""Linear-chain conditional random field (CRF) for token classification, and the tagging schemes whose
+transition rules constrain it (the one table of scheme names and prefixes; ``mlm_suite.data.tagging``
+validates data with it). ``transitions[i, j]`` scores moving from tag ``i`` to tag ``j``; a mask selects the
+positions in the chain (typically each word's first piece), so constraints apply between words. Part of the
+remote-code payload: it imports only torch. See docs/models.md.
 """
 
 from typing import Optional
@@ -23,13 +10,19 @@ from typing import Optional
 import torch
 from torch import nn
 
-#: Score added to forbidden start/transition/end moves (finite so fp16/bf16 stay NaN-free).
+#: Score added to forbidden start/transition/end moves: finite, so no ``inf - inf`` makes NaN in any dtype,
+#: and a forbidden path is exp(-1e4) times less likely, excluded in float32 arithmetic.
 FORBIDDEN_SCORE = -1.0e4
 
-#: Scheme aliases accepted by :func:`allowed_transitions`, mapped to the canonical name.
-_SCHEMES = {"BIO": "BIO", "IOB2": "BIO", "BIOES": "BIOES", "IOB1": "IOB1", "IO": "IO"}
-#: Prefixes each canonical scheme may use (besides the bare ``"O"`` label).
-_SCHEME_PREFIXES = {"BIO": ("B", "I"), "BIOES": ("B", "I", "E", "S"), "IOB1": ("B", "I"), "IO": ("I",)}
+#: Prefixes each tagging scheme uses besides the bare ``"O"`` tag, by canonical name.
+ALLOWED_PREFIXES: dict[str, frozenset[str]] = {
+    "IO": frozenset("I"),
+    "BIO": frozenset("BI"),
+    "IOB1": frozenset("BI"),
+    "BIOES": frozenset("BIES"),
+}
+#: Every accepted scheme name (upper case) → its canonical name.
+SCHEME_ALIASES = {"IO": "IO", "BIO": "BIO", "IOB2": "BIO", "IOB1": "IOB1", "BIOES": "BIOES", "IOBES": "BIOES"}
 
 Constraints = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -43,26 +36,30 @@ def _parse_label(label: str, scheme: str) -> tuple[str, Optional[str]]:
     if label == "O":
         return "O", None
     prefix, sep, entity = label.partition("-")
-    if not sep or not entity or prefix not in _SCHEME_PREFIXES[scheme]:
-        allowed = ", ".join(f"{p}-<TYPE>" for p in _SCHEME_PREFIXES[scheme])
+    if not sep or not entity or prefix not in ALLOWED_PREFIXES[scheme]:
+        allowed = ", ".join(f"{p}-<TYPE>" for p in "BIES" if p in ALLOWED_PREFIXES[scheme])
         raise ValueError(f"Label {label!r} does not fit the {scheme} scheme (expected 'O' or {allowed}).")
     return prefix, entity
 
 
-def _transition_allowed(scheme: str, src: tuple[str, Optional[str]], dst: tuple[str, Optional[str]]) -> bool:
-    """Whether tag ``dst`` may directly follow tag ``src`` under the canonical ``scheme``."""
-    (src_prefix, src_type), (dst_prefix, dst_type) = src, dst
-    continues_entity = src_prefix in "BI" and src_type == dst_type
+def transition_allowed(scheme: str, previous: tuple[str, Optional[str]], current: tuple[str, Optional[str]]) -> bool:
+    """Whether tag ``current`` may directly follow tag ``previous`` under the canonical ``scheme``.
+
+    Tags are ``(prefix, type)`` pairs, ``("O", None)`` outside entities; a sequence starts and ends
+    as if ``O`` stood before and after it.
+    """
+    (previous_prefix, previous_type), (prefix, type_) = previous, current
+    continues_entity = previous_prefix in "BI" and previous_type == type_
     if scheme == "BIO":
-        return dst_prefix != "I" or continues_entity
+        return prefix != "I" or continues_entity
     if scheme == "IOB1":
         # IOB1 only uses B-X to separate two adjacent X chunks.
-        return dst_prefix != "B" or continues_entity
+        return prefix != "B" or continues_entity
     if scheme == "BIOES":
-        if src_prefix in "BI":
+        if previous_prefix in "BI":
             # An open chunk must be continued or closed with its own type.
-            return dst_prefix in "IE" and src_type == dst_type
-        return dst_prefix in "BSO"
+            return prefix in "IE" and previous_type == type_
+        return prefix in "BSO"
     return True  # IO
 
 
@@ -73,8 +70,8 @@ def allowed_transitions(id2label: dict[int, str], scheme: str) -> Constraints:
         id2label: Maps tag ids ``0..N-1`` to labels such as ``"B-PER"``, ``"I-PER"``,
             ``"E-LOC"``, ``"S-LOC"`` or ``"O"``. Keys may be ints or int-like strings
             (as found in a JSON config).
-        scheme: One of ``"BIO"`` (alias ``"IOB2"``), ``"BIOES"``, ``"IOB1"``, ``"IO"``
-            (case-insensitive).
+        scheme: A name of :data:`SCHEME_ALIASES`: ``"BIO"`` (alias ``"IOB2"``), ``"BIOES"``
+            (alias ``"IOBES"``), ``"IOB1"``, ``"IO"`` (case-insensitive).
 
             * BIO: ``I-X`` only after ``B-X``/``I-X``; a sequence cannot start with ``I-X``.
             * BIOES: ``B-X``/``I-X`` must be followed by ``I-X``/``E-X``; ``E``/``S``/``O``
@@ -90,22 +87,21 @@ def allowed_transitions(id2label: dict[int, str], scheme: str) -> Constraints:
         ValueError: on an unknown scheme, ids that are not ``0..N-1``, or a label that
             does not fit the scheme (the message names the label).
     """
-    canonical = _SCHEMES.get(scheme.upper())
+    canonical = SCHEME_ALIASES.get(scheme.strip().upper())
     if canonical is None:
-        raise ValueError(f"Unknown tagging scheme {scheme!r}; expected one of {sorted(_SCHEMES)}.")
+        raise ValueError(f"Unknown tagging scheme {scheme!r}; expected one of {sorted(SCHEME_ALIASES)}.")
     labels = {int(i): label for i, label in id2label.items()}
     num_tags = len(labels)
     if sorted(labels) != list(range(num_tags)):
         raise ValueError(f"id2label keys must be 0..{num_tags - 1}, got {sorted(labels)}.")
     tags = [_parse_label(labels[i], canonical) for i in range(num_tags)]
 
-    start_forbidden = {"BIO": "I", "IOB1": "B", "BIOES": "IE", "IO": ""}[canonical]
-    end_forbidden = "BI" if canonical == "BIOES" else ""
+    outside = ("O", None)
     # Explicit CPU so the masks keep their values when called inside a meta-device context.
     return (
-        torch.tensor([[_transition_allowed(canonical, src, dst) for dst in tags] for src in tags], device="cpu"),
-        torch.tensor([prefix not in start_forbidden for prefix, _ in tags], device="cpu"),
-        torch.tensor([prefix not in end_forbidden for prefix, _ in tags], device="cpu"),
+        torch.tensor([[transition_allowed(canonical, src, dst) for dst in tags] for src in tags], device="cpu"),
+        torch.tensor([transition_allowed(canonical, outside, tag) for tag in tags], device="cpu"),
+        torch.tensor([transition_allowed(canonical, tag, outside) for tag in tags], device="cpu"),
     )
 
 

@@ -1,28 +1,7 @@
-"""Padding-free bookkeeping: where the real tokens of a batch are and which of them attend to each other.
-
-The encoder works on a flat ``(total, hidden)`` tensor of tokens. Attention is confined to each
-*segment*: a sequence, or one document of a packed row. A :class:`SequenceLayout`, built once per
-forward pass, holds everything the layers need for that, so nothing else is threaded through them.
-It is built in one of three ways:
-
-* :meth:`SequenceLayout.from_inputs` (eager, the default): reads the padding and the document
-  boundaries off ``attention_mask`` / ``position_ids`` / ``document_ids``. Pads never enter the
-  layers. Sizing the flat tensor needs the number of real tokens, so this costs a few host
-  synchronisations (``nonzero``, the longest segment).
-* :meth:`SequenceLayout.from_offsets`: the batch comes already flattened, ``(1, total)`` tokens
-  with the cumulative segment offsets and the longest segment as a Python int (what
-  ``mlm_suite.data.flattening`` and transformers' ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``
-  produce). Nothing depends on tensor values, so ``torch.compile`` traces it without a graph break
-  and a CUDA step runs without a host synchronisation.
-* :meth:`SequenceLayout.traced_dense` (``torch.compile`` / ``torch.export`` tracing without offsets):
-  every cell of the padded batch is computed, pads and other documents are hidden by an attention
-  mask and pad outputs are zeroed. Real tokens get the same values as on the padding-free paths.
-
-Attention backends (``attention.py``) read the segments either as a padded grid
-(``to_segments``: ``(num_segments, max_segment_len, ...)`` plus ``attention_allowed``) or, for
-variable-length kernels, straight from the flat tensor with ``cu_seqlens`` and ``max_segment_len``.
-
-This file is part of the remote-code payload: it imports only torch.
+"""Padding-free bookkeeping: :class:`SequenceLayout` says where the real tokens of a batch are and which of them
+attend to each other, built once per forward pass from the masks, from a flattened batch's offsets, or (under
+tracing without offsets) as a dense grid with masks. Part of the remote-code payload: it imports only torch.
+See docs/models.md#flattened-batches-torchcompile-and-export.
 """
 
 from __future__ import annotations
@@ -51,9 +30,13 @@ def segment_starts(
 class SequenceLayout:
     """Where the tokens of a ``(batch, seq)`` input are, and how they group into attention segments.
 
-    Flat token order is row-major over the real cells, so each segment is a contiguous run of flat
-    tokens: ``cu_seqlens[i]:cu_seqlens[i + 1]`` (``cu_seqlens`` is ``None`` only in the traced dense
-    layout, whose segments are hidden inside ``attention_allowed``).
+    The encoder works on a flat ``(total, hidden)`` tensor of tokens; attention is confined to each
+    segment (a sequence, or one document of a packed row). Flat token order is row-major over the real
+    cells, so each segment is a contiguous run of flat tokens: ``cu_seqlens[i]:cu_seqlens[i + 1]``
+    (``cu_seqlens`` is ``None`` only in the traced dense layout, whose segments are hidden inside
+    ``attention_allowed``). Attention kernels read the segments as a padded grid (:meth:`to_segments`
+    with ``attention_allowed``) or, variable-length ones, straight from the flat tensor with
+    ``cu_seqlens`` and ``max_segment_len``.
     """
 
     batch_size: int

@@ -1,18 +1,7 @@
-"""The mlm_suite encoder and its task heads.
-
-A BERT-family bidirectional encoder: token + position + segment embeddings, a stack of blocks
-with fully visible multi-head self-attention and a position-wise feed-forward network, each
-wrapped in a residual connection and LayerNorm. With the default configuration it computes
-exactly what ``transformers.BertModel`` computes (``mlm_suite.convert_bert_checkpoint`` maps the
-weights across).
-
-It is padding-free by design: pad tokens are dropped before the first layer, every linear
-layer runs on real tokens only, attention is confined to each sequence (or to each document of
-a packed row), and the ``(batch, seq, hidden)`` layout is restored at the end. A
-``SequenceLayout`` holds that bookkeeping, built once per forward pass.
-
-This file is part of the remote-code payload copied next to saved weights: it imports only
-torch, transformers and its siblings.
+"""The mlm_suite encoder and its task heads: a BERT-family encoder that computes exactly what
+``transformers.BertModel`` computes with the default configuration, padding-free (pad tokens are dropped
+before the first layer; a ``SequenceLayout`` holds that bookkeeping). Part of the remote-code payload, so it
+imports only torch, transformers and its siblings. See docs/models.md.
 """
 
 from __future__ import annotations
@@ -28,6 +17,7 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.dynamic_module_utils import custom_object_save
 from transformers.activations import ACT2FN
+from transformers.modeling_flash_attention_utils import FlashAttentionKwargs
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPooling,
@@ -37,6 +27,7 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
+from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, can_return_tuple, logging
 
 from .attention import MlmSuiteSelfAttention
@@ -78,8 +69,10 @@ class MlmSuiteEmbeddings(nn.Module):
         token_type_ids: torch.Tensor | None,
         inputs_embeds: torch.Tensor | None,
     ) -> torch.Tensor:
-        # Embed real tokens only: (total,) ids → (total, hidden).
-        embeddings = self.word_embeddings(layout.unpad(input_ids)) if inputs_embeds is None else layout.unpad(inputs_embeds)
+        if inputs_embeds is None:
+            # Called on the ids as given, so hooks on get_input_embeddings() (NEFTune, PEFT) see BERT's shape.
+            inputs_embeds = self.word_embeddings(input_ids)  # (batch, seq, hidden)
+        embeddings = layout.unpad(inputs_embeds)  # (total, hidden): real tokens only from here on
         if hasattr(self, "position_embeddings"):
             embeddings = embeddings + self.position_embeddings(layout.positions)
         if hasattr(self, "token_type_embeddings"):
@@ -142,27 +135,41 @@ class MlmSuiteLayer(GradientCheckpointingLayer):
 
 
 class MlmSuitePooler(nn.Module):
-    """Dense + tanh over the first token (``cls``) or the mean of the real tokens (``mean``).
-
-    One vector per row of the batch, or per sequence of a flattened batch (``layout.flattened``).
-    """
+    """Dense + tanh over ``config.classifier_pooling`` (``cls`` or ``mean``) of each row of the batch, or of each
+    sequence of a flattened batch."""
 
     def __init__(self, config: MlmSuiteConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
-        self.mean_pooling = config.classifier_pooling == "mean"
+        self.mode = config.classifier_pooling
 
-    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None, layout: SequenceLayout) -> torch.Tensor:
-        """``(batch, seq, hidden)`` → ``(batch, hidden)``, or ``(num_sequences, hidden)`` for a flattened batch."""
-        if layout.flattened:
-            flat = hidden.view(-1, hidden.shape[-1])  # (total, hidden): a flattened batch has no pads
-            pooled = layout.segment_mean(flat) if self.mean_pooling else layout.segment_first(flat)
-        elif self.mean_pooling:
-            weights = torch.ones_like(hidden[..., 0]) if attention_mask is None else attention_mask.to(hidden.dtype)
-            pooled = (hidden * weights[..., None]).sum(1) / weights.sum(1, keepdim=True).clamp(min=1)
-        else:
-            pooled = hidden[:, 0]
+    def forward(self, hidden: torch.Tensor, layout: SequenceLayout, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """``(total, hidden)`` → ``(batch, hidden)``, or ``(num_sequences, hidden)`` for a flattened batch."""
+        pooled = pool_sequences(hidden, layout, attention_mask, self.mode, by_segment=layout.flattened)
         return torch.tanh(self.dense(pooled))
+
+
+def pool_sequences(
+    hidden: torch.Tensor, layout: SequenceLayout, attention_mask: torch.Tensor | None, mode: str, by_segment: bool = True
+) -> torch.Tensor:
+    """``(total, hidden)`` final token states → one vector per sequence by ``mode`` (``mean``, ``cls``, ``max``).
+
+    The sequences are the layout's segments (rows, packed documents, the sequences of a flattened
+    batch), or with ``by_segment=False`` the rows of the batch. Pads never enter: segments hold real
+    tokens only, and rows (also the traced dense layout's, which has no segment offsets) are reduced
+    over the padded grid with the mask.
+    """
+    if by_segment and layout.cu_seqlens is not None:
+        reduce = {"mean": layout.segment_mean, "cls": layout.segment_first, "max": layout.segment_max}[mode]
+        return reduce(hidden)
+    padded = layout.pad(hidden)  # (batch, seq, hidden)
+    real = torch.ones_like(padded[..., 0], dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    if mode == "cls":
+        return padded[:, 0]
+    if mode == "max":
+        return padded.masked_fill(~real[..., None], torch.finfo(padded.dtype).min).amax(dim=1)
+    weights = real.to(padded.dtype)[..., None]
+    return (padded * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
 
 
 class MlmSuiteLMHead(nn.Module):
@@ -400,25 +407,22 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
-        output_mask: torch.Tensor | None = None,
         output_index: torch.Tensor | None = None,
         cu_seq_lens_q: torch.Tensor | None = None,
         max_length_q: int | None = None,
     ) -> tuple[torch.Tensor, SequenceLayout, tuple | None, tuple | None]:
         """Run the stack on real tokens only; return ``(total, hidden)`` states and their layout.
 
-        ``output_mask`` ``(batch, seq)`` (real tokens only), or ``output_index`` (flat indices into
-        ``batch * seq``, row-major), asks for the final states of those tokens alone, as
-        ``(num_selected, hidden)`` in that order: the last layer then finishes only them (sparse MLM
-        prediction needs nothing else), while its attention still reads every token. The index
-        form reads no tensor values. ``cu_seq_lens_q`` / ``max_length_q`` describe a flattened batch
-        (see :meth:`forward` and :meth:`layout`).
+        ``output_index`` (flat indices into ``batch * seq`` of real tokens) asks for the final states
+        of those tokens alone, as ``(num_selected, hidden)`` in that order: the last layer then
+        finishes only them (sparse MLM prediction needs nothing else), while its attention still
+        reads every token. ``cu_seq_lens_q`` / ``max_length_q`` describe a flattened batch (see
+        :meth:`forward` and :meth:`layout`).
         """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
-        selecting = output_mask is not None or output_index is not None
-        if selecting and (output_attentions or output_hidden_states):
-            raise ValueError("output_mask cannot be combined with output_attentions or output_hidden_states")
+        if output_index is not None and (output_attentions or output_hidden_states):
+            raise ValueError("output_index cannot be combined with output_attentions or output_hidden_states")
         reference = input_ids if input_ids is not None else inputs_embeds
         shape = tuple(reference.shape[:2])
         _check_inputs(self.config, shape, token_type_ids, position_ids, None if cu_seq_lens_q is None else max_length_q)
@@ -440,11 +444,7 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
             all_hidden.append(padded)
             return layout.unpad(padded)
 
-        selected = None  # flat token indices
-        if output_mask is not None:
-            selected = layout.unpad(output_mask).nonzero().squeeze(1)
-        elif output_index is not None:
-            selected = output_index if layout.token_index is None else layout.token_of_cell(output_index)
+        selected = None if output_index is None else layout.token_of_cell(output_index)  # flat token indices
         if selected is not None and not self.layers:
             hidden = hidden[selected]
         last = len(self.layers) - 1
@@ -490,19 +490,12 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
         """
         output_attentions, output_hidden_states = _output_flags(self.config, output_attentions, output_hidden_states)
         hidden, layout, hidden_states, attentions = self.encode(
-            input_ids,
-            attention_mask,
-            token_type_ids,
-            position_ids,
-            document_ids,
-            inputs_embeds,
-            output_attentions,
-            output_hidden_states,
-            cu_seq_lens_q=cu_seq_lens_q,
-            max_length_q=max_length_q,
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, cu_seq_lens_q=cu_seq_lens_q, max_length_q=max_length_q,
         )
         sequence_output = hidden_states[-1] if hidden_states else layout.pad(hidden)  # (batch, seq, hidden)
-        pooled = self.pooler(sequence_output, attention_mask, layout) if self.pooler is not None else None
+        pooled = self.pooler(hidden, layout, attention_mask) if self.pooler is not None else None
         return BaseModelOutputWithPooling(
             last_hidden_state=sequence_output, pooler_output=pooled, hidden_states=hidden_states, attentions=attentions
         )
@@ -522,32 +515,8 @@ class MlmSuiteForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
-_ENCODER_ARGUMENTS = (
-    "attention_mask",
-    "token_type_ids",
-    "position_ids",
-    "document_ids",
-    "inputs_embeds",
-    "output_attentions",
-    "output_hidden_states",
-)
-
-
-# A flattened batch's offsets reach the heads in **kwargs, as transformers passes FlashAttentionKwargs.
-_FLATTENED_BATCH_ARGUMENTS = ("cu_seq_lens_q", "max_length_q")
-
-
-def _encoder_kwargs(values: dict) -> dict:
-    """The encoder's arguments among a head's ``locals()``, including a flattened batch's offsets from ``kwargs``."""
-    kwargs = values.get("kwargs", {})
-    return {
-        **{name: values[name] for name in _ENCODER_ARGUMENTS},
-        **{name: kwargs[name] for name in _FLATTENED_BATCH_ARGUMENTS if name in kwargs},
-    }
-
-
 class _MaskedLMMixin:
-    """Shared MLM computation: sparse (labelled positions only) while training, dense otherwise."""
+    """The MLM head's computation, sparse (labelled tokens only) while training with ``config.sparse_prediction``."""
 
     _tied_weights_keys = {"lm_head.decoder.weight": "encoder.embeddings.word_embeddings.weight"}
 
@@ -557,55 +526,44 @@ class _MaskedLMMixin:
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.lm_head.decoder = new_embeddings
 
-    def masked_lm(self, sequence_output, labels, num_items_in_batch, masked_lm_positions=None):
-        """Return ``(loss, logits)``.
+    def labelled_positions(
+        self, labels: torch.Tensor | None, masked_lm_positions: torch.Tensor | None, shape: torch.Size
+    ) -> torch.Tensor | None:
+        """Flat indices into ``batch * seq`` of the tokens sparse prediction scores, or None to score every token.
 
-        With ``config.sparse_prediction`` in training mode and labels given, the transform and
-        decoder run only at labelled positions and ``logits`` is ``(num_labelled, vocab)`` in
-        row-major order of those positions; the loss equals the dense computation. Those
-        positions come from ``masked_lm_positions`` (flat indices into ``batch * seq``) when the
-        collator gives it, else from the labels (a data-dependent size, so under ``torch.compile``
-        without the index every position is scored instead). Otherwise ``logits`` is
-        ``(batch, seq, vocab)``.
+        Sparse prediction needs ``config.sparse_prediction``, training mode and labels. The tokens
+        are the collator's ``masked_lm_positions`` when given (no reading of tensor values), else the
+        labelled ones (a data-dependent size, so under ``torch.compile`` every token is scored instead).
         """
-        if labels is None:
-            return None, self.lm_head(sequence_output)
-        _check_labels(labels, sequence_output.shape[:2], "MLM labels")
-        if self.config.sparse_prediction and self.training:
-            if masked_lm_positions is not None:
-                hidden = sequence_output.reshape(-1, sequence_output.shape[-1])[masked_lm_positions]
-                logits = self.lm_head(hidden)  # (num_labelled, vocab)
-                return token_cross_entropy(logits, labels.reshape(-1)[masked_lm_positions], num_items_in_batch), logits
-            if not torch.compiler.is_compiling():
-                selected = labels != IGNORE_INDEX  # (batch, seq)
-                logits = self.lm_head(sequence_output[selected])  # (num_labelled, vocab)
-                return token_cross_entropy(logits, labels[selected], num_items_in_batch), logits
-        logits = self.lm_head(sequence_output)
-        loss = token_cross_entropy(logits.view(-1, logits.shape[-1]), labels.reshape(-1), num_items_in_batch)
-        return loss, logits
-
-    def sparse_outputs(self, labels, masked_lm_positions, reference, attention_mask, output_attentions, output_hidden_states):
-        """How the encoder may finish only the labelled tokens: ``{"output_index": ...}``, ``{"output_mask": ...}`` or None.
-
-        That is sparse prediction (training, labels given) when no per-layer outputs are requested.
-        The collator's ``masked_lm_positions`` needs no reading of tensor values; without it the
-        labels give a mask, except under ``torch.compile`` (a data-dependent size) and when a label
-        sits on padding (the padded path scores the zero states there).
-        """
-        config = self.config
-        if not (config.sparse_prediction and self.training and labels is not None) or reference is None:
+        _check_labels(labels, shape, "MLM labels")
+        if labels is None or not (self.config.sparse_prediction and self.training):
             return None
-        if output_attentions or output_hidden_states or config.output_attentions or config.output_hidden_states:
-            return None
-        _check_labels(labels, reference.shape[:2], "MLM labels")
         if masked_lm_positions is not None:
-            return {"output_index": masked_lm_positions}
+            return masked_lm_positions
         if torch.compiler.is_compiling():
             return None
-        selected = labels != IGNORE_INDEX
-        if attention_mask is not None and bool((selected & ~attention_mask.bool()).any()):
-            return None
-        return {"output_mask": selected}
+        return (labels.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)
+
+    def masked_lm(
+        self,
+        hidden: torch.Tensor,
+        labels: torch.Tensor | None,
+        positions: torch.Tensor | None,
+        num_items_in_batch: int | torch.Tensor | None,
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """``(loss, logits)`` from the encoder's ``(batch, seq, hidden)`` output, or from the ``(num_labelled, hidden)``
+        states at ``positions`` alone when the encoder finished only those.
+
+        With ``positions`` (see :meth:`labelled_positions`) only those tokens are scored: ``logits`` is
+        ``(num_labelled, vocab)`` in their order; otherwise ``(batch, seq, vocab)``. The loss is the same.
+        """
+        if positions is not None and hidden.dim() == 3:
+            hidden = hidden.reshape(-1, hidden.shape[-1])[positions]  # (num_labelled, hidden)
+        logits = self.lm_head(hidden)
+        if labels is None:
+            return None, logits
+        targets = labels.reshape(-1) if positions is None else labels.reshape(-1)[positions]
+        return token_cross_entropy(logits.view(-1, logits.shape[-1]), targets, num_items_in_batch), logits
 
 
 class MlmSuiteForMaskedLM(_MaskedLMMixin, MlmSuitePreTrainedModel):
@@ -629,7 +587,7 @@ class MlmSuiteForMaskedLM(_MaskedLMMixin, MlmSuitePreTrainedModel):
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         masked_lm_positions: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[FlashAttentionKwargs],
     ) -> MaskedLMOutput | tuple:
         """MLM logits and loss.
 
@@ -639,24 +597,30 @@ class MlmSuiteForMaskedLM(_MaskedLMMixin, MlmSuitePreTrainedModel):
         ``Trainer`` takes every forward argument named like that for a label.
         """
         reference = input_ids if input_ids is not None else inputs_embeds
-        sparse = self.sparse_outputs(
-            labels, masked_lm_positions, reference, attention_mask, output_attentions, output_hidden_states
+        shape = None if reference is None else reference.shape[:2]
+        positions = None if shape is None else self.labelled_positions(labels, masked_lm_positions, shape)
+        # Sparse prediction all the way down (the last layer finishes the labelled tokens only), unless
+        # per-layer outputs are asked for or a label sits on padding, where no token is computed.
+        finish_only_labelled = positions is not None and not any(
+            (output_attentions, output_hidden_states, self.config.output_attentions, self.config.output_hidden_states)
         )
-        if sparse is not None:
-            # Sparse prediction all the way down: the last layer finishes the labelled tokens only.
-            encoder_inputs = _encoder_kwargs(locals())
-            del encoder_inputs["output_attentions"], encoder_inputs["output_hidden_states"]
-            hidden = self.encoder.encode(input_ids, **encoder_inputs, **sparse)[0]  # (num_labelled, hidden)
-            logits = self.lm_head(hidden)  # (num_labelled, vocab)
-            if "output_index" in sparse:
-                targets = labels.reshape(-1)[masked_lm_positions]
-            else:
-                targets = labels[sparse["output_mask"]]
-            return MaskedLMOutput(loss=token_cross_entropy(logits, targets, num_items_in_batch), logits=logits)
-        outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
-        loss, logits = self.masked_lm(outputs.last_hidden_state, labels, num_items_in_batch, masked_lm_positions)
-        output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
-        return output
+        if finish_only_labelled and masked_lm_positions is None and attention_mask is not None:
+            finish_only_labelled = bool(attention_mask.reshape(-1)[positions].all())
+        if finish_only_labelled:
+            hidden = self.encoder.encode(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+                document_ids=document_ids, inputs_embeds=inputs_embeds, output_index=positions,
+                cu_seq_lens_q=kwargs.get("cu_seq_lens_q"), max_length_q=kwargs.get("max_length_q"),
+            )[0]  # (num_labelled, hidden)
+            loss, logits = self.masked_lm(hidden, labels, positions, num_items_in_batch)
+            return MaskedLMOutput(loss=loss, logits=logits)
+        outputs = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
+        )
+        loss, logits = self.masked_lm(outputs.last_hidden_state, labels, positions, num_items_in_batch)
+        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
 
 class MlmSuiteForNextSentencePrediction(MlmSuitePreTrainedModel):
@@ -681,9 +645,13 @@ class MlmSuiteForNextSentencePrediction(MlmSuitePreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[FlashAttentionKwargs],
     ) -> NextSentencePredictorOutput | tuple:
-        outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
+        outputs = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
+        )
         logits = self.nsp_head(outputs.pooler_output)  # (batch, 2)
         loss = None
         if labels is not None:
@@ -721,12 +689,15 @@ class MlmSuiteForPreTraining(_MaskedLMMixin, MlmSuitePreTrainedModel):
         num_items_in_batch: int | torch.Tensor | None = None,
         masked_lm_positions: torch.Tensor | None = None,
         num_sentence_pairs_in_batch: int | torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[FlashAttentionKwargs],
     ) -> MlmSuiteForPreTrainingOutput | tuple:
-        outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
-        mlm_loss, prediction_logits = self.masked_lm(
-            outputs.last_hidden_state, labels, num_items_in_batch, masked_lm_positions
+        outputs = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
         )
+        positions = self.labelled_positions(labels, masked_lm_positions, outputs.last_hidden_state.shape[:2])
+        mlm_loss, prediction_logits = self.masked_lm(outputs.last_hidden_state, labels, positions, num_items_in_batch)
         nsp_logits = self.nsp_head(outputs.pooler_output)  # (batch or num_sequences, 2)
         losses = [mlm_loss] if mlm_loss is not None else []
         if next_sentence_label is not None:
@@ -809,9 +780,13 @@ class MlmSuiteForSequenceClassification(MlmSuitePreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[FlashAttentionKwargs],
     ) -> SequenceClassifierOutput | tuple:
-        outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
+        outputs = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
+        )
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (batch, num_labels)
         loss = None
         if labels is not None:
@@ -850,7 +825,7 @@ class MlmSuiteForPairClassification(MlmSuiteForSequenceClassification):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[FlashAttentionKwargs],
     ) -> SequenceClassifierOutput | tuple:
         if token_type_ids is None:
             logger.warning_once(
@@ -858,7 +833,9 @@ class MlmSuiteForPairClassification(MlmSuiteForSequenceClassification):
                 "pairs pass the segment ids (0 for [CLS] A [SEP], 1 for B [SEP]): tokenizer(text_a, text_b)"
             )
         return super().forward(
-            input_ids, labels=labels, num_items_in_batch=num_items_in_batch, return_dict=True, **_encoder_kwargs(locals())
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, labels=labels, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, num_items_in_batch=num_items_in_batch, return_dict=True, **kwargs,
         )
 
 
@@ -905,9 +882,13 @@ class MlmSuiteForTokenClassification(MlmSuitePreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[FlashAttentionKwargs],
     ) -> TokenClassifierOutput | tuple:
-        outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
+        outputs = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
+        )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (batch, seq, num_labels)
         loss = None
         if labels is not None:
@@ -964,10 +945,18 @@ class MlmSuiteForQuestionAnswering(MlmSuitePreTrainedModel):
         end_positions: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[FlashAttentionKwargs],
     ) -> QuestionAnsweringModelOutput | tuple:
-        outputs = self.encoder(input_ids, return_dict=True, **_encoder_kwargs(locals()))
-        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).float().unbind(-1)  # (batch, seq) each
+        outputs = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
+        )
+        logits = self.qa_outputs(outputs.last_hidden_state).float()  # (batch, seq, 2)
+        if attention_mask is not None:
+            # No answer starts or ends at a pad: the most negative finite score keeps pads out of the softmax.
+            logits = logits.masked_fill(~attention_mask.bool()[..., None], torch.finfo(logits.dtype).min)
+        start_logits, end_logits = logits.unbind(-1)  # (batch, seq) each
         loss = None
         if start_positions is not None and end_positions is not None:
             # Answers outside the (possibly truncated) window point one past the end and are ignored.
@@ -1007,26 +996,6 @@ class SentenceEmbeddingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
-def pool_sequences(hidden: torch.Tensor, layout: SequenceLayout, attention_mask: torch.Tensor | None, mode: str) -> torch.Tensor:
-    """``(total, hidden)`` final token states → ``(num_sequences, hidden)`` by ``mode`` (``mean``, ``cls``, ``max``).
-
-    Pads never enter: the reductions run over each segment's real tokens. Only the traced dense
-    layout (``torch.compile`` / ``torch.export`` without offsets) pools the padded grid, one row per
-    sequence, with the mask; it gives the same values.
-    """
-    if layout.cu_seqlens is not None:
-        reduce = {"mean": layout.segment_mean, "cls": layout.segment_first, "max": layout.segment_max}[mode]
-        return reduce(hidden)
-    padded = layout.pad(hidden)  # (batch, seq, hidden)
-    real = torch.ones_like(padded[..., 0], dtype=torch.bool) if attention_mask is None else attention_mask.bool()
-    if mode == "cls":
-        return padded[:, 0]
-    if mode == "max":
-        return padded.masked_fill(~real[..., None], torch.finfo(padded.dtype).min).amax(dim=1)
-    weights = real.to(padded.dtype)[..., None]
-    return (padded * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
-
-
 def in_batch_negatives_loss(
     queries: torch.Tensor,
     documents: torch.Tensor,
@@ -1058,11 +1027,7 @@ def in_batch_negatives_loss(
         positives_vs_queries = scores[:, labels].T  # (num_queries, num_queries): row i is query i's positive
         targets = torch.arange(labels.shape[0], device=labels.device)
         loss = (loss + F.cross_entropy(positives_vs_queries, targets, reduction="sum")) / 2
-    if num_items_in_batch is None:
-        return loss / labels.shape[0], scores
-    if isinstance(num_items_in_batch, torch.Tensor):
-        num_items_in_batch = num_items_in_batch.to(loss.device)
-    return loss / num_items_in_batch, scores
+    return normalised_sum(loss, num_items_in_batch, labels.new_tensor(labels.shape[0])), scores
 
 
 class MlmSuiteForSentenceEmbedding(MlmSuitePreTrainedModel):
@@ -1123,12 +1088,13 @@ class MlmSuiteForSentenceEmbedding(MlmSuitePreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[FlashAttentionKwargs],
     ) -> SentenceEmbeddingOutput | tuple:
         output_attentions, output_hidden_states = _output_flags(self.config, output_attentions, output_hidden_states)
         hidden, layout, hidden_states, attentions = self.encoder.encode(
-            input_ids, attention_mask, token_type_ids, position_ids, document_ids, inputs_embeds,
-            output_attentions, output_hidden_states,
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
             cu_seq_lens_q=kwargs.get("cu_seq_lens_q"), max_length_q=kwargs.get("max_length_q"),
         )
         embeddings = pool_sequences(hidden, layout, attention_mask, self.config.sentence_pooling)  # (num_sequences, hidden)
