@@ -43,8 +43,6 @@ def job_main(command: str) -> Callable[[list[str]], Any]:
 
     if command == "quickstart":
         return cli.quickstart_main
-    if command == "convert-bert":
-        return cli.convert_bert_main
     return importlib.import_module(cli.SUBCOMMANDS[command][0]).main
 
 

@@ -20,7 +20,7 @@ from mlm_suite.jobs.distributed import run_job
 # subcommand → (module with main(argv), one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("mlm_suite.cli", "build a small model, save it, reload it through the Auto classes, compare outputs"),
-    "convert-bert": ("mlm_suite.cli", "convert a Hugging Face BERT folder into an mlm_suite folder"),
+    "convert-bert": ("mlm_suite.jobs.convert_bert", "convert a Hugging Face BERT folder into an mlm_suite folder"),
     "export-onnx": ("mlm_suite.export", "export a checkpoint to ONNX and check it against the eager model"),
     "prepare-data": ("mlm_suite.jobs.prepare_data", "tokenise (and pack) a corpus once into Arrow shards for pretrain --prepared_data"),
     "pretrain": ("mlm_suite.jobs.pretrain", "MLM (+NSP) pretraining with the HF Trainer"),
@@ -32,17 +32,6 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "wsd": ("mlm_suite.jobs.wsd", "nearest-centroid word-sense disambiguation with contextual embeddings"),
     "anisotropy": ("mlm_suite.jobs.anisotropy", "anisotropy of contextual embeddings per layer, raw and z-scored"),
 }
-
-
-def convert_bert_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="mlm-suite convert-bert", description=SUBCOMMANDS["convert-bert"][1])
-    parser.add_argument("src", help="folder with a BERT config.json and weights (safetensors or pytorch_model.bin)")
-    parser.add_argument("dst", help="output folder")
-    args = parser.parse_args(argv)
-    from mlm_suite.convert import convert_bert_checkpoint
-
-    print(f"converted {args.src} -> {convert_bert_checkpoint(args.src, args.dst)}")
-    return 0
 
 
 def quickstart_main(argv: list[str] | None = None) -> int:
@@ -131,8 +120,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if command == "quickstart":
         job = quickstart_main
-    elif command == "convert-bert":
-        job = convert_bert_main
     else:
         job = importlib.import_module(SUBCOMMANDS[command][0]).main
     result = run_job(job, rest, prog=f"mlm-suite {command}", debug=debug)
