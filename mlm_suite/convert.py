@@ -95,6 +95,7 @@ _HEADS = {
     MlmSuiteForTokenClassification: frozenset({"classifier"}),
     MlmSuiteForQuestionAnswering: frozenset({"qa_outputs"}),
 }
+_HEAD_NAMES = frozenset().union(*_HEADS.values())
 _WITHOUT_POOLER = (MlmSuiteForMaskedLM, MlmSuiteForTokenClassification, MlmSuiteForQuestionAnswering)
 ARCHITECTURES = {
     "BertModel": MlmSuiteModel,
@@ -244,6 +245,29 @@ def target_class(architecture: str | None, heads: frozenset[str]) -> type[MlmSui
     raise UsageError(f"the weights hold the heads {sorted(heads)}, which no one mlm_suite model holds together")
 
 
+def load_bert_weights(model: MlmSuitePreTrainedModel, weights: dict[str, torch.Tensor], source: str = "the checkpoint") -> None:
+    """Load weights renamed by :func:`convert_bert_state_dict` into ``model``, an mlm_suite model of the same heads.
+
+    A weight the model lacks or one it has no counterpart for is a :class:`~mlm_suite.errors.UsageError` naming it;
+    an MLM decoder is tied to the word embeddings unless ``config.tie_word_embeddings`` is off.
+    """
+    if model.base_model is not model:  # a head: the encoder's weights live under "encoder."
+        weights = {(name if name.split(".")[0] in _HEAD_NAMES else f"encoder.{name}"): t for name, t in weights.items()}
+    tied = model.config.tie_word_embeddings
+    if tied:
+        weights = {name: t for name, t in weights.items() if name != "lm_head.decoder.weight"}  # BERT ties it too
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    missing = [name for name in missing if not (tied and name == "lm_head.decoder.weight")]
+    if missing or unexpected:
+        # A name no rename fits keeps its BERT name, less the "encoder." prefix added above.
+        unexpected = [name.removeprefix("encoder.") if model.base_model is not model else name for name in unexpected]
+        raise UsageError(
+            f"{source}'s weights do not match {type(model).__name__}: missing {missing}, no counterpart for {unexpected}"
+        )
+    if hasattr(model, "lm_head"):
+        model.tie_weights()
+
+
 def sentence_transformers_pooling(source: Path) -> tuple[dict, list[str]]:
     """The config fields that make a sentence-transformers folder's pooling mlm_suite's, and notes on what is not carried.
 
@@ -312,31 +336,17 @@ def convert_bert_checkpoint(
     weights = convert_bert_state_dict(load_bert_state_dict(source), config.num_hidden_layers)
 
     architecture = (bert_config.get("architectures") or [None])[0]
-    heads = frozenset(name.split(".")[0] for name in weights if name.split(".")[0] in ("lm_head", "nsp_head", "classifier", "qa_outputs"))
-    model_class = target_class(architecture, heads)
+    model_class = target_class(architecture, frozenset(name.split(".")[0] for name in weights) & _HEAD_NAMES)
     if model_class is MlmSuiteModel:
         model = MlmSuiteModel(config, add_pooling_layer="pooler.dense.weight" in weights)
     else:
         model = model_class(config)
-        weights = {(name if name.split(".")[0] in heads else f"encoder.{name}"): t for name, t in weights.items()}
     if model_class in _WITHOUT_POOLER:
-        pooler = sorted(name.removeprefix("encoder.") for name in weights if name.startswith("encoder.pooler."))
+        pooler = sorted(name for name in weights if name.startswith("pooler."))
         if pooler:
             notes.append(f"BERT's pooler ({', '.join(pooler)}) dropped: {model_class.__name__} does not use one")
-            weights = {name: t for name, t in weights.items() if not name.startswith("encoder.pooler.")}
-    if config.tie_word_embeddings:
-        weights.pop("lm_head.decoder.weight", None)  # BERT ties it to the word embeddings too
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    if config.tie_word_embeddings:
-        missing = [name for name in missing if name != "lm_head.decoder.weight"]
-    if missing or unexpected:
-        # Unexpected names are the source's (a name with no counterpart is not renamed), less the prefix added here.
-        unexpected = [name.removeprefix("encoder.") if model_class is not MlmSuiteModel else name for name in unexpected]
-        raise UsageError(
-            f"{source}'s weights do not match {model_class.__name__}: missing {missing}, no counterpart for {unexpected}"
-        )
-    if "lm_head" in heads:
-        model.tie_weights()
+            weights = {name: t for name, t in weights.items() if not name.startswith("pooler.")}
+    load_bert_weights(model, weights, str(source))
 
     destination.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(destination)
