@@ -31,6 +31,7 @@ from transformers import (
 
 import mlm_suite
 from conftest import make_random_batch, make_tiny_bert_config, make_tiny_config
+from test_cli import assert_one_line_error, run_cli
 from mlm_suite import MlmSuiteForMaskedLM, MlmSuiteForPreTraining, MlmSuiteModel, convert_bert_checkpoint
 from mlm_suite.convert import convert_bert_state_dict
 from mlm_suite.errors import UsageError
@@ -538,18 +539,6 @@ def test_heads_that_cannot_be_carried_are_named(case, edit, message, tmp_path):
 # ------------------------------------------------------------------------------------------------
 # Command line (in-process, through the same ``main`` the ``mlm-suite`` console script calls)
 # ------------------------------------------------------------------------------------------------
-def run_cli(argv, capsys):
-    from mlm_suite.cli import main
-
-    capsys.readouterr()  # what the test's own set-up printed
-    try:
-        status = main(argv)
-    except SystemExit as exit_info:
-        status = exit_info.code
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
-
-
 def test_cli_convert_bert(tmp_path, capsys):
     bert = random_bert("BertForPreTraining", seed=3)
     src, dst = tmp_path / "bert", tmp_path / "converted"
@@ -561,7 +550,7 @@ def test_cli_convert_bert(tmp_path, capsys):
     assert_outputs_match(ours_outputs(model, batch), hf_outputs(bert, batch), batch["attention_mask"].bool())
     status, _, err = run_cli(["convert-bert", str(tmp_path / "nowhere"), str(tmp_path / "out")], capsys)
     assert status == 2  # a user error: one line on stderr
-    assert err.startswith("mlm-suite convert-bert: error: ") and "config.json" in err and len(err.splitlines()) == 1, err
+    assert_one_line_error(err, "convert-bert", "config.json")
     status, _, _ = run_cli(["convert-bert", str(src)], capsys)  # missing DST
     assert status == 2
 
@@ -592,8 +581,8 @@ def test_cli_errors_exit_2_and_write_nothing(damage, tmp_path, capsys):
         weights = tmp_path / "bert" / "model.safetensors"
         weights.write_bytes(weights.read_bytes()[:100])
     status, out, err = run_cli(["convert-bert", str(tmp_path / "bert"), str(tmp_path / "out")], capsys)
-    assert status == 2 and out == "" and len(err.splitlines()) == 1
-    assert ("BertForMultipleChoice" if damage == "multiple_choice" else "model.safetensors") in err
+    assert status == 2 and out == ""
+    assert_one_line_error(err, "convert-bert", "BertForMultipleChoice" if damage == "multiple_choice" else "model.safetensors")
     assert not (tmp_path / "out").exists()
 
 
