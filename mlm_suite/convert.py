@@ -97,7 +97,7 @@ _HEADS = {
 }
 _HEAD_NAMES = frozenset().union(*_HEADS.values())
 _WITHOUT_POOLER = (MlmSuiteForMaskedLM, MlmSuiteForTokenClassification, MlmSuiteForQuestionAnswering)
-ARCHITECTURES = {
+_ARCHITECTURES = {
     "BertModel": MlmSuiteModel,
     "BertForMaskedLM": MlmSuiteForMaskedLM,
     "BertForNextSentencePrediction": MlmSuiteForNextSentencePrediction,
@@ -228,7 +228,7 @@ def target_class(architecture: str | None, heads: frozenset[str]) -> type[MlmSui
     """
     if architecture in _NO_COUNTERPART:
         raise UsageError(f"{architecture} cannot be converted: {_NO_COUNTERPART[architecture]}")
-    named = ARCHITECTURES.get(architecture)
+    named = _ARCHITECTURES.get(architecture)
     if named is not None and not _HEADS[named] <= heads:
         missing = sorted(_HEADS[named] - heads)
         raise UsageError(f"config.json names {architecture}, but the weights hold no {' or '.join(missing)} head")

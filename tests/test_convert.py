@@ -508,6 +508,7 @@ def test_weights_that_do_not_match_the_config(tmp_path):
     "case, edit, message",
     [
         ("multiple_choice", None, "BertForMultipleChoice cannot be converted: mlm_suite has no multiple-choice head"),
+        ("causal_lm", None, "BertLMHeadModel cannot be converted: it is a left-to-right language model"),
         ("single_label", {"architectures": None}, "classifier.weight: config.json's architectures (None) does not say"),
         ("single_label", {"architectures": ["BertForQuestionAnswering"]}, "names BertForQuestionAnswering, but the weights hold no qa_outputs head"),
         ("single_label", {"extra": "classifier_extra.weight"}, "no counterpart for ['classifier_extra.weight']"),
@@ -515,20 +516,18 @@ def test_weights_that_do_not_match_the_config(tmp_path):
     ],
 )
 def test_heads_that_cannot_be_carried_are_named(case, edit, message, tmp_path):
+    torch.manual_seed(0)
     if case == "multiple_choice":
-        torch.manual_seed(0)
         bert = BertForMultipleChoice(make_tiny_bert_config())
+    elif case == "causal_lm":  # a BertLMHeadModel folder, as its save_pretrained writes it without is_decoder
+        bert = BertForMaskedLM(make_tiny_bert_config())
     else:
         bert = random_head(case)
     state = dict(bert.state_dict())
     if edit and "extra" in edit:
         state[edit["extra"]] = torch.zeros(3)
-    if edit and "architectures" in edit:
-        bert.config.architectures = edit["architectures"]
-    elif case == "multiple_choice":
-        bert.config.architectures = ["BertForMultipleChoice"]
-    else:
-        bert.config.architectures = [type(bert).__name__]
+    names = {"multiple_choice": "BertForMultipleChoice", "causal_lm": "BertLMHeadModel"}
+    bert.config.architectures = edit["architectures"] if edit and "architectures" in edit else [names.get(case, type(bert).__name__)]
     write_state(tmp_path / "bert", bert.config, state)
     with pytest.raises(UsageError) as error:
         convert_bert_checkpoint(tmp_path / "bert", tmp_path / "out")

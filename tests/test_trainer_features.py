@@ -27,7 +27,6 @@ from transformers import (
     Trainer,
     TrainingArguments,
 )
-from transformers.utils import logging as hf_logging
 
 from conftest import TINY_VOCAB, make_tiny_bert_config
 from mlm_suite import convert_bert_checkpoint
@@ -250,7 +249,6 @@ CELLS = [
 
 @pytest.mark.parametrize("head, feature", CELLS)
 def test_stock_trainer_feature_matches_bert(head, feature, converted_pairs, tmp_path):
-    hf_logging.set_verbosity_error()
     models, vocab_size = load_pair(head, converted_pairs, feature)
     bert, ours = (run_one(model, head, feature, tmp_path / name, vocab_size) for model, name in zip(models, ("bert", "ours")))
     assert bert.keys() == ours.keys()
@@ -263,7 +261,6 @@ def test_stock_trainer_feature_matches_bert(head, feature, converted_pairs, tmp_
 @pytest.mark.parametrize("head, feature", sorted(NOT_APPLICABLE))
 def test_inapplicable_cells_fail_alike_for_bert(head, feature, converted_pairs, tmp_path):
     """Where a feature cannot apply to a head, it fails for BertFor* as for mlm_suite, with the same error type."""
-    hf_logging.set_verbosity_error()
     models, vocab_size = load_pair(head, converted_pairs, feature)
     errors = []
     for model, name in zip(models, ("bert", "ours")):
