@@ -76,7 +76,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from mlm_suite.convert import config_from_bert, convert_bert_state_dict
+from mlm_suite.convert import config_from_bert, convert_bert_state_dict, load_bert_weights
 from mlm_suite.data.flattening import flatten_batch
 from mlm_suite.model import MlmSuiteForMaskedLM, MlmSuiteForTokenClassification, MlmSuiteModel
 
@@ -257,20 +257,8 @@ def build_models(workload: Workload, seed: int = 0, modernbert: bool = True) -> 
     extra = {"add_pooling_layer": False} if workload.task == "infer" else {}
     hf = hf_class(config, **extra)
     ours_config = config_from_bert(config.to_dict())
-    ours_config.num_labels = config.num_labels
     ours = ours_class(ours_config, **extra)
-    weights = convert_bert_state_dict(hf.state_dict(), config.num_hidden_layers)
-    if ours.base_model is not ours:  # task model: encoder weights live under "encoder."
-        weights = {(k if k.split(".")[0].endswith("head") else f"encoder.{k}"): v for k, v in weights.items()}
-    if workload.task == "tokcls":
-        weights["classifier.weight"] = hf.classifier.weight.detach().clone()
-        weights["classifier.bias"] = hf.classifier.bias.detach().clone()
-    missing, unexpected = ours.load_state_dict(weights, strict=False)
-    missing = [k for k in missing if k != "lm_head.decoder.weight"]  # tied to the word embeddings
-    if missing or unexpected:
-        raise RuntimeError(f"weight conversion mismatch: missing {missing}, unexpected {unexpected}")
-    if workload.task == "mlm":
-        ours.tie_weights()
+    load_bert_weights(ours, convert_bert_state_dict(hf.state_dict(), config.num_hidden_layers), "the HF model")
     models = {HF: hf, OURS: ours}
     if modernbert:
         models[MODERNBERT] = mb_class(modernbert_config(workload))

@@ -41,8 +41,6 @@ def job_main(command: str) -> Callable[[list[str]], Any]:
     """The function ``mlm-suite <command>`` runs (as :func:`mlm_suite.cli.main` picks it)."""
     from mlm_suite import cli
 
-    if command == "convert-bert":
-        return cli.convert_bert_main
     return importlib.import_module(cli.SUBCOMMANDS[command][0]).main
 
 

@@ -10,7 +10,6 @@ subcommand is the jobs' own ``TrainingArguments`` flag, not this one.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 from importlib import metadata
@@ -20,7 +19,7 @@ from mlm_suite.jobs.distributed import run_job
 # subcommand → (module with main(argv), one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("mlm_suite.jobs.quickstart", "build a small model, save it, reload it through the Auto classes, compare outputs"),
-    "convert-bert": ("mlm_suite.cli", "convert a Hugging Face BERT folder into an mlm_suite folder"),
+    "convert-bert": ("mlm_suite.jobs.convert_bert", "convert a Hugging Face BERT folder into an mlm_suite folder"),
     "export-onnx": ("mlm_suite.jobs.export_onnx", "export a checkpoint to ONNX and check it against the eager model"),
     "prepare-data": ("mlm_suite.jobs.prepare_data", "tokenise (and pack) a corpus once into Arrow shards for pretrain --prepared_data"),
     "pretrain": ("mlm_suite.jobs.pretrain", "MLM (+NSP) pretraining with the HF Trainer"),
@@ -34,15 +33,6 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def convert_bert_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="mlm-suite convert-bert", description=SUBCOMMANDS["convert-bert"][1])
-    parser.add_argument("src", help="folder with a BERT config.json and weights (safetensors or pytorch_model.bin)")
-    parser.add_argument("dst", help="output folder")
-    args = parser.parse_args(argv)
-    from mlm_suite.convert import convert_bert_checkpoint
-
-    print(f"converted {args.src} -> {convert_bert_checkpoint(args.src, args.dst)}")
-    return 0
 
 
 def _installed_version(distribution: str) -> str:
@@ -101,10 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         print(overview(), file=sys.stderr)
         print(f"mlm-suite: error: unknown command {command!r}", file=sys.stderr)
         return 2
-    if command == "convert-bert":
-        job = convert_bert_main
-    else:
-        job = importlib.import_module(SUBCOMMANDS[command][0]).main
+    job = importlib.import_module(SUBCOMMANDS[command][0]).main
     result = run_job(job, rest, prog=f"mlm-suite {command}", debug=debug)
     return result if isinstance(result, int) else 0
 

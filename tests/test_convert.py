@@ -1,24 +1,48 @@
 """``convert_bert_checkpoint``: randomly initialised HF BERT checkpoints (BertModel, BertForMaskedLM,
 BertForPreTraining; with and without the ``bert.`` prefix; safetensors, ``pytorch_model.bin`` and
 HF's own ``save_pretrained``) convert to mlm_suite folders whose hidden states (every layer),
-pooler, MLM and NSP logits match HF's; the real MiniLM-L6 weights and tokenizer too; and the
-conversion errors.
+pooler, MLM and NSP logits match HF's; every fine-tuned head (NSP, sequence classification with each
+``problem_type``, token classification, QA) converts with its labels and gives BERT's logits and loss;
+a sentence-transformers folder's pooling is carried into the config; the real MiniLM-L6 weights and
+tokenizer too; and the conversion errors, in the library and through ``mlm-suite convert-bert``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors.torch import save_file
-from transformers import AutoModel, AutoTokenizer, BertForMaskedLM, BertForPreTraining, BertModel
+from transformers import (
+    AutoModel,
+    AutoTokenizer,
+    BertForMaskedLM,
+    BertForMultipleChoice,
+    BertForNextSentencePrediction,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+)
 
 import mlm_suite
 from conftest import make_random_batch, make_tiny_bert_config, make_tiny_config
+from test_cli import assert_one_line_error, run_cli
 from mlm_suite import MlmSuiteForMaskedLM, MlmSuiteForPreTraining, MlmSuiteModel, convert_bert_checkpoint
-from mlm_suite.model import MlmSuiteForPreTrainingOutput
 from mlm_suite.convert import convert_bert_state_dict
+from mlm_suite.errors import UsageError
+from mlm_suite.model import (
+    MlmSuiteForNextSentencePrediction,
+    MlmSuiteForPreTrainingOutput,
+    MlmSuiteForQuestionAnswering,
+    MlmSuiteForSentenceEmbedding,
+    MlmSuiteForSequenceClassification,
+    MlmSuiteForTokenClassification,
+)
 
 KINDS = {
     # kind: (HF class, HF kwargs, expected mlm_suite class, has pooler)
@@ -154,6 +178,11 @@ def test_legacy_gamma_beta_layernorm_names(tmp_path):
     assert_outputs_match(ours_outputs(model, batch), hf_outputs(bert, batch), batch["attention_mask"].bool())
 
 
+def mean_of_real_tokens(states, attention_mask):
+    weights = attention_mask[..., None].to(states.dtype)
+    return (states * weights).sum(1) / weights.sum(1)
+
+
 def test_real_minilm_conversion(minilm_dir, tmp_path):
     dst = convert_bert_checkpoint(minilm_dir, tmp_path / "minilm")
     for filename in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
@@ -172,75 +201,388 @@ def test_real_minilm_conversion(minilm_dir, tmp_path):
     inputs = dict(batch)
     theirs, ours = hf_outputs(bert, inputs), ours_outputs(ours_model, inputs)
     assert len(theirs) == 6 + 1 + 1
+    # all-MiniLM-L6-v2 was trained as a sentence-transformers model: mean pooling, then L2 normalisation. The pooler
+    # (BERT's dense + tanh) reads the mean of the real tokens, not [CLS].
+    config = json.loads((dst / "config.json").read_text())
+    assert (config["classifier_pooling"], config["sentence_pooling"], config["normalize_embeddings"]) == ("mean", "mean", True)
+    with torch.no_grad():
+        mean = mean_of_real_tokens(theirs["hidden_6"], batch["attention_mask"])
+        theirs["pooler"] = torch.tanh(bert.pooler.dense(mean))
+        embeddings = MlmSuiteForSentenceEmbedding.from_pretrained(dst).eval()(**inputs).embeddings
     assert_outputs_match(ours, theirs, batch["attention_mask"].bool())
+    torch.testing.assert_close(embeddings, F.normalize(mean, dim=-1), atol=1e-5, rtol=0)
 
 
 # ------------------------------------------------------------------------------------------------
-# Errors
+# Fine-tuned heads
+# ------------------------------------------------------------------------------------------------
+def label_maps(names):
+    return {"id2label": dict(enumerate(names)), "label2id": {name: index for index, name in enumerate(names)}}
+
+
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+HEADS = {
+    # case: (BERT class, BERT config overrides, mlm_suite class, name of the logits compared)
+    "next_sentence": (BertForNextSentencePrediction, {}, MlmSuiteForNextSentencePrediction, "logits"),
+    "single_label": (
+        BertForSequenceClassification,
+        {"problem_type": "single_label_classification", **label_maps(["negative", "neutral", "positive"])},
+        MlmSuiteForSequenceClassification,
+        "logits",
+    ),
+    "regression": (
+        BertForSequenceClassification,
+        {"problem_type": "regression", **label_maps(["score"])},
+        MlmSuiteForSequenceClassification,
+        "logits",
+    ),
+    "multi_label": (
+        BertForSequenceClassification,
+        {"problem_type": "multi_label_classification", **label_maps(["sports", "politics", "science", "arts"])},
+        MlmSuiteForSequenceClassification,
+        "logits",
+    ),
+    "token": (BertForTokenClassification, label_maps(TAGS), MlmSuiteForTokenClassification, "logits"),
+    "question_answering": (BertForQuestionAnswering, {}, MlmSuiteForQuestionAnswering, "start_logits"),
+}
+
+
+def random_head(case: str, seed: int = 0):
+    bert_class, overrides, _, _ = HEADS[case]
+    torch.manual_seed(seed)
+    model = bert_class(make_tiny_bert_config(**overrides)).eval()
+    with torch.no_grad():  # move LayerNorms and biases off 1/0 so a mix-up would show
+        for name, param in model.named_parameters():
+            if "LayerNorm" in name or name.endswith("bias"):
+                param.add_(0.1 * torch.randn_like(param))
+    return model
+
+
+def head_labels(case: str, batch: dict, num_labels: int) -> dict:
+    generator = torch.Generator().manual_seed(11)
+    rows, seq_len = batch["input_ids"].shape
+    if case in ("next_sentence", "single_label"):
+        return {"labels": torch.randint(0, num_labels, (rows,), generator=generator)}
+    if case == "regression":
+        return {"labels": torch.randn(rows, generator=generator)}
+    if case == "multi_label":
+        return {"labels": torch.randint(0, 2, (rows, num_labels), generator=generator).float()}
+    if case == "token":
+        labels = torch.randint(0, num_labels, (rows, seq_len), generator=generator)
+        return {"labels": labels.masked_fill(batch["attention_mask"] == 0, -100)}
+    start = torch.randint(0, seq_len, (rows,), generator=generator)
+    return {"start_positions": start, "end_positions": (start + 2).clamp(max=seq_len - 1)}
+
+
+@pytest.mark.parametrize("case", sorted(HEADS))
+def test_fine_tuned_heads_convert_whole(case, tmp_path):
+    """Each BertFor* head folder converts to its mlm_suite head: the same logits (real tokens, padded batch) and loss
+    to 1e-5, its id2label / label2id / problem_type, and the mlm_suite class in ``architectures``."""
+    bert = random_head(case)
+    bert.save_pretrained(tmp_path / "bert")
+    _, _, ours_class, logits_name = HEADS[case]
+    dst = convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours")
+    config = json.loads((dst / "config.json").read_text())
+    assert config["architectures"] == [ours_class.__name__]
+    assert config.get("problem_type") == bert.config.problem_type
+    ours = ours_class.from_pretrained(dst).eval()
+    assert ours.config.id2label == bert.config.id2label and ours.config.label2id == bert.config.label2id
+
+    batch = make_random_batch(lengths=(9, 4, 7, 2), seed=3)
+    with torch.no_grad():
+        theirs, mine = bert(**batch), ours(**batch)
+    real = batch["attention_mask"].bool()
+    for name in (logits_name, "end_logits") if case == "question_answering" else (logits_name,):
+        expected, got = theirs[name], mine[name]
+        if expected.shape[:2] == real.shape:  # per token: pads hold no prediction
+            expected, got = expected[real], got[real]
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=0, msg=name)
+
+    # BERT's QA softmax runs over pad positions too: compare its loss on a batch without padding.
+    loss_batch = make_random_batch(lengths=(8, 8, 8, 8), seed=4) if case == "question_answering" else batch
+    labels = head_labels(case, loss_batch, bert.config.num_labels)
+    with torch.no_grad():
+        expected_loss, loss = bert(**loss_batch, **labels).loss, ours(**loss_batch, **labels).loss
+    torch.testing.assert_close(loss, expected_loss, atol=1e-5, rtol=1e-5)
+
+
+def test_auto_class_loads_the_converted_head(tmp_path):
+    """``AutoModelForSequenceClassification`` on the converted folder is the converted head, labels included."""
+    from transformers import AutoModelForSequenceClassification
+
+    bert = random_head("single_label")
+    bert.save_pretrained(tmp_path / "bert")
+    model = AutoModelForSequenceClassification.from_pretrained(convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours"))
+    assert type(model) is MlmSuiteForSequenceClassification
+    assert model.config.id2label == {0: "negative", 1: "neutral", 2: "positive"}
+    torch.testing.assert_close(model.classifier.weight, bert.classifier.weight)
+
+
+def printed_lines(err: str) -> list[str]:
+    """stderr's lines less transformers' progress bars (saving and loading weights) and blank lines."""
+    lines = re.split(r"[\r\n]", err)
+    return [line for line in lines if line.strip() and not line.startswith(("Writing model shards", "Loading weights"))]
+
+
+def write_state(folder, config, state):
+    folder.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(folder)
+    save_file({name: tensor.detach().clone().contiguous() for name, tensor in state.items()}, str(folder / "model.safetensors"))
+
+
+def test_pooler_the_head_does_not_use_is_dropped_with_a_line(tmp_path, capsys):
+    """A masked-LM folder that also holds BERT's pooler (as bert-base-uncased's BertForPreTraining weights without
+    NSP): the pooler is left out, and a line on stderr says so."""
+    bert = random_bert("BertForPreTraining")
+    state = {name: tensor for name, tensor in bert.state_dict().items() if not name.startswith("cls.seq_relationship.")}
+    bert.config.architectures = ["BertForMaskedLM"]
+    write_state(tmp_path / "bert", bert.config, state)
+    dst = convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours")
+    lines = printed_lines(capsys.readouterr().err)
+    assert lines == [
+        f"mlm_suite: converting {tmp_path / 'bert'}: BERT's pooler (pooler.dense.bias, pooler.dense.weight) dropped: "
+        "MlmSuiteForMaskedLM does not use one"
+    ]
+    assert json.loads((dst / "config.json").read_text())["architectures"] == ["MlmSuiteForMaskedLM"]
+
+
+def test_masked_lm_with_its_nsp_head_keeps_both(tmp_path):
+    """Weights holding more heads than ``architectures`` names (bert-base-uncased: BertForMaskedLM with the NSP
+    head) convert whole, to the pretraining model."""
+    bert = random_bert("BertForPreTraining")
+    bert.config.architectures = ["BertForMaskedLM"]
+    write_state(tmp_path / "bert", bert.config, bert.state_dict())
+    dst = convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours")
+    assert json.loads((dst / "config.json").read_text())["architectures"] == ["MlmSuiteForPreTraining"]
+
+
+def test_untied_decoder_is_kept(tmp_path):
+    """``tie_word_embeddings=False``: BERT's own decoder matrix is converted, not replaced by the embeddings."""
+    torch.manual_seed(0)
+    bert = BertForMaskedLM(make_tiny_bert_config(tie_word_embeddings=False)).eval()
+    with torch.no_grad():
+        bert.cls.predictions.decoder.weight.normal_()
+    bert.save_pretrained(tmp_path / "bert")
+    ours = MlmSuiteForMaskedLM.from_pretrained(convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours")).eval()
+    assert ours.lm_head.decoder.weight.data_ptr() != ours.encoder.embeddings.word_embeddings.weight.data_ptr()
+    batch = make_random_batch(seed=6)
+    with torch.no_grad():
+        expected, got = bert(**batch).logits, ours(**batch).logits
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Pooling of sentence-transformers folders
+# ------------------------------------------------------------------------------------------------
+def sentence_transformers_folder(folder, modes=("mean",), extra_modules=(), seed=0):
+    """A tiny random BertModel saved as sentence-transformers saves it: modules.json and 1_Pooling/config.json."""
+    bert = random_bert("BertModel", seed=seed)
+    bert.save_pretrained(folder)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    modules += [{"idx": 2 + i, "name": str(2 + i), "path": path, "type": f"sentence_transformers.models.{kind}"}
+                for i, (path, kind) in enumerate(extra_modules)]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling").mkdir()
+    flags = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens", "max": "pooling_mode_max_tokens",
+             "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens"}
+    pooling = {"word_embedding_dimension": bert.config.hidden_size, **{flag: mode in modes for mode, flag in flags.items()}}
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    return bert
+
+
+def test_sentence_transformers_mean_pooling_reaches_the_classifier(tmp_path, capsys):
+    """A mean-pooling, normalising sentence-transformers folder converts to ``classifier_pooling`` / ``sentence_pooling``
+    ``mean`` and ``normalize_embeddings``: a classifier built from it pools the mean of the real tokens (through BERT's
+    pooler dense + tanh), the sentence embeddings are the model's own; ``classifier_pooling="cls"`` overrides."""
+    bert = sentence_transformers_folder(tmp_path / "st", extra_modules=[("2_Normalize", "Normalize")])
+    dst = convert_bert_checkpoint(tmp_path / "st", tmp_path / "ours")
+    assert printed_lines(capsys.readouterr().err) == []
+    config = json.loads((dst / "config.json").read_text())
+    assert (config["classifier_pooling"], config["sentence_pooling"], config["normalize_embeddings"]) == ("mean", "mean", True)
+    batch = make_random_batch(lengths=(9, 4, 7, 2), seed=3)
+    classifier = MlmSuiteForSequenceClassification.from_pretrained(dst, num_labels=2).eval()
+    with torch.no_grad():
+        states = bert(**batch).last_hidden_state
+        expected_pooled = torch.tanh(bert.pooler.dense(mean_of_real_tokens(states, batch["attention_mask"])))
+        pooled = classifier.encoder(**batch).pooler_output
+        embeddings = MlmSuiteForSentenceEmbedding.from_pretrained(dst).eval()(**batch).embeddings
+    torch.testing.assert_close(pooled, expected_pooled, atol=1e-5, rtol=0)
+    expected_embeddings = F.normalize(mean_of_real_tokens(states, batch["attention_mask"]), dim=-1)
+    torch.testing.assert_close(embeddings, expected_embeddings, atol=1e-5, rtol=0)
+
+    chosen = convert_bert_checkpoint(tmp_path / "st", tmp_path / "cls", classifier_pooling="cls")
+    config = json.loads((chosen / "config.json").read_text())
+    assert (config["classifier_pooling"], config["sentence_pooling"]) == ("cls", "mean")
+
+
+@pytest.mark.parametrize(
+    "modes, extra, expected, note",
+    [
+        (("max",), (), ("cls", "max"), "classifier_pooling stays 'cls': the sequence heads' pooler takes cls or mean, not 'max'"),
+        (("cls",), (), ("cls", "cls"), None),
+        (("mean_sqrt_len",), (), ("cls", "mean"), "sentence-transformers pooling ['mean_sqrt_len']"),
+        (("cls", "mean"), (), ("cls", "mean"), "sentence-transformers pooling ['cls', 'mean']"),
+        (("mean",), (("2_Dense", "Dense"),), ("mean", "mean"), "sentence-transformers module 2_Dense (Dense) dropped"),
+    ],
+)
+def test_sentence_transformers_pooling_it_cannot_carry_is_said(modes, extra, expected, note, tmp_path, capsys):
+    sentence_transformers_folder(tmp_path / "st", modes, extra)
+    dst = convert_bert_checkpoint(tmp_path / "st", tmp_path / "ours")
+    config = json.loads((dst / "config.json").read_text())
+    assert (config["classifier_pooling"], config["sentence_pooling"]) == expected
+    lines = printed_lines(capsys.readouterr().err)
+    if note is None:
+        assert lines == []
+    else:
+        assert len(lines) == 1 and note in lines[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# Errors: one line naming the file or key, nothing written
 # ------------------------------------------------------------------------------------------------
 def test_missing_config(tmp_path):
     bert = random_bert("BertModel")
     save_file({k: v.clone().contiguous() for k, v in bert.state_dict().items()}, str(tmp_path / "model.safetensors"))
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(UsageError, match="config.json"):
         convert_bert_checkpoint(tmp_path, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
 def test_not_a_bert_folder(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2}))
-    with pytest.raises(ValueError, match="'gpt2'.*not a BERT"):
+    with pytest.raises(UsageError, match="'gpt2'.*not a BERT"):
         convert_bert_checkpoint(tmp_path, tmp_path / "out")
 
 
 def test_config_without_weights(tmp_path):
     make_tiny_bert_config().save_pretrained(tmp_path)
-    with pytest.raises(FileNotFoundError, match="no model.safetensors or pytorch_model.bin"):
+    with pytest.raises(UsageError, match="no model.safetensors or pytorch_model.bin"):
         convert_bert_checkpoint(tmp_path, tmp_path / "out")
+
+
+@pytest.mark.parametrize("damage", ["truncated_safetensors", "truncated_bin", "config_not_json", "missing_shard"])
+def test_damaged_input_names_the_file(damage, tmp_path):
+    bert = random_bert("BertModel")
+    src = tmp_path / "bert"
+    write_checkpoint(bert, src, "bin" if damage == "truncated_bin" else "native", False)
+    if damage.startswith("truncated"):
+        path = src / ("pytorch_model.bin" if damage == "truncated_bin" else "model.safetensors")
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif damage == "config_not_json":
+        path = src / "config.json"
+        path.write_text(path.read_text()[:40])
+    else:
+        path = src / "model-00002-of-00002.safetensors"
+        (src / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"pooler.dense.weight": path.name}}))
+    with pytest.raises(UsageError) as error:
+        convert_bert_checkpoint(src, tmp_path / "out")
+    assert str(path) in str(error.value) and "\n" not in str(error.value)
+    assert not (tmp_path / "out").exists()
 
 
 def test_unsupported_bert_variants(tmp_path):
     config = make_tiny_bert_config().to_dict()
     (tmp_path / "config.json").write_text(json.dumps({**config, "position_embedding_type": "relative_key"}))
-    with pytest.raises(ValueError, match="relative_key"):
+    with pytest.raises(UsageError, match="relative_key"):
         convert_bert_checkpoint(tmp_path, tmp_path / "out")
     (tmp_path / "config.json").write_text(json.dumps({**config, "is_decoder": True}))
-    with pytest.raises(ValueError, match="decoder"):
+    with pytest.raises(UsageError, match="decoder"):
         convert_bert_checkpoint(tmp_path, tmp_path / "out")
 
 
 def test_weights_that_do_not_match_the_config(tmp_path):
+    """A layer weight missing and one no rename fits: both named, the latter by its name in the source."""
     bert = random_bert("BertModel")
-    bert.config.save_pretrained(tmp_path)
     state = {k: v.clone().contiguous() for k, v in bert.state_dict().items()}
     del state["encoder.layer.1.output.dense.weight"]
     state["encoder.layer.1.output.extra.weight"] = torch.zeros(2)
-    save_file(state, str(tmp_path / "model.safetensors"))
-    with pytest.raises(ValueError, match=r"missing.*layers\.1\.ffn\.down\.weight"):
+    write_state(tmp_path, bert.config, state)
+    with pytest.raises(UsageError, match=r"missing.*layers\.1\.ffn\.down\.weight.*encoder\.layer\.1\.output\.extra\.weight"):
         convert_bert_checkpoint(tmp_path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "case, edit, message",
+    [
+        ("multiple_choice", None, "BertForMultipleChoice cannot be converted: mlm_suite has no multiple-choice head"),
+        ("causal_lm", None, "BertLMHeadModel cannot be converted: it is a left-to-right language model"),
+        ("single_label", {"architectures": None}, "classifier.weight: config.json's architectures (None) does not say"),
+        ("single_label", {"architectures": ["BertForQuestionAnswering"]}, "names BertForQuestionAnswering, but the weights hold no qa_outputs head"),
+        ("single_label", {"extra": "classifier_extra.weight"}, "no counterpart for ['classifier_extra.weight']"),
+        ("token", {"extra": "cls.predictions.transform.dense.weight"}, "the weights hold the heads ['classifier', 'lm_head']"),
+    ],
+)
+def test_heads_that_cannot_be_carried_are_named(case, edit, message, tmp_path):
+    torch.manual_seed(0)
+    if case == "multiple_choice":
+        bert = BertForMultipleChoice(make_tiny_bert_config())
+    elif case == "causal_lm":  # a BertLMHeadModel folder, as its save_pretrained writes it without is_decoder
+        bert = BertForMaskedLM(make_tiny_bert_config())
+    else:
+        bert = random_head(case)
+    state = dict(bert.state_dict())
+    if edit and "extra" in edit:
+        state[edit["extra"]] = torch.zeros(3)
+    names = {"multiple_choice": "BertForMultipleChoice", "causal_lm": "BertLMHeadModel"}
+    bert.config.architectures = edit["architectures"] if edit and "architectures" in edit else [names.get(case, type(bert).__name__)]
+    write_state(tmp_path / "bert", bert.config, state)
+    with pytest.raises(UsageError) as error:
+        convert_bert_checkpoint(tmp_path / "bert", tmp_path / "out")
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert not (tmp_path / "out").exists()
 
 
 # ------------------------------------------------------------------------------------------------
 # Command line (in-process, through the same ``main`` the ``mlm-suite`` console script calls)
 # ------------------------------------------------------------------------------------------------
 def test_cli_convert_bert(tmp_path, capsys):
-    from mlm_suite.cli import main
-
     bert = random_bert("BertForPreTraining", seed=3)
     src, dst = tmp_path / "bert", tmp_path / "converted"
     write_checkpoint(bert, src, "native", None)
-    assert main(["convert-bert", str(src), str(dst)]) == 0
-    assert str(dst) in capsys.readouterr().out
+    status, out, _ = run_cli(["convert-bert", str(src), str(dst)], capsys)
+    assert status == 0 and out == f"converted {src} -> {dst} (MlmSuiteForPreTraining, classifier_pooling=cls)\n"
     model = load_converted(dst, "BertForPreTraining")
     batch = make_random_batch(seed=4)
     assert_outputs_match(ours_outputs(model, batch), hf_outputs(bert, batch), batch["attention_mask"].bool())
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:  # a user error: one line on stderr, exit status 2
-        main(["convert-bert", str(tmp_path / "nowhere"), str(tmp_path / "out")])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith("mlm-suite convert-bert: error: ") and "config.json" in err and "Traceback" not in err
-    with pytest.raises(SystemExit):
-        main(["convert-bert", str(src)])  # missing DST
+    status, _, err = run_cli(["convert-bert", str(tmp_path / "nowhere"), str(tmp_path / "out")], capsys)
+    assert status == 2  # a user error: one line on stderr
+    assert_one_line_error(err, "convert-bert", "config.json")
+    status, _, _ = run_cli(["convert-bert", str(src)], capsys)  # missing DST
+    assert status == 2
+
+
+def test_cli_converts_a_classifier_and_chooses_its_pooling(tmp_path, capsys):
+    bert = random_head("token")
+    bert.save_pretrained(tmp_path / "token")
+    status, out, err = run_cli(["convert-bert", str(tmp_path / "token"), str(tmp_path / "ours")], capsys)
+    assert status == 0 and "(MlmSuiteForTokenClassification, " in out and printed_lines(err) == []
+    assert MlmSuiteForTokenClassification.from_pretrained(tmp_path / "ours").config.id2label == dict(enumerate(TAGS))
+
+    sentence_transformers_folder(tmp_path / "st")
+    status, out, _ = run_cli(["convert-bert", str(tmp_path / "st"), str(tmp_path / "st_mean")], capsys)
+    assert status == 0 and out.endswith("(MlmSuiteModel, classifier_pooling=mean)\n")
+    argv = ["convert-bert", str(tmp_path / "st"), str(tmp_path / "st_cls"), "--classifier_pooling", "cls"]
+    status, out, _ = run_cli(argv, capsys)
+    assert status == 0 and out.endswith("(MlmSuiteModel, classifier_pooling=cls)\n")
+    status, _, err = run_cli([*argv[:3], "--classifier_pooling", "max"], capsys)
+    assert status == 2 and "invalid choice: 'max'" in err
+
+
+@pytest.mark.parametrize("damage", ["multiple_choice", "truncated"])
+def test_cli_errors_exit_2_and_write_nothing(damage, tmp_path, capsys):
+    torch.manual_seed(0)
+    bert = BertForMultipleChoice(make_tiny_bert_config()) if damage == "multiple_choice" else random_bert("BertModel")
+    bert.save_pretrained(tmp_path / "bert")
+    if damage == "truncated":
+        weights = tmp_path / "bert" / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:100])
+    status, out, err = run_cli(["convert-bert", str(tmp_path / "bert"), str(tmp_path / "out")], capsys)
+    assert status == 2 and out == ""
+    assert_one_line_error(err, "convert-bert", "BertForMultipleChoice" if damage == "multiple_choice" else "model.safetensors")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("hf_class, ours_class", [("BertForMaskedLM", MlmSuiteForMaskedLM), ("BertForPreTraining", MlmSuiteForPreTraining)])

@@ -1,0 +1,44 @@
+"""``mlm-suite convert-bert``: convert a Hugging Face BERT folder (the encoder and its head) into an mlm_suite folder.
+
+    mlm-suite convert-bert path/to/bert-folder path/to/mlm_suite-folder
+    mlm-suite convert-bert path/to/sentence-transformers-folder out --classifier_pooling cls
+
+The conversion itself is :func:`mlm_suite.convert.convert_bert_checkpoint`; see
+docs/models.md#converting-bert-checkpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from mlm_suite.convert import convert_bert_checkpoint
+from mlm_suite.jobs.distributed import command_prog
+
+DESCRIPTION = "convert a Hugging Face BERT folder (the encoder and its head) into an mlm_suite folder"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=command_prog(), description=DESCRIPTION)
+    parser.add_argument("src", help="folder with a BERT config.json and weights (safetensors or pytorch_model.bin)")
+    parser.add_argument("dst", help="output folder")
+    parser.add_argument(
+        "--classifier_pooling",
+        choices=("cls", "mean"),
+        help="pooling of the sequence heads (default: the pooling a sentence-transformers folder was trained with, else cls)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    destination = convert_bert_checkpoint(args.src, args.dst, classifier_pooling=args.classifier_pooling)
+    config = json.loads((destination / "config.json").read_text())
+    print(f"converted {args.src} -> {destination} ({config['architectures'][0]}, classifier_pooling={config['classifier_pooling']})")
+    return 0
+
+
+if __name__ == "__main__":
+    from mlm_suite.jobs.distributed import run_job
+
+    run_job(main)
