@@ -122,7 +122,9 @@ def converted_minilm_dir() -> Path:
     shutil.rmtree(partial, ignore_errors=True)
     source = minilm_dir()
     _report(f"mlm_suite: converting all-MiniLM-L6-v2 to an mlm_suite folder in {destination} (once; cached)")
-    convert_bert_checkpoint(source, partial)
+    # [CLS] pooling for the classification heads, as before conversion carried MiniLM's mean pooling: the jobs'
+    # default stays until a choice on validation replaces it (docs/finetuning.md).
+    convert_bert_checkpoint(source, partial, classifier_pooling="cls")
     partial.rename(destination)
     return destination
 
