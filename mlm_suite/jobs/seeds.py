@@ -11,7 +11,7 @@ recipe does on the data, not on one lucky or unlucky split::
 Flags after ``--`` go to the job. Each run writes ``<output_dir>/seed_<seed>``; the table of
 validation and test scores per seed (and the HF baseline's, when the job trains one), their mean
 and sample standard deviation, is printed and written to ``<output_dir>/seed_summary.json``, drawn in
-``<output_dir>/seed_scores.png`` and shown with the picture in ``<output_dir>/README.md``.
+``<output_dir>/seed_scores.png`` and shown with the picture in ``<output_dir>/README.md``. See docs/finetuning.md.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from mlm_suite.cli import SUBCOMMANDS
+from mlm_suite.jobs.commands import SUBCOMMANDS
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.distributed import command_prog, running_as
 from mlm_suite.evaluation.plots import figures_section, plot_seed_scores
