@@ -173,7 +173,7 @@ def test_bad_flag_is_one_line_exit_2_and_writes_nothing(command, flags, fragment
 def test_max_seq_length_beyond_the_models_positions_is_rejected_before_writing(
     command, data_flags, tiny_model, data_files, tmp_path, capsys
 ):
-    """The issue: --max_seq_length 100000 trained a step, then failed in the model, leaving an empty folder."""
+    """Checked before training: a value beyond the positions would fail in the model after the folder exists."""
     output_dir = tmp_path / "out"
     flags = [data_files[value] if value in data_files else value for value in data_flags]
     argv = [command, "--model_name_or_path", str(tiny_model), *map(str, flags), "--max_seq_length", "100000",

@@ -1,4 +1,4 @@
-"""Retrieval (issue 15): sentence embeddings, the in-batch-negatives loss, gradient caching, retrieval
+"""Retrieval: sentence embeddings, the in-batch-negatives loss, gradient caching, retrieval
 metrics, the ``finetune-retrieval`` job, and folders that load through sentence-transformers and
 ``AutoModel`` without mlm_suite.
 """

@@ -1,9 +1,9 @@
 """Every job takes the flags of transformers' example scripts (``run_mlm.py``, ``run_glue.py``, ``run_ner.py``).
 
-Parse-level checks for every job (the transformers names parse, the old names still do and print a one-line note,
-``--help`` shows the new names), then one tiny run per family: ``--max_train_samples`` limits the training rows,
-``--validation_split_name`` picks a split of another name from a ``DatasetDict`` saved on disk (how the tests feed
-``--dataset_name`` offline), and the Hub flags reach ``from_pretrained``. Hub splits stay Arrow and give the same rows
+Parse-level checks for every job (the transformers names parse), then one tiny run per family:
+``--max_train_samples`` limits the training rows, ``--validation_split_name`` picks a split of another name from a
+``DatasetDict`` saved on disk (how the tests feed ``--dataset_name`` offline), and the Hub flags reach
+``from_pretrained``. Hub splits stay Arrow and give the same rows
 as the same data read from files.
 """
 

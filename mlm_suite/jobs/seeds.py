@@ -1,7 +1,7 @@
 """Run a fine-tuning job once per seed and report the spread of its scores.
 
-One fine-tuning run on a 400-example test split measures accuracy to about ±2 points (one
-standard error), and the seed moves it by as much (Dodge et al., 2020). With the embedded
+One fine-tuning run on a test split of a few hundred examples measures accuracy to a point or two
+(one standard error), and the seed moves it by as much (Dodge et al., 2020). With the embedded
 defaults the seed also draws the 80/10/10 split, so the mean over seeds estimates how well the
 recipe does on the data, not on one lucky or unlucky split::
 
