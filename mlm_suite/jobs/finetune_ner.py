@@ -58,6 +58,7 @@ from mlm_suite.data.readers import (
     split_80_10_10,
     split_description,
 )
+from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import (
     check_at_least,
     check_file,
@@ -156,6 +157,8 @@ class NerDataArguments:
             check_at_least(flag, getattr(self, flag), 1)
         for flag in ("train_file", "validation_file", "test_file"):
             check_file(flag, getattr(self, flag))
+        if self.builtin_dataset and (self.train_file or self.dataset_name):
+            raise UsageError("--builtin_dataset is for runs without --train_file/--dataset_name; give one or the other")
 
 
 @dataclass
@@ -195,8 +198,6 @@ def load_sources(args: NerDataArguments, load_kwargs: Mapping[str, Any] | None =
     to ``load_dataset``. Its sentences become Python lists: tags are validated, their scheme detected and
     converted across every split (as for files) before anything is tokenised.
     """
-    if args.builtin_dataset and (args.train_file or args.dataset_name):
-        raise ValueError("--builtin_dataset is for runs without --train_file/--dataset_name; give one or the other")
     if args.dataset_name:
         raw = load_hub_splits(args.dataset_name, args.dataset_config_name, validation_split_name=args.validation_split_name,
                               test_split_name=args.test_split_name, **(load_kwargs or {}))
