@@ -49,7 +49,7 @@ MIN_OVERLAP_WORDS = 8
 def coherence_eval_reviews(seeds: list[int]) -> set[int]:
     """Indices of the reviews in the coherence task's validation or test split for any of ``seeds``.
 
-    ``finetune_pair.coherence_splits`` splits the review list 80/10/10 with the run's seed before it builds pairs.
+    ``mlm_suite.data.builtin.review_coherence_splits`` splits the review list 80/10/10 with the run's seed before it builds pairs.
     """
     held_out: set[int] = set()
     for seed in seeds:

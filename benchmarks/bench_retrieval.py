@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 from mlm_suite.data import resources
+from mlm_suite.data.builtin import wordnet_gloss_splits
 from mlm_suite.jobs import finetune_retrieval
 from mlm_suite.evaluation.retrieval import rank_documents, retrieval_metrics
 
@@ -83,7 +84,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, dict[str, float]]
     out = Path(args.output_dir) / f"seed_{seed}"
     if (out / "rows.json").is_file():  # a finished seed (an interrupted benchmark continues where it stopped)
         return json.loads((out / "rows.json").read_text())
-    pairs, splits, _ = finetune_retrieval.wordnet_gloss_splits(seed)
+    pairs, splits = wordnet_gloss_splits(seed)
     pairs = pairs[: args.max_train_samples] if args.max_train_samples else pairs
     test = splits["test"]
     rows: dict[str, dict[str, float]] = {}
@@ -144,7 +145,7 @@ def rerank_stage(seed: int, args: argparse.Namespace) -> dict[str, dict[str, flo
     from mlm_suite.jobs import finetune_pair
     from mlm_suite.evaluation.retrieval import embed_texts, rerank
 
-    pairs, splits, _ = finetune_retrieval.wordnet_gloss_splits(seed)
+    pairs, splits = wordnet_gloss_splits(seed)
     out = Path(args.output_dir) / f"seed_{seed}"
     bi_encoder_dir = out / "mlm_suite"
     bi_encoder = MlmSuiteForSentenceEmbedding.from_pretrained(bi_encoder_dir)

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer
 
-from mlm_suite.jobs.finetune_cls import pang_lee_splits
+from mlm_suite.data.builtin import sentence_polarity_splits
 from mlm_suite.model import MlmSuiteConfig, MlmSuiteForMaskedLM
 
 OPPOSITE_PAIRS = [("good", "bad"), ("best", "worst"), ("great", "terrible"), ("funny", "boring"), ("love", "hate"),
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
 
     prompts: list[float] = []
     for seed in args.seeds:
-        splits = pang_lee_splits(seed)[0]
+        splits = sentence_polarity_splits(seed)
         texts = {split: [example["text"] for example in examples] for split, examples in splits.items()}
         labels = {split: torch.tensor([float(example["label"] == "positive") for example in examples])
                   for split, examples in splits.items()}

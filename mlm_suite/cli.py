@@ -1,7 +1,8 @@
 """The ``mlm-suite`` command line.
 
 Each subcommand forwards its remaining arguments to a ``main(argv)`` function, imported only
-when that subcommand runs so ``mlm-suite --help`` stays fast.
+when that subcommand runs so ``mlm-suite --help`` stays fast (the table of commands:
+:mod:`mlm_suite.jobs.commands`).
 
 Options before the subcommand: ``--version``, ``--help`` and ``--debug`` (show the full traceback
 of user errors, as ``MLM_SUITE_DEBUG=1`` does; see :mod:`mlm_suite.errors`). ``--debug`` after the
@@ -14,23 +15,8 @@ import importlib
 import sys
 from importlib import metadata
 
+from mlm_suite.jobs.commands import SUBCOMMANDS
 from mlm_suite.jobs.distributed import run_job
-
-# subcommand → (module with main(argv), one-line help)
-SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "quickstart": ("mlm_suite.jobs.quickstart", "build a small model, save it, reload it through the Auto classes, compare outputs"),
-    "convert-bert": ("mlm_suite.jobs.convert_bert", "convert a Hugging Face BERT folder into an mlm_suite folder"),
-    "export-onnx": ("mlm_suite.jobs.export_onnx", "export a checkpoint to ONNX and check it against the eager model"),
-    "prepare-data": ("mlm_suite.jobs.prepare_data", "tokenise (and pack) a corpus once into Arrow shards for pretrain --prepared_data"),
-    "pretrain": ("mlm_suite.jobs.pretrain", "MLM (+NSP) pretraining with the HF Trainer"),
-    "finetune-ner": ("mlm_suite.jobs.finetune_ner", "token classification (NER/POS) fine-tuning"),
-    "finetune-cls": ("mlm_suite.jobs.finetune_cls", "sequence classification fine-tuning"),
-    "finetune-pair": ("mlm_suite.jobs.finetune_pair", "sentence-pair classification / regression fine-tuning"),
-    "finetune-retrieval": ("mlm_suite.jobs.finetune_retrieval", "bi-encoder retrieval fine-tuning (in-batch negatives)"),
-    "seeds": ("mlm_suite.jobs.seeds", "repeat a fine-tuning job over seeds; mean ± sd of its scores"),
-    "wsd": ("mlm_suite.jobs.wsd", "nearest-centroid word-sense disambiguation with contextual embeddings"),
-    "anisotropy": ("mlm_suite.jobs.anisotropy", "anisotropy of contextual embeddings per layer, raw and z-scored"),
-}
 
 
 

@@ -9,13 +9,13 @@ for what only a real process shows (the traceback, the exit status, ``python -m`
 from __future__ import annotations
 
 import csv
+import importlib
 import re
 import json
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -26,7 +26,8 @@ from mlm_suite.data import resources
 from mlm_suite.cli import SUBCOMMANDS, main
 from mlm_suite.errors import FetchError, UsageError, is_user_error
 from mlm_suite.jobs.distributed import command_prog, run_job
-from mlm_suite.jobs.arguments import validate_flags
+from test_run_conventions import finetuning_dataclasses
+from mlm_suite.jobs import arguments
 
 
 
@@ -144,6 +145,7 @@ def test_unknown_flag_shows_a_one_line_usage_not_every_trainer_flag(capsys, tmp_
         ("finetune-cls", ["--config_name", "./no/such/config"], ["--config_name ./no/such/config: no such folder"]),
         ("wsd", ["--train_file", "{missing}", "--test_file", "{missing}"], ["--train_file", "no such file"]),
         ("wsd", ["--test_fraction", "1.5"], ["--test_fraction must lie in (0, 1)"]),
+        ("pretrain", ["--nsp_probability", "-0.1"], ["--nsp_probability must lie in [0, 1]"]),
         ("wsd", ["--train_file", "{missing}"], ["give both --train_file and --test_file"]),
         ("anisotropy", ["--num_sentences", "1"], ["--num_sentences must be at least 2, got 1"]),
         ("anisotropy", ["--batch_size", "0"], ["--batch_size must be at least 1"]),
@@ -171,7 +173,7 @@ def test_bad_flag_is_one_line_exit_2_and_writes_nothing(command, flags, fragment
 def test_max_seq_length_beyond_the_models_positions_is_rejected_before_writing(
     command, data_flags, tiny_model, data_files, tmp_path, capsys
 ):
-    """The issue: --max_seq_length 100000 trained a step, then failed in the model, leaving an empty folder."""
+    """Checked before training: a value beyond the positions would fail in the model after the folder exists."""
     output_dir = tmp_path / "out"
     flags = [data_files[value] if value in data_files else value for value in data_flags]
     argv = [command, "--model_name_or_path", str(tiny_model), *map(str, flags), "--max_seq_length", "100000",
@@ -279,40 +281,68 @@ def test_python_dash_m_names_the_module(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# The shared flag checks
+# Flag checks, where each job declares its flags
 # --------------------------------------------------------------------------------------------
+def parse_job(command: str, argv: list[str]) -> None:
+    """``argv`` through ``command``'s parser and the checks of its flags, as the job runs them before reading data."""
+    module = importlib.import_module(SUBCOMMANDS[command][0])
+    if command in ("wsd", "anisotropy"):
+        module.check_flags(module.build_parser().parse_args(argv))
+    else:
+        arguments.parse_arguments(finetuning_dataclasses(module), argv)
+
+
 @pytest.mark.parametrize(
-    "values, message",
+    "command, flags, message",
     [
-        (dict(per_device_eval_batch_size=0), "--per_device_eval_batch_size must be at least 1"),
-        (dict(gradient_accumulation_steps=-2), "--gradient_accumulation_steps must be at least 1"),
-        (dict(max_train_samples=0), "--max_train_samples must be at least 1"),
-        (dict(train_last_k_layers=-2), "--train_last_k_layers must be at least -1"),
-        (dict(coherence_eval_pairs=1), "--coherence_eval_pairs must be at least 2"),
-        (dict(num_train_epochs=0.0, max_steps=-1), "--num_train_epochs must be positive"),
-        (dict(adam_beta2=1.0), r"--adam_beta2 must lie in \[0, 1\)"),
-        (dict(nsp_probability=-0.1), r"--nsp_probability must lie in \[0, 1\]"),
-        (dict(test_fraction=0.0), r"--test_fraction must lie in \(0, 1\)"),
-        (dict(weight_decay=-0.01), "--weight_decay must not be negative"),
-        (dict(intermediate_num_train_epochs=0), "--intermediate_num_train_epochs must be positive"),
+        ("finetune-cls", ["--per_device_eval_batch_size", "0"], "--per_device_eval_batch_size must be at least 1"),
+        ("finetune-ner", ["--gradient_accumulation_steps", "-2"], "--gradient_accumulation_steps must be at least 1"),
+        ("finetune-retrieval", ["--max_train_samples", "0"], "--max_train_samples must be at least 1"),
+        ("finetune-ner", ["--max_eval_samples", "0"], "--max_eval_samples must be at least 1"),
+        ("finetune-cls", ["--max_seq_length", "0"], "--max_seq_length must be at least 1"),
+        ("finetune-pair", ["--preprocessing_num_workers", "0"], "--preprocessing_num_workers must be at least 1"),
+        ("finetune-cls", ["--train_last_k_layers", "-2"], "--train_last_k_layers must be at least -1"),
+        ("finetune-pair", ["--coherence_eval_pairs", "1"], "--coherence_eval_pairs must be at least 2"),
+        ("finetune-ner", ["--early_stopping_patience", "0"], "--early_stopping_patience must be at least 1"),
+        ("finetune-retrieval", ["--mini_batch_size", "0"], "--mini_batch_size must be at least 1"),
+        ("finetune-retrieval", ["--temperature", "0"], "--temperature must be positive"),
+        ("finetune-retrieval", ["--classifier_pooling", "cls"], "--classifier_pooling is for classification heads"),
+        ("finetune-retrieval", ["--corpus_file", "{existing}"], "--corpus_file and --queries_file go together"),
+        ("finetune-cls", ["--classifier_pooling", "max"], "--classifier_pooling must be cls or mean, got 'max'"),
+        ("finetune-cls", ["--num_train_epochs", "0", "--max_steps", "-1"], "--num_train_epochs must be positive"),
+        ("finetune-ner", ["--adam_beta2", "1.0"], r"--adam_beta2 must lie in \[0, 1\)"),
+        ("wsd", ["--test_fraction", "0.0"], r"--test_fraction must lie in \(0, 1\)"),
+        ("wsd", ["--max_lemmas", "0"], "--max_lemmas must be at least 1"),
+        ("anisotropy", ["--n_pairs", "0"], "--n_pairs must be at least 1"),
+        ("finetune-pair", ["--weight_decay=-0.01"], "--weight_decay must not be negative"),
+        ("finetune-ner", ["--early_stopping_threshold=-1"], "--early_stopping_threshold must not be negative"),
+        ("finetune-cls", ["--intermediate_num_train_epochs", "0"], "--intermediate_num_train_epochs must be positive"),
+        ("finetune-pair", ["--intermediate_train_file", "{folder}"], "--intermediate_train_file .* is not a file"),
+        ("finetune-retrieval", ["--train_file", "{existing}", "--test_queries_file", "{missing}"],
+         "--test_queries_file .*missing.jsonl: no such file"),
+        ("wsd", ["--model_name_or_path", "./no/such/model"], "--model_name_or_path ./no/such/model: no such folder"),
     ],
 )
-def test_validate_flags_rejects(values, message):
+def test_each_job_checks_its_flags_as_it_parses_them(command, flags, message, tmp_path):
+    existing = tmp_path / "data.jsonl"
+    existing.write_text("{}\n")
+    paths = {"existing": existing, "missing": tmp_path / "missing.jsonl", "folder": tmp_path}
     with pytest.raises(UsageError, match=message):
-        validate_flags(SimpleNamespace(**values))
+        parse_job(command, [flag.format(**paths) for flag in flags])
 
 
-def test_validate_flags_accepts_edge_values(tmp_path):
-    existing = tmp_path / "train.txt"
-    existing.write_text("x")
-    validate_flags(
-        SimpleNamespace(learning_rate=0.0, num_train_epochs=0.0, max_steps=5, nsp_probability=1.0, train_last_k_layers=-1,
-                        label_smoothing_factor=0.0, train_file=str(existing), validation_file=None, max_eval_samples=None),
-        SimpleNamespace(model_name_or_path="google-bert/bert-base-uncased", tokenizer_name="bert-base-uncased"),
-        SimpleNamespace(model_name_or_path=str(tmp_path)),
-    )
-    with pytest.raises(UsageError, match="is not a file"):
-        validate_flags(SimpleNamespace(test_file=str(tmp_path)))
+def test_edge_values_pass_the_checks(tmp_path):
+    existing = tmp_path / "train.csv"
+    existing.write_text("text,label\n")
+    parse_job("finetune-cls", ["--learning_rate", "0", "--num_train_epochs", "0", "--max_steps", "5",
+                               "--train_last_k_layers", "-1", "--label_smoothing_factor", "0",
+                               "--train_file", str(existing), "--model_name_or_path", "google-bert/bert-base-uncased",
+                               "--tokenizer_name", "bert-base-uncased", "--config_name", str(tmp_path)])
+    parse_job("finetune-pair", ["--coherence_train_pairs", "2", "--intermediate_num_train_epochs", "0.5"])
+    parse_job("finetune-retrieval", ["--train_file", str(existing), "--corpus_file", str(existing),
+                                     "--queries_file", str(existing), "--temperature", "0.01"])
+    parse_job("wsd", ["--test_fraction", "0.99", "--max_lemmas", "1"])
+    parse_job("anisotropy", ["--num_sentences", "2", "--n_pairs", "1"])
 
 
 # --------------------------------------------------------------------------------------------

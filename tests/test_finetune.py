@@ -24,10 +24,11 @@ from transformers import (
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteForTokenClassification, MlmSuiteModel
 from mlm_suite.data import resources
+from mlm_suite.data.builtin import review_coherence_splits
 from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, seeds
 from mlm_suite.data.labels import infer_task_type
 from mlm_suite.data.readers import Source, read_conll, split_80_10_10
-from mlm_suite.jobs.finetuning import save_everything
+from mlm_suite.jobs.finetune_training import save_everything
 from mlm_suite.data.tagging import InvalidTagSequenceError, settle_scheme, validate_tags
 from test_distributed import launch_two_processes
 from test_model_cards import assert_valid_model_card, results_of
@@ -462,8 +463,7 @@ def test_pair_regression_job(tiny_model, tmp_path):
 def test_coherence_pairs_are_balanced_and_split_by_review(monkeypatch):
     reviews = [(1, "\n".join(f"r{r}s{i} ." for i in range(6))) for r in range(40)]
     monkeypatch.setattr(resources, "pang_lee_reviews", lambda: reviews)
-    args = finetune_pair.PairDataArguments(coherence_train_pairs=60, coherence_eval_pairs=10)
-    splits, _ = finetune_pair.coherence_splits(args, seed=3)
+    splits = review_coherence_splits(3, train_pairs=60, eval_pairs=10)
     def review_of(sentence: str) -> str:
         return sentence.split("s")[0]
 
@@ -480,7 +480,7 @@ def test_coherence_pairs_are_balanced_and_split_by_review(monkeypatch):
         seen[split] = {review_of(e[c].split()[0]) for e in examples for c in ("sentence1", "sentence2")}
     assert not seen["train"] & seen["validation"] and not seen["train"] & seen["test"]
     assert not seen["validation"] & seen["test"]
-    assert finetune_pair.coherence_splits(args, seed=3)[0] == splits  # fixed seed, same pairs
+    assert review_coherence_splits(3, train_pairs=60, eval_pairs=10) == splits  # fixed seed, same pairs
 
 
 def test_split_and_task_type_helpers():

@@ -9,7 +9,7 @@ from transformers import BertForTokenClassification, Trainer, TrainingArguments
 
 from mlm_suite import MlmSuiteForSequenceClassification, MlmSuiteForTokenClassification
 from mlm_suite.training.freezing import freeze_encoder
-from mlm_suite.jobs import finetuning
+from mlm_suite.jobs.model_loading import apply_freezing
 
 BIO = {0: "O", 1: "B-PER", 2: "I-PER"}
 
@@ -113,5 +113,10 @@ def test_trainer_optimizes_only_trainable_parameters(tmp_path):
     assert optimized and len(optimized) < len(list(model.parameters()))
 
 
-def test_reexported_by_the_jobs():
-    assert finetuning.freeze_encoder is freeze_encoder
+def test_the_jobs_describe_what_trains():
+    model = token_model()
+    line = apply_freezing(model, 1)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert line.startswith("the head and the last 1 encoder layer(s) (") and f"{trainable / 1e6:.2f} M of" in line
+    assert apply_freezing(model, None).startswith("all layers (")
+    assert all(p.requires_grad for p in model.parameters())

@@ -1,4 +1,4 @@
-"""Retrieval (issue 15): sentence embeddings, the in-batch-negatives loss, gradient caching, retrieval
+"""Retrieval: sentence embeddings, the in-batch-negatives loss, gradient caching, retrieval
 metrics, the ``finetune-retrieval`` job, and folders that load through sentence-transformers and
 ``AutoModel`` without mlm_suite.
 """
@@ -20,6 +20,7 @@ from transformers import AutoTokenizer, TrainingArguments
 
 from mlm_suite import MlmSuiteForSentenceEmbedding, MlmSuiteModel
 from mlm_suite.cli import main as cli_main
+from mlm_suite.data.builtin import wordnet_gloss_splits
 from mlm_suite.data.flattening import flatten_sequences
 from mlm_suite.jobs import finetune_retrieval
 from mlm_suite.model.layout import SequenceLayout
@@ -481,7 +482,7 @@ def test_training_without_an_evaluation_split_says_so_in_the_card(tiny_model, re
 
 
 def test_wordnet_gloss_task_is_split_by_synset():
-    pairs, splits, _ = finetune_retrieval.wordnet_gloss_splits(0)
+    pairs, splits = wordnet_gloss_splits(0)
     train_glosses = {pair["document"] for pair in pairs}
     validation, test = splits["validation"], splits["test"]
     assert len(pairs) > 30_000 and len(validation.queries) > 3_000 and len(test.corpus) > 3_000
@@ -490,4 +491,4 @@ def test_wordnet_gloss_task_is_split_by_synset():
     assert not set(validation.corpus) & set(test.corpus)
     assert len(set(test.corpus)) == len(test.corpus)
     assert all(len(relevant) == 1 and 0 <= next(iter(relevant)) < len(test.corpus) for relevant in test.relevant)
-    assert finetune_retrieval.wordnet_gloss_splits(0)[1]["test"].queries == test.queries  # reproducible
+    assert wordnet_gloss_splits(0)[1]["test"].queries == test.queries  # reproducible

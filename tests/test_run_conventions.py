@@ -1,9 +1,9 @@
 """Every job takes the flags of transformers' example scripts (``run_mlm.py``, ``run_glue.py``, ``run_ner.py``).
 
-Parse-level checks for every job (the transformers names parse, the old names still do and print a one-line note,
-``--help`` shows the new names), then one tiny run per family: ``--max_train_samples`` limits the training rows,
-``--validation_split_name`` picks a split of another name from a ``DatasetDict`` saved on disk (how the tests feed
-``--dataset_name`` offline), and the Hub flags reach ``from_pretrained``. Hub splits stay Arrow and give the same rows
+Parse-level checks for every job (the transformers names parse), then one tiny run per family:
+``--max_train_samples`` limits the training rows, ``--validation_split_name`` picks a split of another name from a
+``DatasetDict`` saved on disk (how the tests feed ``--dataset_name`` offline), and the Hub flags reach
+``from_pretrained``. Hub splits stay Arrow and give the same rows
 as the same data read from files.
 """
 
@@ -139,7 +139,10 @@ SAMPLE_VALUES = {
 
 
 @pytest.mark.parametrize("job", JOBS)
-def test_every_job_takes_the_transformers_flags(job):
+def test_every_job_takes_the_transformers_flags(job, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the input files exist: the jobs check them as they parse
+    for name in ("train_file", "validation_file", "test_file"):
+        write_text(tmp_path / SAMPLE_VALUES[name][0], ["a document"])
     flags = TRANSFORMERS_FLAGS[job]
     argv = [item for name in flags for item in (f"--{name}", SAMPLE_VALUES[name][0])]
     parsed = parse(job, argv)
@@ -245,7 +248,8 @@ def test_hub_splits_stay_arrow_and_equal_the_same_rows_read_from_files(tmp_path)
     data = save_classification_data(tmp_path / "data")
     args = arguments.parse_arguments(finetuning_dataclasses(finetune_cls),
                                       ["--dataset_name", str(data), "--test_split_name", "test_matched"])[1]
-    splits, description = readers.load_labelled_text_splits(args, ["text"], 0, lambda: None)
+    splits, description = readers.load_labelled_text_splits(["text"], args.label_column_name, 0, lambda: None,
+                                                            **args.data_source())
     assert description.endswith("(test split `test_matched`)"), description
     assert isinstance(splits["train"], readers.TextSplit)
     assert isinstance(splits["train"].texts, Dataset) and splits["train"].texts.column_names == ["text"]
@@ -257,7 +261,8 @@ def test_hub_splits_stay_arrow_and_equal_the_same_rows_read_from_files(tmp_path)
     file_args = arguments.parse_arguments(finetuning_dataclasses(finetune_cls), [
         "--train_file", str(files["train"]), "--validation_file", str(files["validation"]),
         "--test_file", str(files["test_matched"])])[1]  # fmt: skip
-    from_files, _ = readers.load_labelled_text_splits(file_args, ["text"], 0, lambda: None)
+    from_files, _ = readers.load_labelled_text_splits(["text"], file_args.label_column_name, 0, lambda: None,
+                                                      **file_args.data_source())
     for split in ("train", "validation", "test"):
         listed = readers.TextSplit.of(from_files[split], ["text"])
         assert splits[split].texts["text"] == listed.texts["text"] and splits[split].labels == listed.labels

@@ -9,6 +9,7 @@ Every reader of the jobs' input files lives here, so a data format is read the s
 * Hub datasets and ``DatasetDict`` folders saved with ``save_to_disk`` (:func:`load_hub_splits`), with any split
   as validation/test (:func:`hub_split_names`, :func:`split_description`);
 * the splits of the text and sentence-pair jobs (:func:`load_labelled_text_splits`, :class:`TextSplit`);
+* what the jobs read without data flags: :mod:`mlm_suite.data.builtin`;
 * fixed-seed 80/10/10 splits (:func:`split_80_10_10`) and ``--max_*_samples`` (:func:`first_n`).
 
 Which labels a split has (and whether it has any) is :mod:`mlm_suite.data.labels`' concern.
@@ -322,54 +323,62 @@ def read_examples(
 
 
 def load_labelled_text_splits(
-    args: Any, text_columns: Sequence[str], seed: int, embedded: Callable[[], tuple[dict, str]],
+    text_columns: Sequence[str],
+    label_column: str,
+    seed: int,
+    embedded: Callable[[], tuple[dict, str]],
+    *,
+    files: Mapping[str, str | None],
+    dataset_name: str | None = None,
+    dataset_config_name: str | None = None,
+    validation_split_name: str = "validation",
+    test_split_name: str = "test",
     load_kwargs: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, list[Example] | TextSplit], str]:
-    """The splits as ``{split: examples}`` and a description, from the Hub, files or ``embedded()``.
+    """The splits as ``{split: examples}`` and a description, from a Hub dataset, files or ``embedded()``.
 
-    A lone ``--train_file`` is split 80/10/10 with ``random.Random(seed)``. A Hub (or saved) dataset's splits are
-    :class:`TextSplit` objects whose texts stay in Arrow (only the labels are read into lists); its validation
-    and test roles are the splits ``--validation_split_name``/``--test_split_name``, and ``load_kwargs`` go to
-    ``load_dataset``.
+    ``files`` maps ``train``/``validation``/``test`` to a file or None; a lone training file is split 80/10/10
+    with ``random.Random(seed)``. A Hub (or saved) dataset's splits are :class:`TextSplit` objects whose texts stay
+    in Arrow (only the labels are read into lists); its validation and test roles are the splits
+    ``validation_split_name``/``test_split_name``, and ``load_kwargs`` go to ``load_dataset``.
     """
-    if args.dataset_name:
-        raw = load_hub_splits(args.dataset_name, args.dataset_config_name, validation_split_name=args.validation_split_name,
-                              test_split_name=args.test_split_name, **(load_kwargs or {}))
-        labels = hub_split_labels(raw, args.label_column_name, args.dataset_name)  # None: a split without labels
+    if dataset_name:
+        raw = load_hub_splits(dataset_name, dataset_config_name, validation_split_name=validation_split_name,
+                              test_split_name=test_split_name, **(load_kwargs or {}))
+        labels = hub_split_labels(raw, label_column, dataset_name)  # None: a split without labels
         splits = {}
         for split, dataset in raw.items():
             missing = [name for name in text_columns if name not in dataset.column_names]
             if missing:
-                raise UsageError(f"{args.dataset_name} has no column {missing[0]!r}; its columns are {dataset.column_names}")
+                raise UsageError(f"{dataset_name} has no column {missing[0]!r}; its columns are {dataset.column_names}")
             splits[split] = TextSplit(dataset.select_columns(list(text_columns)),
                                       [None] * len(dataset) if labels[split] is None else labels[split])
-        saved = (Path(args.dataset_name).expanduser() / "dataset_dict.json").is_file()
-        names = {"train": "train", "validation": args.validation_split_name, "test": args.test_split_name}
-        return splits, (f"{'dataset folder' if saved else 'Hub dataset'} `{args.dataset_name}`"
+        saved = (Path(dataset_name).expanduser() / "dataset_dict.json").is_file()
+        names = {"train": "train", "validation": validation_split_name, "test": test_split_name}
+        return splits, (f"{'dataset folder' if saved else 'Hub dataset'} `{dataset_name}`"
                         + split_description({role: names[role] for role in raw}))
-    if args.train_file:
-        files = {"train": args.train_file, "validation": args.validation_file, "test": args.test_file}
-        if not (args.validation_file or args.test_file):
-            examples = read_examples(args.train_file, text_columns, args.label_column_name)
-            return dict(zip(SPLITS, split_80_10_10(examples, seed))), f"`{args.train_file}`, split 80/10/10 with a fixed seed"
-        splits = {role: read_examples(path, text_columns, args.label_column_name, role, labels_optional=role != "train")
-                  for role, path in files.items() if path}
-        return splits, ", ".join(f"{role}: `{path}`" for role, path in files.items() if path)
-    if args.validation_file or args.test_file:
+    given = {role: files[role] for role in SPLITS if files.get(role)}
+    if "train" in given:
+        if len(given) == 1:
+            examples = read_examples(given["train"], text_columns, label_column)
+            return dict(zip(SPLITS, split_80_10_10(examples, seed))), f"`{given['train']}`, split 80/10/10 with a fixed seed"
+        splits = {role: read_examples(path, text_columns, label_column, role, labels_optional=role != "train")
+                  for role, path in given.items()}
+        return splits, ", ".join(f"{role}: `{path}`" for role, path in given.items())
+    if given:
         raise ValueError("--validation_file/--test_file need a --train_file")
     return embedded()
 
 
 def load_intermediate(
-    data_args: Any, text_columns: Sequence[str]
+    path: str | None, text_columns: Sequence[str], label_column: str
 ) -> tuple[list[Example], str] | None:
-    """``--intermediate_train_file`` as examples and a description, or None."""
-    if not data_args.intermediate_train_file:
+    """The intermediate-task training file (``--intermediate_train_file``) as examples and a description, or None."""
+    if not path:
         return None
-    path = data_args.intermediate_train_file
-    examples = read_examples(path, text_columns, data_args.label_column_name, "intermediate training")
+    examples = read_examples(path, text_columns, label_column, "intermediate training")
     if examples and examples[0]["label"] is None:
-        raise UsageError(f"--intermediate_train_file {path} has no labels in column {data_args.label_column_name!r}")
+        raise UsageError(f"--intermediate_train_file {path} has no labels in column {label_column!r}")
     return examples, f"`{path}`"
 
 
@@ -414,24 +423,29 @@ def required_texts(row: dict[str, Any], columns: Sequence[str], path: str, line:
     return texts
 
 
-def read_training_pairs(path: str, args: Any) -> list[Pair]:
-    """Query/document pairs (with any hard negatives); a row without either is an error naming its line."""
+def read_training_pairs(path: str, query_column: str, document_column: str, negative_column: str) -> list[Pair]:
+    """Query/document pairs (with any hard negatives: a text, or in JSON a list of them); a row without a query or
+    a document is an error naming its line."""
     pairs = []
     for line, row in read_numbered_records(path):
-        query, document = required_texts(row, (args.query_column, args.document_column), path, line,
+        query, document = required_texts(row, (query_column, document_column), path, line,
                                          " (a query needs a document)")
-        pairs.append({"query": query, "document": document, "negatives": _texts(row.get(args.negative_column))})
+        pairs.append({"query": query, "document": document, "negatives": _texts(row.get(negative_column))})
     if not pairs:
         raise UsageError(f"{path}: no query/document pairs")
     return pairs
 
 
-def read_retrieval_split(corpus_path: str, queries_path: str, args: Any) -> RetrievalSplit:
-    """A corpus (unique ids, non-empty texts) and queries whose relevant ids it holds."""
+def read_retrieval_split(
+    corpus_path: str, queries_path: str, *, id_column: str, text_column: str, query_column: str,
+    document_id_column: str,
+) -> RetrievalSplit:
+    """A corpus (``id_column``: unique ids, ``text_column``: non-empty texts) and queries (``query_column``) whose
+    relevant ids (``document_id_column``: one, or in JSON a list) it holds."""
     index: dict[str, tuple[int, int]] = {}  # document id -> (position in the corpus, line)
     corpus = []
     for line, row in read_numbered_records(corpus_path):
-        document_id, text = required_texts(row, (args.id_column, args.text_column_name), corpus_path, line)
+        document_id, text = required_texts(row, (id_column, text_column), corpus_path, line)
         if document_id in index:
             raise UsageError(f"{corpus_path} line {line}: duplicate document id {document_id!r} (first on line {index[document_id][1]})")
         index[document_id] = (len(corpus), line)
@@ -440,9 +454,9 @@ def read_retrieval_split(corpus_path: str, queries_path: str, args: Any) -> Retr
         raise UsageError(f"{corpus_path}: the corpus is empty")
     queries, relevant = [], []
     for line, row in read_numbered_records(queries_path):
-        query, ids = _text(row.get(args.query_column)), _texts(row.get(args.document_id_column))
+        query, ids = _text(row.get(query_column)), _texts(row.get(document_id_column))
         if query is None or not ids:
-            missing = args.query_column if query is None else args.document_id_column
+            missing = query_column if query is None else document_id_column
             raise UsageError(f"{queries_path} line {line}: no {missing!r} (a query needs a relevant document id)")
         unknown = [document_id for document_id in ids if document_id not in index]
         if unknown:

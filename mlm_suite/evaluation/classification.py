@@ -95,7 +95,7 @@ def write_confusion_matrices(
 ) -> list[tuple[str, Path]]:
     """``confusion_matrix_<split>.png`` for the validation and test splits the final model was scored on
     (``eval``/``test`` in ``scored_splits``, the results of
-    :func:`~mlm_suite.jobs.finetuning.run_trainer`).
+    :func:`~mlm_suite.jobs.finetune_training.run_trainer`).
 
     Drawn from the predictions the trainer kept (``keep_predictions``), so nothing is predicted again; the
     main process writes the files. Returns ``(caption, path)`` per picture, for the card.

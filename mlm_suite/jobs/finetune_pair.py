@@ -18,24 +18,50 @@ review; each negative keeps a positive's A and takes B from another review. Revi
     python examples/finetune_pair.py --train_file mrpc_train.csv --validation_file mrpc_dev.csv \\
         --sentence1_column "#1 String" --sentence2_column "#2 String" --label_column_name Quality
     accelerate launch examples/finetune_pair.py --train_file sts.jsonl --task_type regression
+
+What this job shares with the single-text job is in :mod:`mlm_suite.jobs.sequence_classification`. See
+docs/finetuning.md.
 """
 
 from __future__ import annotations
 
-import random
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlm_suite.data import resources
-from mlm_suite.data.readers import SPLITS, Example, load_intermediate, load_labelled_text_splits, split_80_10_10
-from mlm_suite.jobs.arguments import parse_arguments, validate_flags
-from mlm_suite.jobs.finetune_cls import TextDataArguments, finetune_sequence_task
-from mlm_suite.jobs.finetuning import FinetuneTrainingArguments, ModelArguments
-from mlm_suite.jobs.model_loading import load_model
+from mlm_suite.data.builtin import BUILTIN_DATASETS
+from mlm_suite.data.labels import infer_task_type
+from mlm_suite.data.readers import load_intermediate, load_labelled_text_splits
+from mlm_suite.evaluation.classification import write_predictions
+from mlm_suite.jobs.arguments import check_at_least, parse_arguments
+from mlm_suite.jobs.checkpoints import resume_checkpoint
+from mlm_suite.jobs.finetune_training import FinetuneTrainingArguments, run_trainer, save_everything
+from mlm_suite.jobs.model_loading import (
+    ModelArguments,
+    apply_freezing,
+    check_max_seq_length,
+    load_config,
+    load_model,
+    load_tokenizer,
+    resolve_model_path,
+)
+from mlm_suite.jobs.sequence_classification import (
+    INTERMEDIATE_DIR,
+    TextDataArguments,
+    build_trainer,
+    configure_head,
+    intermediate_stage,
+    limited_splits,
+    scored_labels,
+    text_encoder,
+    unlabelled_splits,
+    write_card_and_summary,
+)
 from mlm_suite.cards import CardDataset
 
-FOLLOWS, RANDOM = "follows", "random"
+#: What the job trains on without data flags.
+EMBEDDED = BUILTIN_DATASETS["pang_lee_review_coherence"]
 
 
 @dataclass
@@ -49,59 +75,18 @@ class PairDataArguments(TextDataArguments):
         default=400, metadata={"help": "Embedded coherence data: pairs in each of validation and test."}
     )
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # pairs come in positive/negative twos
+        check_at_least("coherence_train_pairs", self.coherence_train_pairs, 2)
+        check_at_least("coherence_eval_pairs", self.coherence_eval_pairs, 2)
+
 
 @dataclass
 class PairTrainingArguments(FinetuneTrainingArguments):
     output_dir: str | None = field(default="outputs/coherence", metadata={"help": "Where the model and results go."})
     num_train_epochs: float = field(default=3.0, metadata={"help": "Training epochs."})
     learning_rate: float = field(default=5e-5, metadata={"help": "Peak learning rate of AdamW."})
-
-
-def review_sentences(text: str) -> list[str]:
-    """The sentences of a Pang & Lee review (the corpus has one sentence per line)."""
-    return [line.strip() for line in text.split("\n") if line.strip()]
-
-
-def coherence_examples(
-    reviews: Sequence[list[str]], n_pairs: int, rng: random.Random, columns: tuple[str, str]
-) -> list[Example]:
-    """``n_pairs`` balanced pairs from ``reviews`` (lists of sentences), shuffled.
-
-    Each positive ``(A, B)`` (B follows A in a review) is matched by a negative ``(A, B')`` whose
-    B' is a random sentence of another review, so A alone says nothing about the label.
-    """
-    if len(reviews) < 2:
-        raise ValueError("coherence pairs need at least two reviews (negatives come from another review)")
-    consecutive = [(r, i) for r, sentences in enumerate(reviews) for i in range(len(sentences) - 1)]
-    first, second = columns
-    examples = []
-    for r, i in rng.sample(consecutive, min(n_pairs // 2, len(consecutive))):
-        other = rng.randrange(len(reviews) - 1)
-        other += other >= r  # uniform over the reviews other than r
-        a, b = reviews[r][i], reviews[r][i + 1]
-        examples.append({first: a, second: b, "label": FOLLOWS})
-        examples.append({first: a, second: rng.choice(reviews[other]), "label": RANDOM})
-    rng.shuffle(examples)
-    return examples
-
-
-def coherence_splits(args: PairDataArguments, seed: int) -> tuple[dict[str, list[Example]], str]:
-    """The embedded discourse-coherence data: reviews split 80/10/10, then pairs built per split."""
-    reviews = [review_sentences(text) for _, text in resources.pang_lee_reviews()]
-    rng = random.Random(seed)
-    sizes = {"train": args.coherence_train_pairs, "validation": args.coherence_eval_pairs,
-             "test": args.coherence_eval_pairs}
-    columns = (args.sentence1_column, args.sentence2_column)
-    splits = {
-        split: coherence_examples(part, sizes[split], rng, columns)
-        for split, part in zip(SPLITS, split_80_10_10(reviews, seed))
-    }
-    description = (
-        "Discourse coherence from the Pang & Lee movie reviews (1,500 reviews): does B follow A? "
-        f"Label `{FOLLOWS}`: B is the sentence after A in a review; `{RANDOM}`: B comes from another review. "
-        "Balanced, reviews split 80/10/10 with a fixed seed before pairing (no review in two splits)"
-    )
-    return splits, description
 
 
 def load_pair_model(path: str, config: Any, model_args: ModelArguments) -> Any:
@@ -115,22 +100,62 @@ def load_pair_model(path: str, config: Any, model_args: ModelArguments) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from transformers import set_seed
+
     model_args, data_args, training_args = parse_arguments(
         (ModelArguments, PairDataArguments, PairTrainingArguments), argv
     )
-    validate_flags(model_args, data_args, training_args)  # before anything is read or written
+
+    # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run (before the Trainer
+    # creates the output folder)
+    stage_dirs = [os.path.join(training_args.output_dir, INTERMEDIATE_DIR)] if data_args.intermediate_train_file else []
+    training_args.resume_from_checkpoint = resume_checkpoint(training_args, stage_dirs, trains=training_args.do_train)
+
+    # Data
     text_columns = [data_args.sentence1_column, data_args.sentence2_column]
-    splits, description = load_labelled_text_splits(
-        data_args, text_columns, training_args.seed, lambda: coherence_splits(data_args, training_args.seed),
-        model_args.dataset_kwargs(),
+    splits, data_description = load_labelled_text_splits(
+        text_columns, data_args.label_column_name, training_args.seed,
+        lambda: (EMBEDDED.read(training_args.seed, data_args.coherence_train_pairs, data_args.coherence_eval_pairs,
+                               tuple(text_columns)), EMBEDDED.description),
+        **data_args.data_source(), load_kwargs=model_args.dataset_kwargs(),
     )
-    finetune_sequence_task(
-        model_args, data_args, training_args, splits, text_columns, description, load_pair_model,
+    intermediate = load_intermediate(data_args.intermediate_train_file, text_columns, data_args.label_column_name)
+    splits = limited_splits(splits, data_args, text_columns)
+    unlabelled = unlabelled_splits(splits, training_args)
+    labels = scored_labels(splits, unlabelled)
+    task_type = infer_task_type(labels, data_args.task_type)
+
+    # Model
+    model_path = resolve_model_path(model_args.model_name_or_path, training_args)
+    config = load_config(model_path, model_args)
+    label_list = configure_head(config, task_type, labels, model_path, model_args, data_args, intermediate)
+    tokenizer = load_tokenizer(model_path, model_args)
+    check_max_seq_length(data_args.max_seq_length, config, model_path, tokenizer, pair=True)
+    encode = text_encoder(tokenizer, text_columns, data_args, task_type, config)
+    datasets = {split: encode(examples) for split, examples in splits.items()}
+    scored = {split: dataset for split, dataset in datasets.items() if split not in unlabelled}
+    set_seed(training_args.seed)
+    model = load_pair_model(model_path, config, model_args)
+    trainable = apply_freezing(model, model_args.train_last_k_layers)
+
+    # Training (the intermediate stage first), evaluation on the validation split, prediction on the test split
+    metrics, intermediate_note = intermediate_stage(model, tokenizer, encode, intermediate, text_columns,
+                                                    scored.get("validation"), training_args, data_args, task_type)
+    trainer = build_trainer(model, training_args, tokenizer, scored.get("train"), scored.get("validation"), task_type)
+    metrics |= run_trainer(trainer, scored, training_args)
+    save_everything(trainer, metrics)
+
+    # Predict: the splits without labels
+    asked = {"validation": training_args.do_eval, "test": training_args.do_predict}
+    predicted = write_predictions(trainer, {split: datasets[split] for split in unlabelled if asked.get(split)},
+                                  label_list if task_type == "classification" else None)
+
+    # Model card and summary
+    write_card_and_summary(
+        trainer, metrics, predicted, splits, unlabelled, label_list, task_type, config, model_path, trainable,
+        model_args, data_args, training_args, data_description + intermediate_note,
         task_description="A sentence-pair classification model",
-        intermediate=load_intermediate(data_args, text_columns),
-        embedded_data=CardDataset.embedded(
-            "pang_lee_review_coherence", "Pang & Lee review coherence (built in, 80/10/10 split)"
-        ),
+        embedded_data=CardDataset.embedded(EMBEDDED.name, EMBEDDED.card_name),
     )
     return 0
 

@@ -30,31 +30,25 @@ does not add negatives.
 Reported: recall@1/5/10, MRR@10 and nDCG@10 on the validation (``eval_*``) and test (``test_*``)
 sets, zero-shot (``zero_shot_*``: the starting model) and fine-tuned. The output folder loads with
 ``SentenceTransformer(path, trust_remote_code=True)`` and with ``AutoModel.from_pretrained(path,
-trust_remote_code=True)`` (the encoder; pool its token states).
+trust_remote_code=True)`` (the encoder; pool its token states). See docs/finetuning.md.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mlm_suite.data.readers import Pair, RetrievalSplit, first_n, read_retrieval_split, read_training_pairs, split_80_10_10
+from mlm_suite.data.builtin import BUILTIN_DATASETS
+from mlm_suite.data.readers import Pair, RetrievalSplit, first_n, read_retrieval_split, read_training_pairs
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.arguments import parse_arguments, validate_flags
+from mlm_suite.jobs.arguments import check_at_least, check_file, check_positive, parse_arguments
 from mlm_suite.jobs.checkpoints import resume_checkpoint
-from mlm_suite.jobs.finetuning import (
-    FinetuneTrainingArguments,
+from mlm_suite.jobs.finetune_training import FinetuneTrainingArguments, card_training_summary, early_stopping, run_trainer, save_everything
+from mlm_suite.jobs.model_loading import (
     ModelArguments,
     apply_freezing,
-    card_training_summary,
     check_max_seq_length,
-    early_stopping,
-    run_trainer,
-    save_everything,
-)
-from mlm_suite.jobs.model_loading import (
     load_config,
     load_model,
     load_tokenizer,
@@ -64,10 +58,9 @@ from mlm_suite.jobs.model_loading import (
 from mlm_suite.cards import CardDataset, RetrievalCard, card_base_model, card_scores, markdown_table
 
 METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")
-#: The embedded task (no data flags), as the card's metadata names it.
-EMBEDDED_DATA = CardDataset.embedded(
-    "wordnet_gloss_retrieval", "WordNet 3.0 gloss retrieval (built in, 80/10/10 split)"
-)
+#: What the job trains on without data flags.
+EMBEDDED = BUILTIN_DATASETS["wordnet_gloss_retrieval"]
+EMBEDDED_DATA = CardDataset.embedded(EMBEDDED.name, EMBEDDED.card_name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -91,6 +84,13 @@ class RetrievalModelArguments(ModelArguments):
         metadata={"help": "Gradient caching: embed at most this many texts at a time with a graph (the gradient is "
                           "the whole batch's). Default: the whole batch at once."},
     )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.classifier_pooling is not None:
+            raise UsageError("--classifier_pooling is for classification heads; retrieval pools with --sentence_pooling")
+        check_positive("temperature", self.temperature)
+        check_at_least("mini_batch_size", self.mini_batch_size, 1)
 
 
 @dataclass
@@ -117,13 +117,26 @@ class RetrievalDataArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N validation queries."})
     max_predict_samples: int | None = field(default=None, metadata={"help": "Keep only the first N test queries."})
 
+    def __post_init__(self) -> None:
+        for flag in ("max_seq_length", "max_train_samples", "max_eval_samples", "max_predict_samples"):
+            check_at_least(flag, getattr(self, flag), 1)
+        evaluation_files = {"": (self.corpus_file, self.queries_file),
+                            "test_": (self.test_corpus_file, self.test_queries_file)}
+        for flag in ("train_file", *(f"{prefix}{kind}_file" for prefix in evaluation_files
+                                     for kind in ("corpus", "queries"))):
+            check_file(flag, getattr(self, flag))
+        for prefix, (corpus, queries) in evaluation_files.items():
+            if bool(corpus) != bool(queries):
+                raise UsageError(f"--{prefix}corpus_file and --{prefix}queries_file go together: give both or neither")
+        if not self.train_file and any(path for files in evaluation_files.values() for path in files):
+            raise UsageError("--corpus_file/--queries_file need a --train_file (without data flags the WordNet task is used)")
+
 
 @dataclass
 class RetrievalTrainingArguments(FinetuneTrainingArguments):
     output_dir: str | None = field(default="outputs/retrieval", metadata={"help": "Where the model and results go."})
     num_train_epochs: float = field(default=1.0, metadata={"help": "Training epochs."})
-    # Chosen on the WordNet validation split (seed 0, 10,000 pairs): 2e-5 0.2605, 5e-5 0.2793, 1e-4 0.2968,
-    # 2e-4 0.3077, 5e-4 0.2963 MRR@10 (benchmarks/README.md).
+    # Chosen by MRR@10 on the WordNet validation split (the sweep is in benchmarks/README.md).
     learning_rate: float = field(default=2e-4, metadata={"help": "Peak learning rate of AdamW."})
     per_device_train_batch_size: int = field(
         default=64, metadata={"help": "Queries per batch and device (each brings its document: 2x texts)."}
@@ -134,53 +147,18 @@ class RetrievalTrainingArguments(FinetuneTrainingArguments):
 # --------------------------------------------------------------------------------------------
 # Data
 # --------------------------------------------------------------------------------------------
-def wordnet_gloss_splits(seed: int) -> tuple[list[Pair], dict[str, RetrievalSplit], str]:
-    """The embedded task: WordNet 3.0 usage examples (queries) → their synset's gloss (documents).
-
-    Synsets with at least one example are split 80/10/10 with ``random.Random(seed)``; synsets whose
-    gloss is word for word another synset's are left out (the right answer would be ambiguous).
-    """
-    from collections import Counter
-
-    from mlm_suite.analysis.wordnet import WordNet
-
-    synsets = sorted((s for s in WordNet(pos=("n", "v", "a", "r")).synsets.values() if s.examples),
-                     key=lambda s: (s.pos, s.offset))
-    shared = Counter(s.definition for s in synsets)
-    synsets = [s for s in synsets if shared[s.definition] == 1 and s.definition]
-    train, validation, test = split_80_10_10(synsets, seed)
-    pairs = [{"query": example, "document": s.definition, "negatives": []} for s in train for example in s.examples]
-    random.Random(seed).shuffle(pairs)
-
-    def evaluation(part: Sequence[Any]) -> RetrievalSplit:
-        queries = [(example, index) for index, s in enumerate(part) for example in s.examples]
-        return RetrievalSplit([q for q, _ in queries], [s.definition for s in part], [{index} for _, index in queries])
-
-    splits = {"validation": evaluation(validation), "test": evaluation(test)}
-    description = (
-        "WordNet 3.0 gloss retrieval (nouns, verbs, adjectives, adverbs): the query is a usage example of a synset, "
-        "the relevant document that synset's gloss. Synsets with examples and a gloss of their own are split 80/10/10 "
-        "with a fixed seed (no synset in two splits); each split's corpus is the glosses of its synsets"
-    )
-    return pairs, splits, description
-
-
 def load_data(args: RetrievalDataArguments, seed: int) -> tuple[list[Pair], dict[str, RetrievalSplit], str]:
     """Training pairs, the validation/test splits and a description, from files or the embedded task."""
-    pairs_of_files = {"validation": (args.corpus_file, args.queries_file), "test": (args.test_corpus_file, args.test_queries_file)}
-    for split, (corpus, queries) in pairs_of_files.items():
-        if bool(corpus) != bool(queries):
-            prefix = "" if split == "validation" else "test_"
-            raise UsageError(f"--{prefix}corpus_file and --{prefix}queries_file go together: give both or neither")
     if not args.train_file:
-        if any(path for files in pairs_of_files.values() for path in files):
-            raise UsageError("--corpus_file/--queries_file need a --train_file (without data flags the WordNet task is used)")
-        return wordnet_gloss_splits(seed)
-    pairs = read_training_pairs(args.train_file, args)
-    splits = {split: read_retrieval_split(corpus, queries, args)
-              for split, (corpus, queries) in pairs_of_files.items() if corpus}
-    described = [f"train: `{args.train_file}`"] + [f"{split}: `{files[1]}` over `{files[0]}`"
-                                                   for split, files in pairs_of_files.items() if files[0]]
+        pairs, splits = EMBEDDED.read(seed)
+        return pairs, splits, EMBEDDED.description
+    pairs = read_training_pairs(args.train_file, args.query_column, args.document_column, args.negative_column)
+    files = {"validation": (args.corpus_file, args.queries_file), "test": (args.test_corpus_file, args.test_queries_file)}
+    splits = {split: read_retrieval_split(corpus, queries, id_column=args.id_column, text_column=args.text_column_name,
+                                          query_column=args.query_column, document_id_column=args.document_id_column)
+              for split, (corpus, queries) in files.items() if corpus}
+    described = [f"train: `{args.train_file}`"] + [f"{split}: `{queries}` over `{corpus}`"
+                                                   for split, (corpus, queries) in files.items() if corpus]
     return pairs, splits, ", ".join(described)
 
 
@@ -197,16 +175,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_args, data_args, training_args = parse_arguments(
         (RetrievalModelArguments, RetrievalDataArguments, RetrievalTrainingArguments), argv
     )
-    validate_flags(model_args, data_args, training_args)  # before anything is read or written
-    # --resume_from_checkpoint, or the last checkpoint of a stopped run in --output_dir
+
+    # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run in --output_dir
     training_args.resume_from_checkpoint = resume_checkpoint(training_args, trains=training_args.do_train)
-    if model_args.classifier_pooling is not None:
-        raise UsageError("--classifier_pooling is for classification heads; retrieval pools with --sentence_pooling")
+
+    # Data
     pairs, splits, description = load_data(data_args, training_args.seed)
     pairs = first_n(pairs, data_args.max_train_samples)
     limits = {"validation": data_args.max_eval_samples, "test": data_args.max_predict_samples}
     splits = {name: split.limited(limits[name]) for name, split in splits.items()}
 
+    # Model
     model_path = mlm_suite_checkpoint(resolve_model_path(model_args.model_name_or_path, training_args),
                                       **model_args.pretrained_kwargs())
     config = load_config(model_path, model_args)
@@ -253,6 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         trainer.compute_metrics = metrics_of[split]
         return trainer.evaluate(datasets[split], metric_key_prefix=prefix)
 
+    # Training, after scoring the starting model; evaluation on the validation split
     metrics: dict[str, dict[str, float]] = {}
     if training_args.do_train:  # the starting model, for comparison, on the splits scored at the end
         scored = {"validation": training_args.do_eval, "test": training_args.do_predict}
@@ -261,12 +241,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     trainer.compute_metrics = metrics_of.get("validation")  # early stopping and the best model go by validation
     metrics |= run_trainer(trainer, {name: datasets[name] for name in ("train", "validation") if name in datasets},
                            training_args)
+
+    # Predict: the test split, scored by its own relevance judgements
     if training_args.do_predict and "test" in datasets:
         metrics["test"] = score("test", "test")
     save_everything(trainer, metrics)
     if trainer.is_world_process_zero():
         write_sentence_transformers_files(training_args.output_dir, model.config, data_args.max_seq_length)
 
+    # Model card and summary
     flat = {key: value for values in metrics.values() for key, value in values.items()}
     # (split, model, metric key prefix) of every scored evaluation, for the card and the summary lines
     scored_runs = [(split, stage, key) for split, prefix in (("validation", "eval"), ("test", "test"))

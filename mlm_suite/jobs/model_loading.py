@@ -1,5 +1,7 @@
-"""The model a job starts from: the default start (all-MiniLM-L6-v2 converted once), a folder's config, tokenizer
-and weights loaded with the Hub flags, and a BERT checkpoint converted on the fly. See docs/fine_tuning.md."""
+"""The model a fine-tuning job starts from: its flags (:class:`ModelArguments`), the default start
+(all-MiniLM-L6-v2 converted once), a folder's config, tokenizer and weights loaded with the Hub flags, a BERT
+checkpoint converted on the fly, ``--max_seq_length`` checked against the model and the layers frozen. See
+docs/finetuning.md."""
 
 from __future__ import annotations
 
@@ -7,16 +9,60 @@ import atexit
 import shutil
 import sys
 import tempfile
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from transformers import AutoConfig, PretrainedConfig, TrainingArguments
 
 from mlm_suite.convert import convert_bert_checkpoint
 from mlm_suite.data import resources
+from mlm_suite.errors import UsageError
+from mlm_suite.jobs.arguments import HubArguments, check_at_least, check_model_source
 from mlm_suite.model import MlmSuiteConfig
+from mlm_suite.training.freezing import freeze_encoder
 
-if TYPE_CHECKING:
-    from mlm_suite.jobs.finetuning import ModelArguments
+
+@dataclass
+class ModelArguments(HubArguments):
+    """Which checkpoint to fine-tune and how much of it to train (and the Hub flags of :class:`HubArguments`)."""
+
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Model folder (mlm_suite or HF BERT). Default: all-MiniLM-L6-v2 converted to mlm_suite."},
+    )
+    config_name: str | None = field(default=None, metadata={"help": "Config folder or Hub id, if not the model's."})
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer folder, if not the model's."})
+    train_last_k_layers: int | None = field(
+        default=None,
+        metadata={
+            "help": "Freeze the encoder except its last k layers (0 = train the head only). "
+            "Default (or -1): train everything."
+        },
+    )
+    ignore_mismatched_sizes: bool = field(
+        default=False,
+        metadata={"help": "Allow a fine-tuned checkpoint whose labels differ from the data's: train a new head."},
+    )
+    classifier_pooling: str | None = field(
+        default=None,
+        metadata={"help": "Sequence and pair heads of mlm_suite models: cls or mean. Default: the checkpoint's."},
+    )
+    init: Literal["pretrained", "random"] = field(
+        default="pretrained",
+        metadata={
+            "help": "pretrained: start from the checkpoint's weights. random: the checkpoint's architecture and "
+            "tokenizer with newly initialised weights (seeded by --seed), the baseline that shows what pretraining brought."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        for flag in ("model_name_or_path", "config_name", "tokenizer_name"):
+            check_model_source(flag, getattr(self, flag))
+        check_at_least("train_last_k_layers", self.train_last_k_layers, -1)
+        if self.classifier_pooling not in (None, "cls", "mean"):
+            raise UsageError(f"--classifier_pooling must be cls or mean, got {self.classifier_pooling!r}")
+
+
 
 
 def resolve_model_path(model_name_or_path: str | None, training_args: TrainingArguments) -> str:
@@ -75,4 +121,51 @@ def mlm_suite_checkpoint(model_name_or_path: str, **pretrained: Any) -> str:
     return str(convert_bert_checkpoint(model_name_or_path, folder))
 
 
-__all__ = ["load_config", "load_model", "load_tokenizer", "mlm_suite_checkpoint", "resolve_model_path"]
+def check_max_seq_length(
+    max_seq_length: int, config: PretrainedConfig, model_path: str, tokenizer: Any = None, pair: bool = False
+) -> None:
+    """``--max_seq_length`` against the model (and its tokenizer), before anything is trained or written.
+
+    A model with a table of learned positions (``max_position_embeddings``; every BERT, and
+    mlm_suite models with ``position_embedding_type="absolute"``) cannot take longer inputs; rotary
+    positions have no such limit. With a tokenizer, a row must hold its special tokens and one more.
+
+    Raises:
+        UsageError: naming the flag, the limit and the model.
+    """
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit is not None and getattr(config, "position_embedding_type", "absolute") != "rotary" and max_seq_length > limit:
+        raise UsageError(
+            f"--max_seq_length {max_seq_length} exceeds the {limit} positions the model {model_path} has "
+            f"(max_position_embeddings); pass --max_seq_length {limit} or less"
+        )
+    if tokenizer is not None:
+        needed = tokenizer.num_special_tokens_to_add(pair=pair) + 1
+        if max_seq_length < needed:
+            raise UsageError(
+                f"--max_seq_length {max_seq_length} leaves no room for text: a row holds {needed - 1} special "
+                f"tokens; pass --max_seq_length {needed} or more"
+            )
+
+
+def apply_freezing(model: Any, train_last_k_layers: int | None) -> str:
+    """Freeze per ``--train_last_k_layers``; return a line describing what trains."""
+    counts = freeze_encoder(model, train_last_k_layers)
+    total = counts["trainable"] + counts["frozen"]
+    if train_last_k_layers is None or train_last_k_layers == -1:
+        what = "all layers"
+    else:
+        what = f"the head and the last {train_last_k_layers} encoder layer(s)"
+    return f"{what} ({counts['trainable'] / 1e6:.2f} M of {total / 1e6:.2f} M parameters trainable)"
+
+
+__all__ = [
+    "ModelArguments",
+    "apply_freezing",
+    "check_max_seq_length",
+    "load_config",
+    "load_model",
+    "load_tokenizer",
+    "mlm_suite_checkpoint",
+    "resolve_model_path",
+]

@@ -1,7 +1,7 @@
 """Run a fine-tuning job once per seed and report the spread of its scores.
 
-One fine-tuning run on a 400-example test split measures accuracy to about ±2 points (one
-standard error), and the seed moves it by as much (Dodge et al., 2020). With the embedded
+One fine-tuning run on a test split of a few hundred examples measures accuracy to a point or two
+(one standard error), and the seed moves it by as much (Dodge et al., 2020). With the embedded
 defaults the seed also draws the 80/10/10 split, so the mean over seeds estimates how well the
 recipe does on the data, not on one lucky or unlucky split::
 
@@ -11,7 +11,7 @@ recipe does on the data, not on one lucky or unlucky split::
 Flags after ``--`` go to the job. Each run writes ``<output_dir>/seed_<seed>``; the table of
 validation and test scores per seed (and the HF baseline's, when the job trains one), their mean
 and sample standard deviation, is printed and written to ``<output_dir>/seed_summary.json``, drawn in
-``<output_dir>/seed_scores.png`` and shown with the picture in ``<output_dir>/README.md``.
+``<output_dir>/seed_scores.png`` and shown with the picture in ``<output_dir>/README.md``. See docs/finetuning.md.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mlm_suite.cards import seed_summary_card
-from mlm_suite.cli import SUBCOMMANDS
+from mlm_suite.jobs.commands import SUBCOMMANDS
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.distributed import command_prog, running_as
 from mlm_suite.evaluation.plots import figures_section, plot_seed_scores

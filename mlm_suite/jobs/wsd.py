@@ -8,6 +8,8 @@ the WordNet 3.0 example sentences (see :mlm_suite.analysis.wordnet:); your own d
     mlm-suite wsd                                   # WordNet data, real MiniLM-L6
     mlm-suite wsd --standardize --layers last4_mean
     mlm-suite wsd --train_file train.jsonl --test_file test.jsonl --model_name_or_path ./my-model
+
+See docs/analysis.md.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from mlm_suite.data import resources
 from mlm_suite.analysis.embeddings import ContextualEmbedder, save_json
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.distributed import command_prog
-from mlm_suite.jobs.arguments import validate_flags
+from mlm_suite.jobs.arguments import check_at_least, check_file, check_model_source, check_within
 from mlm_suite.analysis.wordnet import WSDSplit, evaluate_wsd, limit_lemmas, read_jsonl, wordnet_wsd_dataset
 
 
@@ -67,12 +69,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """The flags' values, before anything is read or written (``--layers`` needs the model: :func:`check_layers`)."""
+    if (args.train_file is None) != (args.test_file is None):
+        raise UsageError("give both --train_file and --test_file, or neither (to use the WordNet data)")
+    check_at_least("batch_size", args.batch_size, 1)
+    check_at_least("max_lemmas", args.max_lemmas, 1)
+    check_within("test_fraction", args.test_fraction, 0.0, 1.0, low_open=True)
+    check_file("train_file", args.train_file)
+    check_file("test_file", args.test_file)
+    check_model_source("model_name_or_path", args.model_name_or_path)
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     # Everything that can fail on bad input happens before the output folder is created.
-    if (args.train_file is None) != (args.test_file is None):
-        raise UsageError("give both --train_file and --test_file, or neither (to use the WordNet data)")
-    validate_flags(args)
+    check_flags(args)
     if args.train_file:
         split = WSDSplit(train=read_jsonl(args.train_file), test=read_jsonl(args.test_file), dropped_test=0)
         data_name = f"{args.train_file} / {args.test_file}"

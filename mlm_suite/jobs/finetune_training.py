@@ -1,21 +1,12 @@
-"""The shared run flow of the fine-tuning jobs (``finetune_ner``, ``finetune_cls``, ``finetune_pair``,
-``finetune_retrieval``), as transformers' ``run_*.py`` scripts have it inline.
+"""Training, evaluating, predicting and saving in the fine-tuning jobs (``finetune_ner``, ``finetune_cls``,
+``finetune_pair``, ``finetune_retrieval``), as transformers' ``run_*.py`` scripts do it inline.
 
-* the model: the default start (the real all-MiniLM-L6-v2 weights converted once into an mlm_suite folder),
-  config, tokenizer and weights with the Hub flags (``--config_name --cache_dir --model_revision --token
-  --trust_remote_code``), a BERT checkpoint converted (:func:`mlm_suite_checkpoint`), freezing
-  (:func:`apply_freezing`);
-* the flags every fine-tuning job shares: :class:`ModelArguments` and :class:`FinetuneTrainingArguments` (the
-  ``TrainingArguments`` with the jobs' defaults), ``--max_seq_length`` against the model (:func:`check_max_seq_length`);
-* training, evaluating and predicting as the flags ask (:func:`run_trainer`, :func:`early_stopping`), and saving
-  the model, tokenizer and metrics (:func:`save_everything`), all through
-  :class:`mlm_suite.training.trainer.JobTrainer`, which writes no pickle (``training_args.json``).
-
-The rest lives by concern: parsing and checking flags in :mod:`mlm_suite.jobs.arguments`, reading data in
-:mod:`mlm_suite.data.readers`, labels in :mod:`mlm_suite.data.labels`, the classification metrics in
-:mod:`mlm_suite.evaluation.classification` and the model card in :mod:`mlm_suite.cards` (handed to
-``JobTrainer.publish``, which writes it, then pushes with ``--push_to_hub``; :func:`card_training_summary` is its
-hyper-parameter table).
+:class:`FinetuneTrainingArguments` holds the ``TrainingArguments`` defaults these jobs share; :func:`run_trainer`
+trains, evaluates and predicts as the flags ask, :func:`early_stopping` watches the validation score, and
+:func:`save_everything` writes the model, tokenizer and metrics through
+:class:`~mlm_suite.training.trainer.JobTrainer`, which writes no pickle (``training_args.json``). The model a job
+starts from is :mod:`mlm_suite.jobs.model_loading`'s concern. The model card's hyper-parameter table is
+:func:`card_training_summary`. See docs/finetuning.md.
 """
 
 from __future__ import annotations
@@ -23,16 +14,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from transformers import PretrainedConfig, Trainer, TrainerCallback, TrainingArguments
+from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from mlm_suite.cards import initialisation, training_summary
-from mlm_suite.errors import UsageError
-from mlm_suite.jobs.arguments import HubArguments, JobTrainingArguments
+from mlm_suite.jobs.arguments import JobTrainingArguments, check_at_least, check_non_negative
+from mlm_suite.jobs.model_loading import ModelArguments
 from mlm_suite.jobs.checkpoints import stage_checkpoint
 from mlm_suite.training.controls import early_stopping_callback
-from mlm_suite.training.freezing import freeze_encoder
 from mlm_suite.training.trainer import training_arguments_as_json
 
 
@@ -70,77 +60,10 @@ class FinetuneTrainingArguments(JobTrainingArguments):
         default=0.0, metadata={"help": "Smallest gain of the validation score that counts as an improvement."}
     )
 
-
-@dataclass
-class ModelArguments(HubArguments):
-    """Which checkpoint to fine-tune and how much of it to train (and the Hub flags of :class:`HubArguments`)."""
-
-    model_name_or_path: str | None = field(
-        default=None,
-        metadata={"help": "Model folder (mlm_suite or HF BERT). Default: all-MiniLM-L6-v2 converted to mlm_suite."},
-    )
-    config_name: str | None = field(default=None, metadata={"help": "Config folder or Hub id, if not the model's."})
-    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer folder, if not the model's."})
-    train_last_k_layers: int | None = field(
-        default=None,
-        metadata={
-            "help": "Freeze the encoder except its last k layers (0 = train the head only). "
-            "Default (or -1): train everything."
-        },
-    )
-    ignore_mismatched_sizes: bool = field(
-        default=False,
-        metadata={"help": "Allow a fine-tuned checkpoint whose labels differ from the data's: train a new head."},
-    )
-    classifier_pooling: str | None = field(
-        default=None,
-        metadata={"help": "Sequence and pair heads of mlm_suite models: cls or mean. Default: the checkpoint's."},
-    )
-    init: Literal["pretrained", "random"] = field(
-        default="pretrained",
-        metadata={
-            "help": "pretrained: start from the checkpoint's weights. random: the checkpoint's architecture and "
-            "tokenizer with newly initialised weights (seeded by --seed), the baseline that shows what pretraining brought."
-        },
-    )
-
-
-def check_max_seq_length(
-    max_seq_length: int, config: PretrainedConfig, model_path: str, tokenizer: Any = None, pair: bool = False
-) -> None:
-    """``--max_seq_length`` against the model (and its tokenizer), before anything is trained or written.
-
-    A model with a table of learned positions (``max_position_embeddings``; every BERT, and
-    mlm_suite models with ``position_embedding_type="absolute"``) cannot take longer inputs; rotary
-    positions have no such limit. With a tokenizer, a row must hold its special tokens and one more.
-
-    Raises:
-        UsageError: naming the flag, the limit and the model.
-    """
-    limit = getattr(config, "max_position_embeddings", None)
-    if limit is not None and getattr(config, "position_embedding_type", "absolute") != "rotary" and max_seq_length > limit:
-        raise UsageError(
-            f"--max_seq_length {max_seq_length} exceeds the {limit} positions the model {model_path} has "
-            f"(max_position_embeddings); pass --max_seq_length {limit} or less"
-        )
-    if tokenizer is not None:
-        needed = tokenizer.num_special_tokens_to_add(pair=pair) + 1
-        if max_seq_length < needed:
-            raise UsageError(
-                f"--max_seq_length {max_seq_length} leaves no room for text: a row holds {needed - 1} special "
-                f"tokens; pass --max_seq_length {needed} or more"
-            )
-
-
-def apply_freezing(model: Any, train_last_k_layers: int | None) -> str:
-    """Freeze per ``--train_last_k_layers``; return a line describing what trains."""
-    counts = freeze_encoder(model, train_last_k_layers)
-    total = counts["trainable"] + counts["frozen"]
-    if train_last_k_layers is None or train_last_k_layers == -1:
-        what = "all layers"
-    else:
-        what = f"the head and the last {train_last_k_layers} encoder layer(s)"
-    return f"{what} ({counts['trainable'] / 1e6:.2f} M of {total / 1e6:.2f} M parameters trainable)"
+    def __post_init__(self) -> None:
+        check_at_least("early_stopping_patience", self.early_stopping_patience, 1)
+        check_non_negative("early_stopping_threshold", self.early_stopping_threshold)
+        super().__post_init__()
 
 
 # --------------------------------------------------------------------------------------------
@@ -213,10 +136,7 @@ def replace_output_dir(args: TrainingArguments, output_dir: str) -> TrainingArgu
 
 __all__ = [
     "FinetuneTrainingArguments",
-    "ModelArguments",
-    "apply_freezing",
     "card_training_summary",
-    "check_max_seq_length",
     "early_stopping",
     "replace_output_dir",
     "run_trainer",
