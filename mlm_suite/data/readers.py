@@ -4,7 +4,8 @@ Every reader of the jobs' input files lives here, so a data format is read the s
 
 * rows of files: CoNLL column files (:func:`read_conll`), JSON lines (:func:`read_json_lines`), CSV/TSV or
   JSON-lines records (:func:`read_numbered_records`, :func:`read_records`, :func:`column`), documents for
-  pretraining (:func:`read_documents`), tagged sentences (:func:`read_ner_file`), labelled texts
+  pretraining (:func:`read_documents`; in memory :func:`load_pretraining_documents`, as a stream
+  :func:`stream_pretraining_documents`), tagged sentences (:func:`read_ner_file`), labelled texts
   (:func:`read_examples`), retrieval pairs and corpora (:func:`read_training_pairs`, :func:`read_retrieval_split`);
 * Hub datasets and ``DatasetDict`` folders saved with ``save_to_disk`` (:func:`load_hub_splits`), with any split
   as validation/test (:func:`hub_split_names`, :func:`split_description`);
@@ -457,53 +458,66 @@ def read_retrieval_split(corpus_path: str, queries_path: str, args: Any) -> Retr
 # ------------------------------------------------------------------------------------------------
 # Pretraining documents
 # ------------------------------------------------------------------------------------------------
-def hub_documents(dataset: Any, args: Any, name: str) -> Any:
+def hub_documents(
+    dataset: Any, name: str, text_column: str = "text", num_proc: int | None = None, overwrite_cache: bool = False
+) -> Any:
     """The non-blank texts of a Hub (or saved) split as a ``datasets.Dataset`` with one ``text`` column, in order.
 
-    The split stays in Arrow: the text column is selected and filtered there (``--preprocessing_num_workers``
-    processes), never copied into a Python list.
+    The split stays in Arrow: the text column is selected and filtered there (on ``num_proc`` processes), never
+    copied into a Python list.
     """
-    column = args.text_column_name
-    if column not in dataset.column_names:
-        raise ValueError(f"{name} has no column {column!r} (columns: {dataset.column_names}); pass --text_column_name")
-    texts = dataset.select_columns([column])
-    if column != "text":
-        texts = texts.rename_column(column, "text")
-    workers = args.preprocessing_num_workers
+    if text_column not in dataset.column_names:
+        raise ValueError(f"{name} has no column {text_column!r} (columns: {dataset.column_names}); pass --text_column_name")
+    texts = dataset.select_columns([text_column])
+    if text_column != "text":
+        texts = texts.rename_column(text_column, "text")
     return texts.filter(
         lambda batch: [bool(text and text.strip()) for text in batch["text"]], batched=True,
-        num_proc=workers if workers and workers > 1 else None,
-        load_from_cache_file=False if args.overwrite_cache else None, desc=f"dropping blank documents of {name}",
+        num_proc=num_proc if num_proc and num_proc > 1 else None,
+        load_from_cache_file=False if overwrite_cache else None, desc=f"dropping blank documents of {name}",
     )  # fmt: skip
 
 
-def load_pretraining_documents(args: Any) -> tuple[Any, str]:
-    """``mlm-suite pretrain``'s documents: ``train`` and ``validation`` splits (a ``DatasetDict``) with one ``text``
-    column, and a description of the data. ``args`` are the job's ``PretrainingArguments``: ``--dataset_name``,
-    ``--train_file``/``--validation_file``, else the embedded Pang & Lee reviews; without a held-out split,
-    ``--validation_split_percentage`` of the documents, drawn with ``HELD_OUT_SEED``.
+def load_pretraining_documents(
+    *,
+    train_file: str | None = None,
+    validation_file: str | None = None,
+    dataset_name: str | None = None,
+    dataset_config_name: str | None = None,
+    validation_split_name: str = "validation",
+    text_column: str = "text",
+    validation_split_percentage: float = 5.0,
+    num_proc: int | None = None,
+    overwrite_cache: bool = False,
+    **load_kwargs: Any,
+) -> tuple[Any, str]:
+    """Pretraining documents in memory: ``train`` and ``validation`` splits (a ``DatasetDict``) with one ``text``
+    column, and a description of the data.
 
-    A Hub (or saved) dataset's splits stay in Arrow (:func:`hub_documents`); its held-out documents are the split
-    ``--validation_split_name`` when it has one.
+    From ``dataset_name`` (its splits stay in Arrow, see :func:`hub_documents`; its held-out documents are the split
+    ``validation_split_name`` when it has one), ``train_file``, or else the embedded Pang & Lee reviews. Without
+    ``validation_file`` or a held-out split, ``validation_split_percentage`` of the documents, drawn with
+    ``HELD_OUT_SEED``.
     """
     from datasets import Dataset, DatasetDict
 
     from mlm_suite.data import resources
 
-    validation = read_documents(args.validation_file, args.text_column_name) if args.validation_file else None
-    if args.dataset_name:
-        raw = load_hub_splits(args.dataset_name, args.dataset_config_name, validation_split_name=args.validation_split_name,
-                              test_split_name=None, require_train=True, **args.dataset_kwargs())
-        documents = hub_documents(raw["train"], args, f"{args.dataset_name}[train]")
+    validation = read_documents(validation_file, text_column) if validation_file else None
+    if dataset_name:
+        raw = load_hub_splits(dataset_name, dataset_config_name, validation_split_name=validation_split_name,
+                              test_split_name=None, require_train=True, **load_kwargs)
+        read = {"text_column": text_column, "num_proc": num_proc, "overwrite_cache": overwrite_cache}
+        documents = hub_documents(raw["train"], f"{dataset_name}[train]", **read)
         split_names = {"train": "train"}
         if validation is None and "validation" in raw:
-            validation = hub_documents(raw["validation"], args, f"{args.dataset_name}[{args.validation_split_name}]")
-            split_names["validation"] = args.validation_split_name
-        source = (f"`{args.dataset_name}`" + (f" ({args.dataset_config_name})" if args.dataset_config_name else "")
+            validation = hub_documents(raw["validation"], f"{dataset_name}[{validation_split_name}]", **read)
+            split_names["validation"] = validation_split_name
+        source = (f"`{dataset_name}`" + (f" ({dataset_config_name})" if dataset_config_name else "")
                   + split_description(split_names))
-    elif args.train_file:
-        documents = read_documents(args.train_file, args.text_column_name)
-        source = f"`{Path(args.train_file).name}`"
+    elif train_file:
+        documents = read_documents(train_file, text_column)
+        source = f"`{Path(train_file).name}`"
     else:
         documents = [text for _, text in resources.pang_lee_reviews()]
         source = "the Pang & Lee (2004) polarity corpus: 1,500 English movie reviews (text only)"
@@ -514,12 +528,58 @@ def load_pretraining_documents(args: Any) -> tuple[Any, str]:
     if validation is not None:
         held_out = validation if isinstance(validation, Dataset) else Dataset.from_dict({"text": validation})
         return DatasetDict(train=train, validation=held_out), source
-    return hold_out(train, args.validation_split_percentage, HELD_OUT_SEED), source
+    return hold_out(train, validation_split_percentage, HELD_OUT_SEED), source
 
+
+def stream_pretraining_documents(
+    *,
+    train_file: str | None = None,
+    validation_file: str | None = None,
+    dataset_name: str | None = None,
+    dataset_config_name: str | None = None,
+    validation_split_name: str = "validation",
+    text_column: str = "text",
+    held_out_documents: int = 500,
+    **load_kwargs: Any,
+) -> tuple[Any, list[str], str]:
+    """Pretraining documents as a stream (``train_file`` or ``dataset_name``), never read whole: the training stream
+    (a ``datasets.IterableDataset`` with ``shard`` and ``document`` positions), the held-out documents and a
+    description of the data.
+
+    The held-out documents are ``validation_file``'s, else the first ``held_out_documents`` of the dataset's split
+    ``validation_split_name``, else the first ``held_out_documents`` of the stream, which training then skips.
+    """
+    from mlm_suite.data.corpus import document_stream, hub_document_stream, stream_head
+
+    validation = read_documents(validation_file, text_column) if validation_file else None
+    if train_file:
+        source = f"`{Path(train_file).name}` (streamed)"
+
+        def open_stream(held_out: int) -> Any:
+            return document_stream([train_file], text_column, held_out=held_out)
+    else:
+        from datasets import load_dataset
+
+        splits = load_dataset(dataset_name, dataset_config_name, streaming=True, **load_kwargs)
+        names = hub_split_names(splits, dataset_name, validation_split_name, test_split_name=None)
+        if "train" not in names:
+            raise UsageError(f"--dataset_name {dataset_name} has no train split (splits: {list(splits)})")
+        config = f" ({dataset_config_name})" if dataset_config_name else ""
+        source = f"`{dataset_name}{config}` (streamed)"
+        if validation is None and "validation" in names:
+            head = hub_document_stream(splits[names["validation"]], text_column).take(held_out_documents)
+            validation = [record["text"] for record in head]
+
+        def open_stream(held_out: int) -> Any:
+            return hub_document_stream(splits["train"], text_column, held_out=held_out)
+    if validation is not None:
+        return open_stream(0), validation, source
+    validation = stream_head(open_stream(0), held_out_documents)
+    if not validation:
+        raise UsageError(f"{source} holds no documents")
+    return open_stream(held_out_documents), validation, source
 
 __all__ = [
-    "hub_documents",
-    "load_pretraining_documents",
     "SPLITS",
     "Example",
     "Pair",
@@ -529,10 +589,12 @@ __all__ = [
     "TextSplit",
     "column",
     "first_n",
+    "hub_documents",
     "hub_split_names",
     "load_hub_splits",
     "load_intermediate",
     "load_labelled_text_splits",
+    "load_pretraining_documents",
     "read_conll",
     "read_documents",
     "read_examples",
@@ -545,4 +607,5 @@ __all__ = [
     "required_texts",
     "split_80_10_10",
     "split_description",
+    "stream_pretraining_documents",
 ]

@@ -39,7 +39,7 @@ from huggingface_hub import EvalResult, ModelCardData
 from mlm_suite.data.tagging import NO_SCHEME
 from mlm_suite.evaluation.entities import MODES, per_tag_rows
 from mlm_suite.training.controls import rows_per_step
-from mlm_suite.training.schedules import UNBOUNDED_STEPS, control_card_rows, lr_schedule_summary
+from mlm_suite.training.controls import UNBOUNDED_STEPS, control_card_rows, lr_schedule_summary
 
 # The default fine-tuning start: all-MiniLM-L6-v2 converted to mlm_suite (see mlm_suite.data.resources).
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -574,19 +574,23 @@ def pretraining_card_fields(
     step_limit = ""
     if args.defaults_applied and training_args.max_steps != UNBOUNDED_STEPS:
         step_limit = f" (--max_steps {training_args.max_steps}{default_source(args, 'max_steps')})"
+    lr_schedule = lr_schedule_summary(
+        training_args, time_budget=args.max_train_minutes is not None, decay=args.lr_decay_steps,
+        decay_from_checkpoint=args.decay_from_checkpoint,
+    )
     training = {
         "initialisation": start,
         "optimizer steps": f"{train_metrics.get('train_steps', training_args.max_steps)}" + step_limit,
         "batch size (global)": rows_per_step(training_args),
         "learning rate": f"{training_args.learning_rate:g}{default_source(args, 'learning_rate')} (AdamW β₂ "
-        f"{training_args.adam_beta2:g}, {lr_schedule_summary(training_args, args)})",
+        f"{training_args.adam_beta2:g}, {lr_schedule})",
         "weight decay": training_args.weight_decay,
         "max sequence length": args.max_seq_length,
         "packing": args.packing,
         "seed": training_args.seed,
         "time budget": f"{args.max_train_minutes:g} min" if args.max_train_minutes else "none (fixed step count)",
         **({"head warm-up": f"{args.head_warmup_steps} steps with the encoder frozen"} if args.head_warmup_steps else {}),
-        **control_card_rows(args),  # masking-rate schedule, replacement split, batch-size warmup, context extension
+        **control_card_rows(args.schedules_applied),  # masking-rate schedule, replacement split, batch-size warmup, context extension
         "final train loss": train_metrics["train_loss"],
         "train runtime (s)": train_metrics["train_runtime"],
     }
