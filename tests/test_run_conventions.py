@@ -139,15 +139,21 @@ SAMPLE_VALUES = {
 
 
 @pytest.mark.parametrize("job", JOBS)
-def test_every_job_takes_the_transformers_flags(job):
+def test_every_job_takes_the_transformers_flags(job, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the input files named exist: a job checks them as it parses its flags
+    for name in ("train.txt", "dev.txt", "test.txt", PREPARE_REQUIRED[1]):
+        (tmp_path / name).write_text("A document.\n")
     flags = TRANSFORMERS_FLAGS[job]
-    argv = [item for name in flags for item in (f"--{name}", SAMPLE_VALUES[name][0])]
-    parsed = parse(job, argv)
-    for name in flags:
-        expected = SAMPLE_VALUES[name][1]
-        if job == "prepare-data" and name == "train_file":
-            expected = [expected]
-        assert value(parsed, name) == expected, name
+    groups = [flags]
+    if job == "pretrain":  # --train_file and --dataset_name exclude each other
+        groups = [[name for name in flags if name != "train_file"], [name for name in flags if "dataset" not in name]]
+    for group in groups:
+        parsed = parse(job, [item for name in group for item in (f"--{name}", SAMPLE_VALUES[name][0])])
+        for name in group:
+            expected = SAMPLE_VALUES[name][1]
+            if job == "prepare-data" and name == "train_file":
+                expected = [expected]
+            assert value(parsed, name) == expected, name
     defaults = parse(job, [])
     assert value(defaults, "model_revision") == "main" and value(defaults, "trust_remote_code") is False
     assert value(defaults, "cache_dir") is None and value(defaults, "token") is None
