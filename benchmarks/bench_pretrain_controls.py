@@ -40,7 +40,6 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from transformers import AutoTokenizer, TrainingArguments

@@ -12,16 +12,14 @@ import json
 import re
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from datasets import Dataset
 from torch.utils.data import DataLoader
-from transformers import AutoTokenizer
 
 from mlm_suite import cli
 from mlm_suite.data import DataCollatorForMaskedLM
-from mlm_suite.data.corpus import document_stream, hold_out, iter_documents
+from mlm_suite.data.corpus import document_stream, iter_documents
 from mlm_suite.data.prepared import load_prepared, tokenizer_fingerprint
 from mlm_suite.data.streaming import ProcessStream, split_for_processes, stream_rows
 from mlm_suite.data.pretraining import EVAL_SEED, most_frequent_row_token, pretraining_rows_function
