@@ -334,8 +334,8 @@ def test_pretrain_hub_documents_equal_the_same_documents_from_a_file(tmp_path):
     documents = make_documents(20, seed=4)
     data = tmp_path / "data"
     DatasetDict({"train": Dataset.from_dict({"text": documents[:10] + ["  ", ""] + documents[10:]})}).save_to_disk(str(data))
-    hub, _ = readers.load_pretraining_documents(dataset_name=str(data))
-    local, _ = readers.load_pretraining_documents(train_file=str(write_text(tmp_path / "c.txt", documents)))
+    hub, _ = readers.load_pretraining_documents(readers.DocumentSource(dataset_name=str(data)))
+    local, _ = readers.load_pretraining_documents(readers.DocumentSource(train_file=str(write_text(tmp_path / "c.txt", documents))))
     for split in ("train", "validation"):
         assert hub[split]["text"] == local[split]["text"], split  # blank documents dropped, same seeded hold-out
 

@@ -478,14 +478,25 @@ def hub_documents(
     )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class DocumentSource:
+    """Where pretraining documents come from: ``train_file`` (documents separated by blank lines, or JSON lines with
+    ``text_column``), a Hub (or saved) dataset ``dataset_name``, or neither (the embedded reviews); held-out
+    documents from ``validation_file`` or the dataset's split ``validation_split_name``."""
+
+    train_file: str | None = None
+    validation_file: str | None = None
+    dataset_name: str | None = None
+    dataset_config_name: str | None = None
+    validation_split_name: str = "validation"
+    text_column: str = "text"
+
+    def validation_documents(self) -> list[str] | None:
+        return read_documents(self.validation_file, self.text_column) if self.validation_file else None
+
+
 def load_pretraining_documents(
-    *,
-    train_file: str | None = None,
-    validation_file: str | None = None,
-    dataset_name: str | None = None,
-    dataset_config_name: str | None = None,
-    validation_split_name: str = "validation",
-    text_column: str = "text",
+    source: DocumentSource,
     validation_split_percentage: float = 5.0,
     num_proc: int | None = None,
     overwrite_cache: bool = False,
@@ -494,94 +505,88 @@ def load_pretraining_documents(
     """Pretraining documents in memory: ``train`` and ``validation`` splits (a ``DatasetDict``) with one ``text``
     column, and a description of the data.
 
-    From ``dataset_name`` (its splits stay in Arrow, see :func:`hub_documents`; its held-out documents are the split
-    ``validation_split_name`` when it has one), ``train_file``, or else the embedded Pang & Lee reviews. Without
-    ``validation_file`` or a held-out split, ``validation_split_percentage`` of the documents, drawn with
-    ``HELD_OUT_SEED``.
+    A Hub (or saved) dataset's splits stay in Arrow (:func:`hub_documents`, on ``num_proc`` processes). Without
+    held-out documents, ``validation_split_percentage`` of the documents, drawn with ``HELD_OUT_SEED``.
     """
     from datasets import Dataset, DatasetDict
 
     from mlm_suite.data import resources
 
-    validation = read_documents(validation_file, text_column) if validation_file else None
-    if dataset_name:
-        raw = load_hub_splits(dataset_name, dataset_config_name, validation_split_name=validation_split_name,
+    name, column = source.dataset_name, source.text_column
+    validation = source.validation_documents()
+    if name:
+        raw = load_hub_splits(name, source.dataset_config_name, validation_split_name=source.validation_split_name,
                               test_split_name=None, require_train=True, **load_kwargs)
-        read = {"text_column": text_column, "num_proc": num_proc, "overwrite_cache": overwrite_cache}
-        documents = hub_documents(raw["train"], f"{dataset_name}[train]", **read)
+        read = {"text_column": column, "num_proc": num_proc, "overwrite_cache": overwrite_cache}
+        documents = hub_documents(raw["train"], f"{name}[train]", **read)
         split_names = {"train": "train"}
         if validation is None and "validation" in raw:
-            validation = hub_documents(raw["validation"], f"{dataset_name}[{validation_split_name}]", **read)
-            split_names["validation"] = validation_split_name
-        source = (f"`{dataset_name}`" + (f" ({dataset_config_name})" if dataset_config_name else "")
-                  + split_description(split_names))
-    elif train_file:
-        documents = read_documents(train_file, text_column)
-        source = f"`{Path(train_file).name}`"
+            validation = hub_documents(raw["validation"], f"{name}[{source.validation_split_name}]", **read)
+            split_names["validation"] = source.validation_split_name
+        config = f" ({source.dataset_config_name})" if source.dataset_config_name else ""
+        description = f"`{name}`{config}{split_description(split_names)}"
+    elif source.train_file:
+        documents = read_documents(source.train_file, column)
+        description = f"`{Path(source.train_file).name}`"
     else:
         documents = [text for _, text in resources.pang_lee_reviews()]
-        source = "the Pang & Lee (2004) polarity corpus: 1,500 English movie reviews (text only)"
+        description = "the Pang & Lee (2004) polarity corpus: 1,500 English movie reviews (text only)"
     if not len(documents):
-        raise ValueError(f"{source} holds no training text")
+        raise ValueError(f"{description} holds no training text")
 
     train = documents if isinstance(documents, Dataset) else Dataset.from_dict({"text": documents})
     if validation is not None:
         held_out = validation if isinstance(validation, Dataset) else Dataset.from_dict({"text": validation})
-        return DatasetDict(train=train, validation=held_out), source
-    return hold_out(train, validation_split_percentage, HELD_OUT_SEED), source
+        return DatasetDict(train=train, validation=held_out), description
+    return hold_out(train, validation_split_percentage, HELD_OUT_SEED), description
 
 
 def stream_pretraining_documents(
-    *,
-    train_file: str | None = None,
-    validation_file: str | None = None,
-    dataset_name: str | None = None,
-    dataset_config_name: str | None = None,
-    validation_split_name: str = "validation",
-    text_column: str = "text",
-    held_out_documents: int = 500,
-    **load_kwargs: Any,
+    source: DocumentSource, held_out_documents: int = 500, **load_kwargs: Any
 ) -> tuple[Any, list[str], str]:
-    """Pretraining documents as a stream (``train_file`` or ``dataset_name``), never read whole: the training stream
-    (a ``datasets.IterableDataset`` with ``shard`` and ``document`` positions), the held-out documents and a
+    """Pretraining documents as a stream (a file or a dataset, never read whole): the training stream (a
+    ``datasets.IterableDataset`` with ``shard`` and ``document`` positions), the held-out documents and a
     description of the data.
 
-    The held-out documents are ``validation_file``'s, else the first ``held_out_documents`` of the dataset's split
-    ``validation_split_name``, else the first ``held_out_documents`` of the stream, which training then skips.
+    Without a validation file or split, the first ``held_out_documents`` of the stream are held out (and skipped by
+    training); from a dataset's validation split, its first ``held_out_documents``.
     """
     from mlm_suite.data.corpus import document_stream, hub_document_stream, stream_head
 
-    validation = read_documents(validation_file, text_column) if validation_file else None
-    if train_file:
-        source = f"`{Path(train_file).name}` (streamed)"
+    name, column = source.dataset_name, source.text_column
+    validation = source.validation_documents()
+    if source.train_file:
+        description = f"`{Path(source.train_file).name}` (streamed)"
 
         def open_stream(held_out: int) -> Any:
-            return document_stream([train_file], text_column, held_out=held_out)
+            return document_stream([source.train_file], column, held_out=held_out)
     else:
         from datasets import load_dataset
 
-        splits = load_dataset(dataset_name, dataset_config_name, streaming=True, **load_kwargs)
-        names = hub_split_names(splits, dataset_name, validation_split_name, test_split_name=None)
+        splits = load_dataset(name, source.dataset_config_name, streaming=True, **load_kwargs)
+        names = hub_split_names(splits, name, source.validation_split_name, test_split_name=None)
         if "train" not in names:
-            raise UsageError(f"--dataset_name {dataset_name} has no train split (splits: {list(splits)})")
-        config = f" ({dataset_config_name})" if dataset_config_name else ""
-        source = f"`{dataset_name}{config}` (streamed)"
+            raise UsageError(f"--dataset_name {name} has no train split (splits: {list(splits)})")
+        config = f" ({source.dataset_config_name})" if source.dataset_config_name else ""
+        description = f"`{name}{config}` (streamed)"
         if validation is None and "validation" in names:
-            head = hub_document_stream(splits[names["validation"]], text_column).take(held_out_documents)
+            head = hub_document_stream(splits[names["validation"]], column).take(held_out_documents)
             validation = [record["text"] for record in head]
 
         def open_stream(held_out: int) -> Any:
-            return hub_document_stream(splits["train"], text_column, held_out=held_out)
+            return hub_document_stream(splits["train"], column, held_out=held_out)
     if validation is not None:
-        return open_stream(0), validation, source
+        return open_stream(0), validation, description
     validation = stream_head(open_stream(0), held_out_documents)
     if not validation:
-        raise UsageError(f"{source} holds no documents")
-    return open_stream(held_out_documents), validation, source
+        raise UsageError(f"{description} holds no documents")
+    return open_stream(held_out_documents), validation, description
+
 
 __all__ = [
     "SPLITS",
     "Example",
+    "DocumentSource",
     "Pair",
     "RetrievalSplit",
     "Sentence",

@@ -22,7 +22,9 @@ from mlm_suite.data.corpus_sources import CorpusSource, InMemoryCorpus, Prepared
 from mlm_suite.data.masking import check_mlm_tokenizer
 from mlm_suite.data.prepared import load_prepared
 from mlm_suite.data.pretraining import RowFormat
-from mlm_suite.data.readers import load_pretraining_documents, read_documents, stream_pretraining_documents
+from mlm_suite.data.readers import (
+    DocumentSource, load_pretraining_documents, read_documents, stream_pretraining_documents,
+)  # fmt: skip
 from mlm_suite.data.schedules import BatchSizeWarmup, MaskRateSchedule
 from mlm_suite.data.streaming import split_for_processes
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
@@ -319,15 +321,15 @@ def open_corpus_source(args: Any, training_args: TrainingArguments) -> CorpusSou
         if args.validation_file:
             validation = Dataset.from_dict({"text": read_documents(args.validation_file, args.text_column_name)})
         return PreparedCorpus(prepared, _row_format(args), tokenizer_source, validation)
-    sources = {
-        "train_file": args.train_file, "validation_file": args.validation_file, "dataset_name": args.dataset_name,
-        "dataset_config_name": args.dataset_config_name, "validation_split_name": args.validation_split_name,
-        "text_column": args.text_column_name, **args.dataset_kwargs(),
-    }  # fmt: skip
+    source = DocumentSource(
+        train_file=args.train_file, validation_file=args.validation_file, dataset_name=args.dataset_name,
+        dataset_config_name=args.dataset_config_name, validation_split_name=args.validation_split_name,
+        text_column=args.text_column_name,
+    )  # fmt: skip
     if args.streaming:
         args.train_tokenizer = False
         documents, validation, description = stream_pretraining_documents(
-            held_out_documents=args.held_out_documents, **sources
+            source, args.held_out_documents, **args.dataset_kwargs()
         )
         part = split_for_processes(documents, training_args.process_index, training_args.world_size)
         world, shards = training_args.world_size, documents.num_shards
@@ -343,9 +345,9 @@ def open_corpus_source(args: Any, training_args: TrainingArguments) -> CorpusSou
         training_args.ignore_data_skip = True
         return StreamedCorpus(documents, part, validation, description, _row_format(args))
     documents, description = load_pretraining_documents(
-        validation_split_percentage=args.validation_split_percentage, num_proc=args.preprocessing_num_workers,
-        overwrite_cache=args.overwrite_cache, **sources,
-    )  # fmt: skip
+        source, args.validation_split_percentage, args.preprocessing_num_workers, args.overwrite_cache,
+        **args.dataset_kwargs(),
+    )
     return InMemoryCorpus(documents, description, _row_format(args))
 
 
