@@ -33,19 +33,16 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling, TrainingArguments
 
-from mlm_suite.data.pretraining import EVAL_SEED, build_features, most_frequent_row_token
-from mlm_suite.data.readers import load_pretraining_documents
 from mlm_suite.jobs import pretrain
-from mlm_suite.jobs.pretraining_setup import build_config
+from mlm_suite.jobs.pretraining_setup import build_config, open_corpus_source
 from mlm_suite.evaluation.masked_lm import (
     fill_mask_probe,
     make_mlm_compute_metrics,
     preprocess_logits_for_mlm_metrics,
     probe_sentences,
 )
-from mlm_suite.training.controls import TimeBudgetCallback
+from mlm_suite.training.controls import UNBOUNDED_STEPS, TimeBudgetCallback
 from mlm_suite.training.pretraining import PretrainingTrainer, evaluation_collator
-from mlm_suite.training.schedules import UNBOUNDED_STEPS
 
 HF_INPUTS = ("input_ids", "attention_mask", "special_tokens_mask")
 
@@ -64,12 +61,12 @@ def run_mlm_suite(output_dir: Path, minutes: float, job_args: list[str]) -> dict
 def run_hf(output_dir: Path, tokenizer_dir: Path, minutes: float, job_args: list[str]) -> dict:
     """HF BERT on the rows, masks and probes the mlm_suite job used (rebuilt from the same arguments)."""
     args, job_training_args = pretrain.parse_arguments(["--output_dir", str(output_dir), *job_args])
-    texts, _, _ = load_pretraining_documents(args)
+    corpus = open_corpus_source(args, job_training_args)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    train_features = build_features(texts["train"], tokenizer, args, job_training_args.seed, "training")
-    eval_features = build_features(texts["validation"], tokenizer, args, EVAL_SEED, "validation")
-    baseline_token_id = most_frequent_row_token(train_features, tokenizer)
-    probes = probe_sentences(texts["validation"]["text"], tokenizer, args.fill_mask_probes)
+    train_features = corpus.train_rows(tokenizer, job_training_args.seed)
+    eval_features = corpus.eval_rows(tokenizer)
+    baseline_token_id = corpus.baseline_token_id(tokenizer, train_features)
+    probes = probe_sentences(corpus.validation["text"], tokenizer, args.fill_mask_probes)
 
     ours = build_config(args, tokenizer)
     config = BertConfig(
@@ -108,7 +105,7 @@ def run_hf(output_dir: Path, tokenizer_dir: Path, minutes: float, job_args: list
         model=model,
         args=training_args,
         data_collator=lambda features: hf_collator([{key: row[key] for key in HF_INPUTS} for row in features]),
-        eval_data_collator=evaluation_collator(tokenizer, args),
+        eval_data_collator=evaluation_collator(tokenizer, args.eval_mlm_probability, args.masking),
         train_dataset=train_features,
         eval_dataset=eval_features,
         processing_class=tokenizer,

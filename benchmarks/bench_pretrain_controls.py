@@ -35,21 +35,19 @@ Run with ``OMP_NUM_THREADS=1`` on a shared machine (torch's threads then do not 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from transformers import AutoTokenizer, TrainingArguments
 
 from mlm_suite import MlmSuiteForMaskedLM
-from mlm_suite.data.pretraining import EVAL_SEED, build_features, first_rows, most_frequent_row_token
-from mlm_suite.data.readers import load_pretraining_documents
+from mlm_suite.data.pretraining import first_rows
 from mlm_suite.jobs import pretrain
+from mlm_suite.jobs.pretraining_setup import open_corpus_source
 from mlm_suite.evaluation.intervals import mean_interval
 from mlm_suite.evaluation.masked_lm import make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
@@ -74,10 +72,10 @@ MASK_SCHEDULES = ("mask_linear", "mask_inverse")  # alternatives: the combinatio
 def shared_tokenizer(folder: Path, job_args: list[str]) -> Path:
     """The vocabulary the job would train on the training documents, trained once for every run."""
     if not (folder / "tokenizer.json").is_file():
-        args, _ = pretrain.parse_arguments(["--output_dir", str(folder), *job_args])
-        texts, _, _ = load_pretraining_documents(args)
+        args, training_args = pretrain.parse_arguments(["--output_dir", str(folder), *job_args])
+        texts = open_corpus_source(args, training_args).tokenizer_texts()
         vocabulary = args.vocab_size or pretrain.DEFAULT_TRAINED_VOCAB_SIZE
-        train_wordpiece_tokenizer(texts["train"]["text"], vocab_size=vocabulary).save_pretrained(folder)
+        train_wordpiece_tokenizer(texts, vocab_size=vocabulary).save_pretrained(folder)
     return folder
 
 
@@ -94,29 +92,12 @@ def without_vocabulary_flags(job_args: list[str]) -> list[str]:
     return kept
 
 
-@contextlib.contextmanager
-def cpu_time_budget() -> Iterator[None]:
-    """The job's ``--max_train_minutes`` callback on this process's CPU time instead of the wall clock, meanwhile."""
-    job_budget = pretrain.time_budget_callback
-
-    def on_cpu_time(args, training_args):
-        callback = job_budget(args, training_args)
-        callback.clock = time.process_time
-        return callback
-
-    pretrain.time_budget_callback = on_cpu_time
-    try:
-        yield
-    finally:
-        pretrain.time_budget_callback = job_budget
-
-
 def run_job(output_dir: Path, argv: list[str], clock: str = "wall") -> dict:
     """The job's ``all_results.json``, training first unless a finished run is there."""
     results = output_dir / "all_results.json"
     if not results.is_file():
-        with cpu_time_budget() if clock == "cpu" else contextlib.nullcontext():
-            pretrain.main(["--output_dir", str(output_dir), "--overwrite_output_dir", "true", *argv])
+        argv = ["--output_dir", str(output_dir), "--overwrite_output_dir", "true", *argv]
+        pretrain.main(argv, clock=time.process_time if clock == "cpu" else time.perf_counter)
     return json.loads(results.read_text())
 
 
@@ -126,12 +107,11 @@ def evaluate_at_job_rows(folder: Path, job_args: list[str]) -> dict:
     saved = folder / "eval_job_rows.json"
     if saved.is_file():
         return json.loads(saved.read_text())
-    args, _ = pretrain.parse_arguments(["--output_dir", str(folder / "eval"), *job_args])
-    texts, _, _ = load_pretraining_documents(args)
+    args, job_training_args = pretrain.parse_arguments(["--output_dir", str(folder / "eval"), *job_args])
+    corpus = open_corpus_source(args, job_training_args)
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    train_features = build_features(texts["train"], tokenizer, args, 0, "training")
-    eval_features = build_features(texts["validation"], tokenizer, args, EVAL_SEED, "validation")
-    eval_features = first_rows(eval_features, args.max_eval_samples)
+    baseline_token_id = corpus.baseline_token_id(tokenizer, corpus.train_rows(tokenizer, 0))
+    eval_features = first_rows(corpus.eval_rows(tokenizer), args.max_eval_samples)
     training_args = TrainingArguments(
         output_dir=str(folder / "eval"), per_device_eval_batch_size=64, report_to="none", disable_tqdm=True,
         remove_unused_columns=False, include_for_metrics=["inputs"],
@@ -139,12 +119,10 @@ def evaluate_at_job_rows(folder: Path, job_args: list[str]) -> dict:
     trainer = PretrainingTrainer(
         model=MlmSuiteForMaskedLM.from_pretrained(folder),
         args=training_args,
-        eval_data_collator=evaluation_collator(tokenizer, args),
+        eval_data_collator=evaluation_collator(tokenizer, args.eval_mlm_probability, args.masking),
         eval_dataset=eval_features,
         processing_class=tokenizer,
-        compute_metrics=make_mlm_compute_metrics(
-            tokenizer.mask_token_id, most_frequent_row_token(train_features, tokenizer)
-        ),
+        compute_metrics=make_mlm_compute_metrics(tokenizer.mask_token_id, baseline_token_id),
         preprocess_logits_for_metrics=preprocess_logits_for_mlm_metrics,
     )
     metrics = trainer.evaluate()

@@ -102,7 +102,7 @@ def test_mlm_suite_checkpoint_continues_unchanged(mlm_checkpoint, tokenizer, cor
     # Same loss as the checkpoint on the same masked rows.
     rows = [tokenizer(text, return_special_tokens_mask=True) for text in make_documents(4, seed=5)]
     features = [{**row, "example_index": index} for index, row in enumerate(rows)]
-    batch = evaluation_collator(tokenizer, PretrainingArguments())(features)
+    batch = evaluation_collator(tokenizer)(features)
     assert model.eval()(**batch).loss.item() == saved(**batch).loss.item()
 
     # A run whose one step has learning rate 0 writes the checkpoint's weights back unchanged.

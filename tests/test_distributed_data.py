@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from mlm_suite.data.prepared import pretraining_rows_function
 from test_distributed import launch_two_processes
 from test_pretrain import job_args, make_documents, read_json, write_text
 
@@ -27,7 +26,7 @@ import json, sys
 import torch.distributed as dist
 
 from mlm_suite.data.masking import DataCollatorForMaskedLM
-from mlm_suite.data.pretraining import EVAL_SEED
+from mlm_suite.data.pretraining import EVAL_SEED, pretraining_rows_function
 from mlm_suite.jobs import pretrain
 from mlm_suite.jobs.distributed import run_job
 

@@ -127,7 +127,7 @@ def test_flags_given_win_over_the_continued_pretraining_defaults(flags):
 
 
 def test_a_time_budget_lifts_the_continued_step_default_but_not_a_given_one():
-    from mlm_suite.training.schedules import UNBOUNDED_STEPS
+    from mlm_suite.training.controls import UNBOUNDED_STEPS
 
     args, training_args = parse_arguments([*CONTINUING, "--max_train_minutes", "5"])
     assert training_args.max_steps == UNBOUNDED_STEPS and training_args.learning_rate == 3e-4

@@ -12,20 +12,18 @@ import json
 import re
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from datasets import Dataset
 from torch.utils.data import DataLoader
-from transformers import AutoTokenizer
 
 from mlm_suite import cli
 from mlm_suite.data import DataCollatorForMaskedLM
-from mlm_suite.data.corpus import document_stream, hold_out, iter_documents
-from mlm_suite.data.prepared import load_prepared, pretraining_rows_function, tokenizer_fingerprint
+from mlm_suite.data.corpus import document_stream, iter_documents
+from mlm_suite.data.prepared import load_prepared, tokenizer_fingerprint
 from mlm_suite.data.streaming import ProcessStream, split_for_processes, stream_rows
-from mlm_suite.data.pretraining import EVAL_SEED, build_features, most_frequent_row_token
-from mlm_suite.data.readers import load_pretraining_documents
+from mlm_suite.data.pretraining import EVAL_SEED, most_frequent_row_token, pretraining_rows_function
+from mlm_suite.jobs.pretraining_setup import open_corpus_source
 from mlm_suite.jobs.pretrain import main, parse_arguments
 from mlm_suite.training import pretraining
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
@@ -102,15 +100,14 @@ def test_prepared_shards_hold_the_rows_the_job_builds_in_memory(tmp_path, tokeni
     prepared = load_prepared(output)
     assert len(list((output / "train").glob("*.arrow"))) == 3
 
-    args, _ = parse_arguments(["--train_file", str(train), "--max_seq_length", str(MAX_LENGTH), "--output_dir", "x"]
-                              + (["--packing"] if packing else []))  # fmt: skip
-    texts, _, _ = load_pretraining_documents(args)
-    in_memory = build_features(texts["train"], tokenizer, args, 0, "training")
+    corpus = open_corpus_source(*parse_arguments(["--train_file", str(train), "--max_seq_length", str(MAX_LENGTH),
+                                                  "--output_dir", "x"] + (["--packing"] if packing else [])))
+    in_memory = corpus.train_rows(tokenizer, 0)
     assert prepared.train.column_names == in_memory.column_names
     assert prepared.train.num_rows == in_memory.num_rows > 2000
     for column in in_memory.column_names:
         assert prepared.train[column] == in_memory[column], column
-    assert prepared.validation["text"] == texts["validation"]["text"]
+    assert prepared.validation["text"] == corpus.validation["text"]
     metadata = prepared.metadata
     assert metadata["train_tokens"] == sum(map(len, in_memory["input_ids"]))
     assert metadata["baseline_token_id"] == most_frequent_row_token(in_memory, tokenizer)

@@ -246,7 +246,7 @@ def tokenizer_without_mask(tmp_path_factory, minilm_dir) -> Path:
     "case, extra, message",
     [
         ("empty", ["--train_file", "{empty}"], "holds no text"),
-        ("missing", ["--train_file", "{missing}"], "does not exist"),
+        ("missing", ["--train_file", "{missing}"], "no such file"),
         ("nsp_short", ["--train_file", "{one_sentence}", "--objective", "mlm_nsp"], "at least 2 documents of >= 2 sentences"),
         ("nsp_packing", ["--train_file", "{train}", "--objective", "mlm_nsp", "--packing"], "cannot be combined"),
         (

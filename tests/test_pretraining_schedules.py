@@ -23,7 +23,8 @@ from mlm_suite.errors import UsageError
 from mlm_suite.jobs import pretrain
 from mlm_suite.jobs.pretrain import main
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
-from mlm_suite.training.schedules import WsdTimeBudgetCallback, extend_context, time_budget_callback
+from mlm_suite.jobs.pretraining_setup import extend_context
+from mlm_suite.training.controls import WsdTimeBudgetCallback, time_budget_callback
 from test_pretrain import (
     BERT_ARCHITECTURE,
     TINY_MODEL,
@@ -381,15 +382,30 @@ def test_extend_context_checks_and_updates_in_place(tmp_path):
     from mlm_suite import MlmSuiteConfig
 
     tokenizer = SimpleNamespace(model_max_length=32)
-    args = SimpleNamespace(rope_theta=80000.0, max_seq_length=128, schedules_applied={})
     config = MlmSuiteConfig(position_embedding_type="rotary", max_position_embeddings=32)
-    extend_context(config, tokenizer, args, checkpoint="some/checkpoint")
+    change = extend_context(config, tokenizer, 80000.0, 128, continued=True)
     assert (config.rope_theta, config.max_position_embeddings, tokenizer.model_max_length) == (80000.0, 128, 128)
+    assert "max_position_embeddings 32 → 128" in change and change.endswith("(rows of 128 tokens)")
     new_model = MlmSuiteConfig(position_embedding_type="rotary", max_position_embeddings=32)
-    extend_context(new_model, SimpleNamespace(model_max_length=32), args, checkpoint=None)
+    extend_context(new_model, SimpleNamespace(model_max_length=32), 80000.0, 128, continued=False)
     assert (new_model.rope_theta, new_model.max_position_embeddings) == (80000.0, 32)  # a new model's checks stand
+    assert extend_context(new_model, tokenizer, None, 32, continued=False) is None
     with pytest.raises(UsageError, match="rotary positions"):
-        extend_context(MlmSuiteConfig(position_embedding_type="absolute"), tokenizer, args, checkpoint=None)
+        extend_context(MlmSuiteConfig(position_embedding_type="absolute"), tokenizer, 80000.0, 128, continued=False)
+
+
+def test_time_budget_callback_follows_the_learning_rate_schedule_and_the_clock():
+    """The job's time budget: warmup-stable-decay's callback for a WSD run (its decay length and shape), the linear
+    one otherwise; both timed on the clock given (benchmarks time on CPU seconds)."""
+    from mlm_suite.training.controls import TimeBudgetCallback
+
+    def clock() -> float:
+        return 5.0
+
+    wsd = time_budget_callback(60.0, "warmup_stable_decay", {"decay_type": "cosine"}, decay=0.3, clock=clock)
+    assert isinstance(wsd, WsdTimeBudgetCallback) and (wsd.decay, wsd.decay_type, wsd.clock) == (0.3, "cosine", clock)
+    linear = time_budget_callback(90.0, "linear", clock=clock)
+    assert type(linear) is TimeBudgetCallback and (linear.budget_seconds, linear.clock) == (90.0, clock)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -452,7 +468,6 @@ def test_controls_benchmark_scores_every_run_on_the_same_rows(tmp_path):
         assert bench.main(argv) == 0  # the budget on CPU time (--clock cpu, the default)
     finally:
         sys.modules.pop("bench_pretrain_controls", None)
-    assert pretrain.time_budget_callback is time_budget_callback  # the job's own wall-clock budget is back
     runs = json.loads((tmp_path / "bench" / "results.json").read_text())["runs"]
     assert list(runs) == ["today's recipe", "mask_inverse", "context_extension"]
     assert len({run[0]["eval_mask_tokens"] for run in runs.values()}) == 1  # the same rows and masks

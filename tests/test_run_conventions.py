@@ -29,10 +29,10 @@ from mlm_suite.jobs import (
     prepare_data,
     pretrain,
 )
-from mlm_suite.data.pretraining import EVAL_SEED, build_features
+from mlm_suite.data.pretraining import document_rows
 from mlm_suite.jobs.arguments import JobTrainingArguments
 from mlm_suite.jobs.distributed import run_job
-from mlm_suite.jobs.pretraining_setup import build_config, describe_configuration
+from mlm_suite.jobs.pretraining_setup import build_config, describe_configuration, open_corpus_source
 from test_finetune import FAST, tiny_model  # noqa: F401  (a fixture: a random 2-layer encoder with the MiniLM tokenizer)
 from test_pretrain import job_args as pretrain_args
 from test_pretrain import make_documents, write_text
@@ -140,17 +140,22 @@ SAMPLE_VALUES = {
 
 @pytest.mark.parametrize("job", JOBS)
 def test_every_job_takes_the_transformers_flags(job, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # the input files exist: the jobs check them as they parse
+    monkeypatch.chdir(tmp_path)  # the input files named exist: a job checks them as it parses its flags
+    for name in ("train.txt", "dev.txt", "test.txt", PREPARE_REQUIRED[1]):
+        (tmp_path / name).write_text("A document.\n")
     for name in ("train_file", "validation_file", "test_file"):
         write_text(tmp_path / SAMPLE_VALUES[name][0], ["a document"])
     flags = TRANSFORMERS_FLAGS[job]
-    argv = [item for name in flags for item in (f"--{name}", SAMPLE_VALUES[name][0])]
-    parsed = parse(job, argv)
-    for name in flags:
-        expected = SAMPLE_VALUES[name][1]
-        if job == "prepare-data" and name == "train_file":
-            expected = [expected]
-        assert value(parsed, name) == expected, name
+    groups = [flags]
+    if job == "pretrain":  # --train_file and --dataset_name exclude each other
+        groups = [[name for name in flags if name != "train_file"], [name for name in flags if "dataset" not in name]]
+    for group in groups:
+        parsed = parse(job, [item for name in group for item in (f"--{name}", SAMPLE_VALUES[name][0])])
+        for name in group:
+            expected = SAMPLE_VALUES[name][1]
+            if job == "prepare-data" and name == "train_file":
+                expected = [expected]
+            assert value(parsed, name) == expected, name
     defaults = parse(job, [])
     assert value(defaults, "model_revision") == "main" and value(defaults, "trust_remote_code") is False
     assert value(defaults, "cache_dir") is None and value(defaults, "token") is None
@@ -297,11 +302,9 @@ def test_tokenising_on_several_processes_gives_the_same_rows(tokenizer):
     two = finetune_ner.encode(sentences, tokenizer, {"O": 0}, "first", 6, num_proc=2)
     assert one.to_dict() == two.to_dict() and len(one) > len(sentences)  # windows: several rows per sentence
 
-    args, _ = pretrain.parse_arguments(["--packing", "--max_seq_length", "24", "--output_dir", "unused"])
     texts = Dataset.from_dict({"text": make_documents(60, seed=3)})
-    alone = build_features(texts, tokenizer, args, 0, "training")
-    args.preprocessing_num_workers = 2
-    parallel = build_features(texts, tokenizer, args, 0, "training")
+    alone = document_rows(texts, tokenizer, 24, packing=True)
+    parallel = document_rows(texts, tokenizer, 24, packing=True, num_proc=2)
     assert parallel.column_names == alone.column_names
     for column in alone.column_names:
         assert parallel[column] == alone[column], column
@@ -323,14 +326,14 @@ def test_pretrain_split_names_sample_limits_and_hub_flags(tmp_path, minilm_dir, 
     tokenizer_calls = [kwargs for name, path, kwargs in recorded if name == "AutoTokenizer" and path == str(minilm_dir)]
     assert tokenizer_calls == [{"cache_dir": str(tmp_path / "hf-cache"), "revision": "main", "token": None,
                                 "trust_remote_code": True}]
-    args, _ = pretrain.parse_arguments(pretrain_args(out, "--dataset_name", str(data), "--validation_split_name",
-                                                     "heldout", "--text_column_name", "body"))
-    texts, _, held_out_split = readers.load_pretraining_documents(args)
-    held_out = texts["validation"]
-    assert held_out["text"] == make_documents(6, seed=2) and held_out_split == "heldout"  # the split named, not 5 % of train
+    corpus = open_corpus_source(*pretrain.parse_arguments(pretrain_args(
+        out, "--dataset_name", str(data), "--validation_split_name", "heldout", "--text_column_name", "body"
+    )))  # fmt: skip
+    assert corpus.validation["text"] == make_documents(6, seed=2)  # the split named, not 5 % of train
+    assert corpus.held_out_split == "heldout"
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "split: heldout\n" in card.split("---\n")[1]  # the model-index names the split scored
-    rows = build_features(held_out, AutoTokenizer.from_pretrained(minilm_dir), args, EVAL_SEED, "v")
+    rows = corpus.eval_rows(AutoTokenizer.from_pretrained(minilm_dir))
     assert json.loads((out / "eval_results.json").read_text())["eval_samples"] == len(rows)
 
 
@@ -338,9 +341,9 @@ def test_pretrain_hub_documents_equal_the_same_documents_from_a_file(tmp_path):
     documents = make_documents(20, seed=4)
     data = tmp_path / "data"
     DatasetDict({"train": Dataset.from_dict({"text": documents[:10] + ["  ", ""] + documents[10:]})}).save_to_disk(str(data))
-    hub, _, held_out_split = readers.load_pretraining_documents(pretrain.parse_arguments(["--dataset_name", str(data)])[0])
+    hub, _, held_out_split = readers.load_pretraining_documents(readers.DocumentSource(dataset_name=str(data)))
     assert held_out_split is None  # no validation split: 5 % of train held out
-    local, _, _ = readers.load_pretraining_documents(pretrain.parse_arguments(["--train_file", str(write_text(tmp_path / "c.txt", documents))])[0])
+    local, _, _ = readers.load_pretraining_documents(readers.DocumentSource(train_file=str(write_text(tmp_path / "c.txt", documents))))
     for split in ("train", "validation"):
         assert hub[split]["text"] == local[split]["text"], split  # blank documents dropped, same seeded hold-out
 

@@ -8,12 +8,9 @@ A prepared folder::
     train/               the training rows: Arrow shards (``datasets.Dataset.save_to_disk``), memory-mapped when read
     validation/          the held-out documents, as text (the job tokenises them as it does in-memory ones)
 
-The rows are the ones the pretraining job builds in memory from the same documents (same columns and values,
-stored as int32/int8; ``example_index`` is the row number), whatever ``num_proc``: unpacked rows come from
-:func:`~mlm_suite.data.chunking.tokenize_for_mlm`, document by document; packed rows pack groups of
-:data:`PACKING_BATCH` consecutive documents, as the job's ``datasets.map`` batches do, so the documents are
-tokenised on ``num_proc`` processes (token ids and the tokenizer's word ids) and packed afterwards in one.
-Both kinds of row carry ``word_ids`` for whole-word and span masking.
+The rows are the ones the pretraining job builds in memory from the same documents, whatever ``num_proc``
+(:func:`~mlm_suite.data.pretraining.document_rows`); both kinds of row carry ``word_ids`` for whole-word and span
+masking.
 
 A tokenizer is identified by :func:`tokenizer_fingerprint`, a hash of everything in its ``tokenizer.json`` that
 decides the ids (vocabulary, normaliser, pre-tokeniser, post-processor, added tokens), so a folder used with
@@ -28,7 +25,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,37 +33,23 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 import torch
-from datasets import Dataset, DatasetDict, Features, List, Value
+from datasets import Dataset, DatasetDict
 from transformers import PreTrainedTokenizerBase
 
 from mlm_suite.data.corpus import documents_dataset, hold_out
-from mlm_suite.data.chunking import tokenize_for_mlm
-from mlm_suite.data.packing import content_tokens, pack_documents, packing_map_function
+from mlm_suite.data.pretraining import document_rows, most_frequent_token
 
 __all__ = [
     "METADATA_FILE",
-    "PACKING_BATCH",
     "PreparedData",
     "check_tokenizer",
     "load_prepared",
     "prepare_data",
-    "pretraining_rows_function",
     "tokenizer_fingerprint",
 ]
 
 METADATA_FILE = "mlm_suite_data.json"
 FORMAT_VERSION = 1
-# Documents packed together: datasets.map's default batch size, which the job's in-memory packing uses.
-PACKING_BATCH = 1000
-# Storage type of each row column (the collator reads them back as int64).
-_COLUMN_TYPES = {
-    "input_ids": "int32",
-    "attention_mask": "int8",
-    "token_type_ids": "int8",
-    "special_tokens_mask": "int8",
-    "position_ids": "int32",
-    "word_ids": "int32",
-}
 # Parts of tokenizer.json that change while tokenising (truncation, padding) or say nothing about the ids.
 _VOLATILE_TOKENIZER_FIELDS = ("truncation", "padding", "version")
 
@@ -79,69 +62,6 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
     return hashlib.sha256(json.dumps(definition, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def pretraining_rows_function(
-    tokenizer: PreTrainedTokenizerBase, max_seq_length: int, packing: bool = False, text_column: str = "text"
-) -> Callable[[Mapping[str, Sequence[Any]]], dict[str, list[list[int]]]]:
-    """A batched ``datasets`` map function from documents to the pretraining job's rows.
-
-    ``dataset.map(pretraining_rows_function(tok, 128, packing=True), batched=True,
-    remove_columns=dataset.column_names)``: without packing, every document becomes one row or more
-    (:func:`~mlm_suite.data.chunking.tokenize_for_mlm`, word ids kept); with packing, the documents of a batch
-    are packed into full rows with position ids restarting per document, word ids kept too
-    (:func:`~mlm_suite.data.packing.packing_map_function`). Works on ``Dataset`` and ``IterableDataset`` alike.
-    """
-    if packing:
-        return packing_map_function(tokenizer, max_seq_length, text_column=text_column)
-
-    def tokenize(batch: Mapping[str, Sequence[Any]]) -> dict[str, list[list[int]]]:
-        return tokenize_for_mlm(batch, tokenizer, max_seq_length, text_column=text_column)
-
-    return tokenize
-
-
-def _content_ids(batch: Mapping[str, Sequence[str]], tokenizer: PreTrainedTokenizerBase) -> dict[str, list[list[int]]]:
-    """Token ids of each document without special tokens, and the tokenizer's word ids: what packing concatenates."""
-    token_ids, word_ids = content_tokens(batch["text"], tokenizer)
-    return {"content_ids": token_ids, "content_word_ids": word_ids}
-
-
-def _pack(batch: Mapping[str, Sequence[list[int]]], tokenizer: PreTrainedTokenizerBase, max_length: int) -> dict:
-    return pack_documents(batch["content_ids"], batch["content_word_ids"], tokenizer, max_length)
-
-
-def _row_features(columns: Sequence[str]) -> Features:
-    return Features({name: List(Value(_COLUMN_TYPES[name])) for name in columns})
-
-
-def build_rows(
-    documents: Dataset, tokenizer: PreTrainedTokenizerBase, max_seq_length: int, packing: bool, num_proc: int | None = None
-) -> Dataset:
-    """The job's rows of ``documents`` (a ``text`` column) with ``example_index``, tokenised on ``num_proc`` processes."""
-    parallel = {"num_proc": num_proc if num_proc and num_proc > 1 else None}
-    if packing:
-        content = documents.map(
-            _content_ids, batched=True, remove_columns=documents.column_names, fn_kwargs={"tokenizer": tokenizer},
-            desc="tokenising documents", **parallel,
-        )  # fmt: skip
-        sample = _pack({"content_ids": [[tokenizer.cls_token_id]], "content_word_ids": [[0]]}, tokenizer, max_seq_length)
-        rows = content.map(
-            _pack, batched=True, batch_size=PACKING_BATCH, remove_columns=["content_ids", "content_word_ids"],
-            fn_kwargs={"tokenizer": tokenizer, "max_length": max_seq_length}, features=_row_features(list(sample)),
-            desc="packing",
-        )  # fmt: skip
-    else:
-        sample = tokenize_for_mlm({"text": ["a"]}, tokenizer, max_seq_length)
-        rows = documents.map(
-            tokenize_for_mlm, batched=True, remove_columns=documents.column_names,
-            fn_kwargs={"tokenizer": tokenizer, "max_length": max_seq_length}, features=_row_features(list(sample)),
-            desc="tokenising documents", **parallel,
-        )  # fmt: skip
-    if len(rows) == 0:
-        raise ValueError("the training documents produced no rows")
-    # Seeded masks are keyed by this index, as they are for the job's in-memory rows.
-    return rows.add_column("example_index", np.arange(len(rows), dtype=np.int64))
-
-
 def token_counts(rows: Dataset, vocab_size: int) -> torch.Tensor:
     """``(vocab_size,)`` int64 counts of the ids in ``rows["input_ids"]``, read as Arrow in large batches."""
     counts = np.zeros(vocab_size, dtype=np.int64)
@@ -149,13 +69,6 @@ def token_counts(rows: Dataset, vocab_size: int) -> torch.Tensor:
         ids = pc.list_flatten(batch["input_ids"]).to_numpy()
         counts += np.bincount(ids, minlength=vocab_size)
     return torch.from_numpy(counts)
-
-
-def most_frequent_token(counts: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> int:
-    """The most frequent non-special id in ``(vocab,)`` token counts: the MLM baseline's single prediction."""
-    counts = counts.clone()
-    counts[torch.tensor(tokenizer.all_special_ids)] = 0
-    return int(counts.argmax())
 
 
 @dataclass
@@ -212,7 +125,7 @@ def prepare_data(
         for name, split in splits.items():
             if len(split) == 0:
                 raise ValueError(f"the {name} files hold no documents")
-        rows = build_rows(splits["train"], tokenizer, max_seq_length, packing, num_proc)
+        rows = document_rows(splits["train"], tokenizer, max_seq_length, packing, num_proc)
         if max_train_samples is not None and len(rows) > max_train_samples:
             rows = rows.select(range(max_train_samples)).flatten_indices()
         counts = token_counts(rows, len(tokenizer))

@@ -4,7 +4,8 @@ Every reader of the jobs' input files lives here, so a data format is read the s
 
 * rows of files: CoNLL column files (:func:`read_conll`), JSON lines (:func:`read_json_lines`), CSV/TSV or
   JSON-lines records (:func:`read_numbered_records`, :func:`read_records`, :func:`column`), documents for
-  pretraining (:func:`read_documents`), tagged sentences (:func:`read_ner_file`), labelled texts
+  pretraining (:func:`read_documents`; in memory :func:`load_pretraining_documents`, as a stream
+  :func:`stream_pretraining_documents`), tagged sentences (:func:`read_ner_file`), labelled texts
   (:func:`read_examples`), retrieval pairs and corpora (:func:`read_training_pairs`, :func:`read_retrieval_split`);
 * Hub datasets and ``DatasetDict`` folders saved with ``save_to_disk`` (:func:`load_hub_splits`), with any split
   as validation/test (:func:`hub_split_names`, :func:`split_description`);
@@ -471,73 +472,139 @@ def read_retrieval_split(
 # ------------------------------------------------------------------------------------------------
 # Pretraining documents
 # ------------------------------------------------------------------------------------------------
-def hub_documents(dataset: Any, args: Any, name: str) -> Any:
+def hub_documents(
+    dataset: Any, name: str, text_column: str = "text", num_proc: int | None = None, overwrite_cache: bool = False
+) -> Any:
     """The non-blank texts of a Hub (or saved) split as a ``datasets.Dataset`` with one ``text`` column, in order.
 
-    The split stays in Arrow: the text column is selected and filtered there (``--preprocessing_num_workers``
-    processes), never copied into a Python list.
+    The split stays in Arrow: the text column is selected and filtered there (on ``num_proc`` processes), never
+    copied into a Python list.
     """
-    column = args.text_column_name
-    if column not in dataset.column_names:
-        raise ValueError(f"{name} has no column {column!r} (columns: {dataset.column_names}); pass --text_column_name")
-    texts = dataset.select_columns([column])
-    if column != "text":
-        texts = texts.rename_column(column, "text")
-    workers = args.preprocessing_num_workers
+    if text_column not in dataset.column_names:
+        raise ValueError(f"{name} has no column {text_column!r} (columns: {dataset.column_names}); pass --text_column_name")
+    texts = dataset.select_columns([text_column])
+    if text_column != "text":
+        texts = texts.rename_column(text_column, "text")
     return texts.filter(
         lambda batch: [bool(text and text.strip()) for text in batch["text"]], batched=True,
-        num_proc=workers if workers and workers > 1 else None,
-        load_from_cache_file=False if args.overwrite_cache else None, desc=f"dropping blank documents of {name}",
+        num_proc=num_proc if num_proc and num_proc > 1 else None,
+        load_from_cache_file=False if overwrite_cache else None, desc=f"dropping blank documents of {name}",
     )  # fmt: skip
 
 
-def load_pretraining_documents(args: Any) -> tuple[Any, str, str | None]:
-    """``mlm-suite pretrain``'s documents: ``train`` and ``validation`` splits (a ``DatasetDict``) with one ``text``
-    column, a description of the data, and the dataset's split the held-out documents were read from (None: a file,
-    or held out of train). ``args`` are the job's ``PretrainingArguments``: ``--dataset_name``,
-    ``--train_file``/``--validation_file``, else the embedded Pang & Lee reviews; without a held-out split,
-    ``--validation_split_percentage`` of the documents, drawn with ``HELD_OUT_SEED``.
+@dataclass(frozen=True)
+class DocumentSource:
+    """Where pretraining documents come from: ``train_file`` (documents separated by blank lines, or JSON lines with
+    ``text_column``), a Hub (or saved) dataset ``dataset_name``, or neither (the embedded reviews); held-out
+    documents from ``validation_file`` or the dataset's split ``validation_split_name``."""
 
-    A Hub (or saved) dataset's splits stay in Arrow (:func:`hub_documents`); its held-out documents are the split
-    ``--validation_split_name`` when it has one.
+    train_file: str | None = None
+    validation_file: str | None = None
+    dataset_name: str | None = None
+    dataset_config_name: str | None = None
+    validation_split_name: str = "validation"
+    text_column: str = "text"
+
+    def validation_documents(self) -> list[str] | None:
+        return read_documents(self.validation_file, self.text_column) if self.validation_file else None
+
+
+def load_pretraining_documents(
+    source: DocumentSource,
+    validation_split_percentage: float = 5.0,
+    num_proc: int | None = None,
+    overwrite_cache: bool = False,
+    **load_kwargs: Any,
+) -> tuple[Any, str, str | None]:
+    """Pretraining documents in memory: ``train`` and ``validation`` splits (a ``DatasetDict``) with one ``text``
+    column, a description of the data, and the dataset's split the held-out documents came from (None: a file, or
+    held out of train).
+
+    A Hub (or saved) dataset's splits stay in Arrow (:func:`hub_documents`, on ``num_proc`` processes). Without
+    held-out documents, ``validation_split_percentage`` of the documents, drawn with ``HELD_OUT_SEED``.
     """
     from datasets import Dataset, DatasetDict
 
     from mlm_suite.data import resources
 
-    validation = read_documents(args.validation_file, args.text_column_name) if args.validation_file else None
+    name, column = source.dataset_name, source.text_column
+    validation = source.validation_documents()
     held_out_split = None
-    if args.dataset_name:
-        raw = load_hub_splits(args.dataset_name, args.dataset_config_name, validation_split_name=args.validation_split_name,
-                              test_split_name=None, require_train=True, **args.dataset_kwargs())
-        documents = hub_documents(raw["train"], args, f"{args.dataset_name}[train]")
+    if name:
+        raw = load_hub_splits(name, source.dataset_config_name, validation_split_name=source.validation_split_name,
+                              test_split_name=None, require_train=True, **load_kwargs)
+        read = {"text_column": column, "num_proc": num_proc, "overwrite_cache": overwrite_cache}
+        documents = hub_documents(raw["train"], f"{name}[train]", **read)
         split_names = {"train": "train"}
         if validation is None and "validation" in raw:
-            validation = hub_documents(raw["validation"], args, f"{args.dataset_name}[{args.validation_split_name}]")
-            split_names["validation"] = held_out_split = args.validation_split_name
-        source = (f"`{args.dataset_name}`" + (f" ({args.dataset_config_name})" if args.dataset_config_name else "")
-                  + split_description(split_names))
-    elif args.train_file:
-        documents = read_documents(args.train_file, args.text_column_name)
-        source = f"`{Path(args.train_file).name}`"
+            validation = hub_documents(raw["validation"], f"{name}[{source.validation_split_name}]", **read)
+            split_names["validation"] = held_out_split = source.validation_split_name
+        config = f" ({source.dataset_config_name})" if source.dataset_config_name else ""
+        description = f"`{name}`{config}{split_description(split_names)}"
+    elif source.train_file:
+        documents = read_documents(source.train_file, column)
+        description = f"`{Path(source.train_file).name}`"
     else:
         documents = [text for _, text in resources.pang_lee_reviews()]
-        source = "the Pang & Lee (2004) polarity corpus: 1,500 English movie reviews (text only)"
+        description = "the Pang & Lee (2004) polarity corpus: 1,500 English movie reviews (text only)"
     if not len(documents):
-        raise ValueError(f"{source} holds no training text")
+        raise ValueError(f"{description} holds no training text")
 
     train = documents if isinstance(documents, Dataset) else Dataset.from_dict({"text": documents})
     if validation is not None:
         held_out = validation if isinstance(validation, Dataset) else Dataset.from_dict({"text": validation})
-        return DatasetDict(train=train, validation=held_out), source, held_out_split
-    return hold_out(train, args.validation_split_percentage, HELD_OUT_SEED), source, None
+        return DatasetDict(train=train, validation=held_out), description, held_out_split
+    return hold_out(train, validation_split_percentage, HELD_OUT_SEED), description, None
+
+
+def stream_pretraining_documents(
+    source: DocumentSource, held_out_documents: int = 500, **load_kwargs: Any
+) -> tuple[Any, list[str], str, str | None]:
+    """Pretraining documents as a stream (a file or a dataset, never read whole): the training stream (a
+    ``datasets.IterableDataset`` with ``shard`` and ``document`` positions), the held-out documents, a
+    description of the data and the dataset's split the held-out documents came from (None: a file or the stream).
+
+    Without a validation file or split, the first ``held_out_documents`` of the stream are held out (and skipped by
+    training); from a dataset's validation split, its first ``held_out_documents``.
+    """
+    from mlm_suite.data.corpus import document_stream, hub_document_stream, stream_head
+
+    name, column = source.dataset_name, source.text_column
+    validation = source.validation_documents()
+    held_out_split = None
+    if source.train_file:
+        description = f"`{Path(source.train_file).name}` (streamed)"
+
+        def open_stream(held_out: int) -> Any:
+            return document_stream([source.train_file], column, held_out=held_out)
+    else:
+        from datasets import load_dataset
+
+        splits = load_dataset(name, source.dataset_config_name, streaming=True, **load_kwargs)
+        names = hub_split_names(splits, name, source.validation_split_name, test_split_name=None)
+        if "train" not in names:
+            raise UsageError(f"--dataset_name {name} has no train split (splits: {list(splits)})")
+        config = f" ({source.dataset_config_name})" if source.dataset_config_name else ""
+        description = f"`{name}{config}` (streamed)"
+        if validation is None and "validation" in names:
+            held_out_split = names["validation"]
+            head = hub_document_stream(splits[held_out_split], column).take(held_out_documents)
+            validation = [record["text"] for record in head]
+
+        def open_stream(held_out: int) -> Any:
+            return hub_document_stream(splits["train"], column, held_out=held_out)
+    if validation is not None:
+        return open_stream(0), validation, description, held_out_split
+    validation = stream_head(open_stream(0), held_out_documents)
+    if not validation:
+        raise UsageError(f"{description} holds no documents")
+    return open_stream(held_out_documents), validation, description, None
 
 
 __all__ = [
-    "hub_documents",
-    "load_pretraining_documents",
     "SPLITS",
     "Example",
+    "DocumentSource",
     "Pair",
     "RetrievalSplit",
     "Sentence",
@@ -545,10 +612,12 @@ __all__ = [
     "TextSplit",
     "column",
     "first_n",
+    "hub_documents",
     "hub_split_names",
     "load_hub_splits",
     "load_intermediate",
     "load_labelled_text_splits",
+    "load_pretraining_documents",
     "read_conll",
     "read_documents",
     "read_examples",
@@ -561,4 +630,5 @@ __all__ = [
     "required_texts",
     "split_80_10_10",
     "split_description",
+    "stream_pretraining_documents",
 ]

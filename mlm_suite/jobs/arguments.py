@@ -283,87 +283,6 @@ def apply_defaults(
     return applied
 
 
-# Flag checks by flag name, for any job's arguments (dataclasses or argparse namespaces); None is never checked.
-_AT_LEAST = {
-    **dict.fromkeys(
-        ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps", "batch_size",
-         "max_seq_length", "max_train_samples", "max_eval_samples", "max_predict_samples", "max_lemmas", "n_pairs",
-         "early_stopping_patience", "mini_batch_size", "preprocessing_num_workers"),
-        1,
-    ),
-    # pairs come in positive/negative twos; anisotropy compares pairs of sentences
-    **dict.fromkeys(("coherence_train_pairs", "coherence_eval_pairs", "num_sentences"), 2),
-    "train_last_k_layers": -1,
-}
-_POSITIVE = ("intermediate_num_train_epochs", "adam_epsilon", "temperature")
-_NON_NEGATIVE = ("learning_rate", "weight_decay", "early_stopping_threshold")  # lr 0: a run that changes nothing
-# name -> (low, high, whether high itself is allowed); low is always allowed except for test_fraction
-_UNIT_INTERVAL = {
-    "label_smoothing_factor": (0.0, 1.0, False),
-    "adam_beta1": (0.0, 1.0, False),
-    "adam_beta2": (0.0, 1.0, False),
-    "nsp_probability": (0.0, 1.0, True),
-    "test_fraction": (0.0, 1.0, False),
-}
-_INPUT_FILES = ("train_file", "validation_file", "test_file", "intermediate_train_file", "corpus_file", "queries_file",
-                "test_corpus_file", "test_queries_file")
-# A folder or a Hub id; a value written as a path ("/...", "./...", "~/...", "a/b/c") must exist.
-_MODEL_SOURCES = ("model_name_or_path", "config_name", "tokenizer_name")
-
-
-def validate_flags(*arguments: Any) -> None:
-    """Check the flag values that need neither data nor model, before a job reads or writes anything.
-
-    Works on every job's argument objects (``HfArgumentParser`` dataclasses, ``argparse``
-    namespaces) by flag name: batch sizes, sample limits and ``--max_seq_length`` at least 1,
-    a learning rate not below 0, a positive number of epochs (unless ``--max_steps`` decides),
-    probabilities within [0, 1), input files and model folders that exist. Values that need the model (``--max_seq_length``
-    against its positions) are :func:`~mlm_suite.jobs.finetuning.check_max_seq_length`'s.
-
-    Raises:
-        UsageError: naming the first offending flag and its value.
-    """
-    names = (*_AT_LEAST, *_POSITIVE, *_NON_NEGATIVE, *_UNIT_INTERVAL, *_INPUT_FILES, *_MODEL_SOURCES,
-             "num_train_epochs", "max_steps")
-    for args in arguments:
-        values = {name: getattr(args, name, None) for name in names}
-
-        def given(name: str) -> bool:
-            return values[name] is not None
-
-        for name, low in _AT_LEAST.items():
-            if given(name) and values[name] < low:
-                raise UsageError(f"--{name} must be at least {low}, got {values[name]}")
-        for name in _POSITIVE:
-            if given(name) and not values[name] > 0:
-                raise UsageError(f"--{name} must be positive, got {values[name]}")
-        if given("num_train_epochs") and (values["max_steps"] or -1) <= 0 and not values["num_train_epochs"] > 0:
-            raise UsageError(f"--num_train_epochs must be positive (or give --max_steps), got {values['num_train_epochs']}")
-        for name in _NON_NEGATIVE:
-            if given(name) and values[name] < 0:
-                raise UsageError(f"--{name} must not be negative, got {values[name]}")
-        for name, (low, high, high_allowed) in _UNIT_INTERVAL.items():
-            if not given(name):
-                continue
-            value = values[name]
-            low_ok = value > low if name == "test_fraction" else value >= low
-            if not (low_ok and (value <= high if high_allowed else value < high)):
-                interval = ("(" if name == "test_fraction" else "[") + f"{low:g}, {high:g}" + ("]" if high_allowed else ")")
-                raise UsageError(f"--{name} must lie in {interval}, got {value}")
-        for name in _INPUT_FILES:
-            if given(name):
-                path = Path(values[name])
-                if not path.exists():
-                    raise UsageError(f"--{name} {path}: no such file")
-                if not path.is_file():
-                    raise UsageError(f"--{name} {path} is not a file")
-        for name in _MODEL_SOURCES:
-            value = values[name]
-            if isinstance(value, str) and value and not Path(value).expanduser().exists():
-                if value.startswith(("/", ".", "~")) or value.count("/") > 1 or "\\" in value:
-                    raise UsageError(f"--{name} {value}: no such folder (nor a Hub id: those read 'name' or 'owner/name')")
-
-
 __all__ = [
     "HubArguments",
     "JobTrainingArguments",
@@ -382,6 +301,5 @@ __all__ = [
     "parse_arguments",
     "preprocessing_num_workers_field",
     "test_split_name_field",
-    "validate_flags",
     "validation_split_name_field",
 ]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
 from transformers import AutoTokenizer
 
@@ -25,7 +24,7 @@ from mlm_suite.data.packing import MIN_PACKING_LENGTH, check_row_layout
 from mlm_suite.data.prepared import prepare_data
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs import arguments
-from mlm_suite.jobs.arguments import HubArguments, validate_flags
+from mlm_suite.jobs.arguments import HubArguments, check_at_least, check_file, check_model_source, check_within
 
 @dataclass
 class PrepareDataArguments:
@@ -55,26 +54,17 @@ class PrepareDataArguments:
         default=None, metadata={"help": "write only the first N training rows (pretrain --max_train_samples keeps the same)"}
     )
 
-
-def validate(args: PrepareDataArguments) -> None:
-    """Flag checks that need no data; a UsageError names the offending flag."""
-    validate_flags(
-        SimpleNamespace(
-            validation_file=args.validation_file, tokenizer_name=args.tokenizer_name, max_seq_length=args.max_seq_length,
-            max_train_samples=args.max_train_samples,
-        )
-    )  # fmt: skip
-    for path in map(Path, args.train_file):
-        if not path.is_file():
-            raise UsageError(f"--train_file {path}: no such file")
-    if not 0.0 < args.validation_split_percentage < 100.0:
-        raise UsageError(f"--validation_split_percentage must lie in (0, 100), got {args.validation_split_percentage}")
-    for name in ("preprocessing_num_workers", "num_shards"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise UsageError(f"--{name} must be at least 1, got {getattr(args, name)}")
-    output = Path(args.output_dir)
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise UsageError(f"--output_dir {output} exists and is not an empty folder: choose another")
+    def __post_init__(self) -> None:
+        for path in self.train_file:
+            check_file("train_file", path)
+        check_file("validation_file", self.validation_file)
+        check_model_source("tokenizer_name", self.tokenizer_name)
+        check_within("validation_split_percentage", self.validation_split_percentage, 0.0, 100.0, low_open=True)
+        for name in ("max_seq_length", "max_train_samples", "preprocessing_num_workers", "num_shards"):
+            check_at_least(name, getattr(self, name), 1)
+        output = Path(self.output_dir)
+        if output.exists() and (not output.is_dir() or any(output.iterdir())):
+            raise UsageError(f"--output_dir {output} exists and is not an empty folder: choose another")
 
 
 def parse_arguments(argv: list[str] | None = None) -> tuple[PrepareDataArguments, HubArguments]:
@@ -83,8 +73,7 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[PrepareDataArguments
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, hub_args = parse_arguments(argv)
-    validate(args)
+    args, hub_args = parse_arguments(argv)  # PrepareDataArguments checks its flags
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name, **hub_args.pretrained_kwargs())
     check_mlm_tokenizer(tokenizer)
     if not tokenizer.is_fast:

@@ -1,75 +1,13 @@
 """MLM (+NSP) pretraining of an mlm_suite encoder with the Hugging Face ``Trainer``.
 
     mlm-suite pretrain --output_dir outputs/pretrain          # embedded default data, about 8 minutes on 2 CPU cores
-    mlm-suite pretrain --max_train_minutes 30 --config_preset mini --output_dir outputs/mini   # a fixed time budget
-    python examples/pretrain_mlm.py --train_file corpus.txt --output_dir runs/mine --masking whole_word
-    mlm-suite pretrain --train_file docs.jsonl --objective mlm_nsp --max_steps -1 --num_train_epochs 3
-    mlm-suite pretrain --prepared_data data/corpus-128 --max_steps 100000 --output_dir runs/big   # see prepare-data
-    mlm-suite pretrain --streaming --train_file big.txt --tokenizer_name outputs/pretrain --max_steps 100000
-    mlm-suite pretrain --model_name_or_path bert-folder --head_warmup_steps 50 --max_seq_length 128 --output_dir dapt
-    accelerate launch --config_file examples/accelerate_configs/ddp_single_node.yaml examples/pretrain_mlm.py ...
-    accelerate launch --multi_gpu --num_processes 2 examples/pretrain_mlm.py --use_cpu true ...   # 2 CPU processes (gloo)
+    mlm-suite pretrain --train_file corpus.txt --objective mlm_nsp --max_steps -1 --num_train_epochs 3
+    mlm-suite pretrain --model_name_or_path bert-folder --head_warmup_steps 50 --output_dir dapt
 
-(``accelerate launch --cpu --num_processes 2`` starts a single process unless MPI is set up; docs/data.md lists the
-launch recipes of ``examples/accelerate_configs/``: DDP on one or several nodes, FSDP2, CPU processes.)
-
-Data: ``--train_file`` (plain text with one document per blank-line-separated block, or JSON
-lines with a ``text`` field when the name ends in ``.json``/``.jsonl``), ``--dataset_name`` (a
-``datasets.load_dataset`` name, for machines that reach the Hub), or, with neither, the embedded
-default: the 1,500 Pang & Lee movie reviews (``mlm_suite.data.resources.pang_lee_reviews``). The
-held-out documents are ``--validation_file`` or a seeded ``--validation_split_percentage`` of the
-training documents. Corpora larger than memory: ``--prepared_data`` (rows tokenised once by
-``mlm-suite prepare-data``, memory-mapped) or ``--streaming`` (tokenised on the fly; see
-``mlm_suite.jobs.corpus_sources``).
-
-Continued (domain-adaptive) pretraining: ``--model_name_or_path`` starts from an mlm_suite checkpoint (any head)
-or a Hugging Face BERT folder (converted on the fly, :func:`mlm_suite_checkpoint`) and uses its tokenizer; a head
-the checkpoint lacks is created as BERT initialises it (the MLM decoder tied to the word embeddings, so only the
-transform and the decoder bias are new) and named on stderr. ``--head_warmup_steps N`` trains only the new heads
-for the first N optimizer steps. Continuing a checkpoint changes three defaults (``CONTINUED_DEFAULTS``, chosen by
-``benchmarks/bench_continued_defaults.py``): a fine-tuning-scale learning rate, BERT's 15 % training masks and
-fewer steps; the architecture and dropout are the checkpoint's. The job prints which defaults applied.
-
-Every argument of ``transformers.TrainingArguments`` is accepted; ``PretrainTrainingArguments`` lists the ones
-whose defaults differ here (sized so the embedded default fits the time budget); flags given on the
-command line always win. Masks are
-seeded: a training mask is a function of ``(--seed, epoch, example index)`` and changes every
-epoch; evaluation masks and NSP pairs use a fixed seed and their own rate (``--eval_mlm_probability``,
-BERT's 15 %), so eval numbers compare across runs and recipes.
-
-Evaluation reports accuracy at ``[MASK]`` positions (the headline), at random-token and kept
-positions, top-5 accuracy and the most-frequent-token baseline at ``[MASK]`` positions, and the MLM
-loss (``mlm_suite.evaluation.masked_lm``); a fill-mask probe shows the top-5 answers on held-out sentences.
-``--max_train_minutes`` trains for a wall-clock budget with a schedule that ends there
-(``mlm_suite.training.controls.TimeBudgetCallback``); ``--early_stopping_patience`` stops when the ``[MASK]``
-accuracy stops improving and keeps the best model.
-
-Modern pretraining controls (``mlm_suite.training.schedules``; none is on by default):
-
-    mlm-suite pretrain --mlm_probability 0.3 --mlm_probability_schedule linear --mlm_probability_end 0.15
-    mlm-suite pretrain --mlm_probability_schedule 0.3,0.15@0.6,0.05@0.9      # mmBERT-style inverse phases
-    mlm-suite pretrain --mask_replace_prob 1.0 --random_replace_prob 0       # EuroBERT: every selected token [MASK]
-    mlm-suite pretrain --batch_size_warmup_tokens 2000000 --batch_size_warmup_min_rows 4
-    mlm-suite pretrain --lr_scheduler_type warmup_stable_decay --lr_decay_steps 0.2 --lr_decay_type 1-sqrt
-    mlm-suite pretrain --lr_scheduler_type warmup_stable_decay --save_strategy steps --save_steps 2000 --output_dir wsd
-    mlm-suite pretrain --decay_from_checkpoint wsd/checkpoint-6000 --lr_decay_steps 1200 --output_dir wsd-decay-6000
-    mlm-suite pretrain --model_name_or_path outputs/pretrain --max_seq_length 128 --rope_theta 40000 --output_dir ctx128
-
-A masking-rate schedule changes the rate per optimizer step (the rate travels with the step's rows, so every
-process and dataloader worker applies it, and a resumed run repeats it); evaluation masks stay fixed. Batch-size
-warmup grows the rows per step over the first N tokens (each step's loss stays the mean over its labelled tokens).
-Warmup-stable-decay keeps ``--max_train_minutes`` ending its decay at the budget; ``--decay_from_checkpoint`` decays a
-stable-phase checkpoint. ``--rope_theta`` with a rotary ``--model_name_or_path`` at longer rows extends its context
-(the last example: 64-token rows to 128, the continued-pretraining defaults apply). Which controls applied is
-printed at the start, logged per step (``mlm_probability``, ``train_rows_per_step``) and shown in the card;
-``benchmarks/bench_pretrain_controls.py`` measures them at a fixed budget.
-
-The output folder is a complete checkpoint, the one ``trainer.push_to_hub()`` uploads: weights,
-config with ``auto_map``, model code, tokenizer, model card (``README.md``), ``all_results.json``,
-``train_results.json``, ``eval_results.json``, ``trainer_state.json``, ``training_args.json``,
-``fill_mask_probe.json`` and ``training_curves.png`` (the losses, and the held-out ``[MASK]`` accuracy against
-the baseline per evaluation, shown in the card); nothing in it (or in a ``checkpoint-*`` folder) is a pickle. With ``--push_to_hub`` it is uploaded once, after the card is written.
-Every input is validated before that folder is created.
+It reads documents (``--train_file``, ``--dataset_name``, the embedded reviews; larger than memory:
+``--prepared_data`` or ``--streaming``), trains a tokenizer or takes one, builds or continues a model, trains it with
+seeded masks and evaluates it on fixed held-out masks; the output folder is a complete checkpoint with its card.
+docs/pretraining.md describes every flag, the data, the controls and the outputs.
 """
 
 from __future__ import annotations
@@ -77,40 +15,45 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from transformers import TrainingArguments, set_seed
 
-from mlm_suite.data.readers import load_pretraining_documents, read_documents
 from mlm_suite.data.masking import MaskingEpochCallback
-from mlm_suite.data.pretraining import EVAL_SEED, build_features, first_rows, most_frequent_row_token
+from mlm_suite.data.pretraining import first_rows
+from mlm_suite.data.schedules import MaskRateSchedule
+from mlm_suite.errors import UsageError
 from mlm_suite.evaluation.masked_lm import make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics, probe_sentences
 from mlm_suite.evaluation.plots import figures_section, plot_pretraining_curves
 from mlm_suite.cards import pretraining_card
-from mlm_suite.training.controls import early_stopping_callback, rows_per_step
+from mlm_suite.training.controls import (
+    DECAY_TYPES, UNBOUNDED_STEPS, control_card_rows, early_stopping_callback, lr_schedule_summary, rows_per_step,
+    time_budget_callback,
+)  # fmt: skip
 from mlm_suite.training.pretraining import (
     PretrainingTrainer, describe_evaluation, evaluate_pretraining, evaluation_collator, training_collator,
 )  # fmt: skip
-# time_budget_callback is looked up here when the job runs: benchmarks replace it in this module.
-from mlm_suite.training.schedules import (
-    UNBOUNDED_STEPS, control_card_rows, describe_controls, lr_schedule_summary, resolve_controls, row_schedule,
-    time_budget_callback,
-)  # fmt: skip
+from mlm_suite.training.schedules import row_schedule
 from mlm_suite.jobs.pretraining_setup import (
-    DEFAULT_TRAINED_VOCAB_SIZE, build_config, build_model, describe_configuration, describe_new_weights, load_tokenizer,
-    resolve_job_defaults, validate_arguments,
+    DEFAULT_TRAINED_VOCAB_SIZE, batch_size_warmup, build_config, build_model, check_arguments, describe_configuration,
+    describe_controls, describe_new_weights, load_tokenizer, open_corpus_source, resolve_controls, resolve_job_defaults,
 )  # fmt: skip
 from mlm_suite.jobs import arguments
 from mlm_suite.jobs.checkpoints import resume_checkpoint
-from mlm_suite.jobs.corpus_sources import open_corpus_source
 from mlm_suite.jobs.arguments import (
     HubArguments,
     JobTrainingArguments,
+    check_at_least,
+    check_file,
+    check_model_source,
+    check_non_negative,
+    check_positive,
+    check_within,
     overwrite_cache_field,
     preprocessing_num_workers_field,
-    validate_flags,
     validation_split_name_field,
 )
 from mlm_suite.jobs.model_loading import mlm_suite_checkpoint
@@ -148,23 +91,12 @@ class PretrainTrainingArguments(JobTrainingArguments):
 
 
 # Defaults that replace the from-scratch ones above (and PretrainingArguments') when --model_name_or_path continues
-# a checkpoint; flags given on the command line still win. The from-scratch recipe (lr 2e-3, 30 % masks) is tuned to
-# lift a tiny random model off the unigram plateau; on a pretrained checkpoint it wrecks the embeddings: 150 steps on
-# the reviews move MiniLM's word embeddings by 97 % of their norm and leave a model that answers "," at every
-# [MASK] (held-out accuracy = the most-frequent-token baseline). Chosen on held-out [MASK] accuracy (15 % fixed eval
-# masks) by benchmarks/bench_continued_defaults.py (benchmarks/README.md has the tables): at 150 steps of 16 x 64,
-# lr 3e-5 / 1e-4 / 3e-4 / 1e-3 gave 0.045 / 0.088 / 0.162 / 0.044 (collapsed) with 15 % masks, and 3e-4 still beat
-# 1e-4 at 450 steps (0.224 against 0.193, 30 % masks). 30 % masks led 15 % by 0.010 at 150 steps but only 0.003
-# at 450 (within noise), so masks stay BERT's 15 %, the rate the checkpoints were pretrained with. Unchanged for a
-# checkpoint: warmup (6 % of the steps, which also shields the encoder from a new head), weight decay 0.01,
-# adam_beta2 0.98, batch 16 x 64 tokens; the architecture and dropout are the checkpoint's.
+# a checkpoint (flags given still win): the from-scratch recipe wrecks a pretrained checkpoint's embeddings.
+# Chosen by benchmarks/bench_continued_defaults.py; benchmarks/README.md has the tables.
 CONTINUED_DEFAULTS: dict[str, Any] = dict(
     learning_rate=3e-4,
-    mlm_probability=0.15,  # BERT's
-    # The from-scratch 12,000 steps are sized to the tiny preset's ~30 steps/s; MiniLM-L6 does ~1 step/s on 2 CPU
-    # cores (16 x 64), so 12,000 would take hours. 1,000 steps: ~17 minutes, about 0.7 epoch of the reviews
-    # (held-out accuracy still rose from 150 to 450 steps: 0.162 to 0.221 at lr 3e-4, 15 % masks).
-    max_steps=1000,
+    mlm_probability=0.15,  # BERT's: the rate the checkpoints were pretrained with
+    max_steps=1000,  # the from-scratch 12,000 are sized to the tiny preset's speed; a MiniLM-sized model is ~30x slower
 )
 
 
@@ -320,7 +252,7 @@ class PretrainingArguments(HubArguments):
         default=500,
         metadata={"help": "--streaming without a validation file/split: the first N documents, held out for evaluation"},
     )
-    # Modern pretraining controls (issue 27, mlm_suite.training.schedules).
+    # Pretraining controls: what changes over a run (docs/pretraining.md).
     mlm_probability_schedule: str = field(
         default="constant",
         metadata={
@@ -379,6 +311,102 @@ class PretrainingArguments(HubArguments):
     # parse_arguments (resolve_job_defaults) and shown by describe_configuration and the model card.
     defaults_applied: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        # Data
+        if self.train_file and self.dataset_name:
+            raise UsageError("give --train_file or --dataset_name, not both")
+        check_file("train_file", self.train_file)
+        check_file("validation_file", self.validation_file)
+        check_within("validation_split_percentage", self.validation_split_percentage, 0.0, 100.0, low_open=True)
+        for name in ("max_train_samples", "max_eval_samples", "max_seq_length", "preprocessing_num_workers",
+                     "held_out_documents"):
+            check_at_least(name, getattr(self, name), 1)
+        if self.prepared_data and self.streaming:
+            raise UsageError("give --prepared_data or --streaming, not both")
+        if self.prepared_data:
+            for flag in ("train_file", "dataset_name"):
+                if getattr(self, flag):
+                    raise UsageError(f"--prepared_data holds the training rows; --{flag} would be ignored: drop it")
+            if self.objective == "mlm_nsp":
+                raise UsageError("--prepared_data holds MLM rows; --objective mlm_nsp needs documents (NSP pairs)")
+        if self.streaming:
+            if not (self.train_file or self.dataset_name):
+                raise UsageError("--streaming reads --train_file or --dataset_name; give one")
+            if self.objective == "mlm_nsp":
+                raise UsageError("--streaming trains --objective mlm only: NSP pairs draw their random B from the whole corpus")
+            if self.max_train_samples is not None:
+                raise UsageError("--max_train_samples counts rows, which a stream does not have: bound a --streaming run "
+                                 "with --max_steps")
+        # Masks and rows
+        for name in ("mlm_probability", "eval_mlm_probability"):
+            check_within(name, getattr(self, name), 0.0, 1.0, low_open=True)
+        check_within("nsp_probability", self.nsp_probability, 0.0, 1.0, high_open=False)
+        if self.objective == "mlm_nsp" and self.packing:
+            raise UsageError("--packing cannot be combined with --objective mlm_nsp: NSP pairs are rows of their own")
+        # Tokenizer and model
+        for name in ("model_name_or_path", "config_name", "tokenizer_name"):
+            check_model_source(name, getattr(self, name))
+        trains_vocabulary = self.train_tokenizer or self.vocab_size
+        if self.tokenizer_name and trains_vocabulary:
+            raise UsageError("give either --tokenizer_name or --train_tokenizer/--vocab_size, not both")
+        if self.train_tokenizer is False and self.vocab_size:
+            raise UsageError("--vocab_size sets the size of a trained vocabulary; it contradicts --train_tokenizer false")
+        check_at_least("vocab_size", self.vocab_size, 16)
+        if self.model_name_or_path and trains_vocabulary:
+            raise UsageError(
+                "--model_name_or_path continues a checkpoint with its own vocabulary; --train_tokenizer/--vocab_size "
+                "would renumber the tokens its embeddings were trained on: drop them"
+            )
+        for flag, on in (("--prepared_data", self.prepared_data), ("--streaming", self.streaming)):
+            if on and trains_vocabulary:
+                raise UsageError(
+                    f"{flag} cannot train a WordPiece vocabulary (--train_tokenizer/--vocab_size): the tokenizer must be fixed"
+                )
+        if self.streaming and not (self.tokenizer_name or self.model_name_or_path or self.train_tokenizer is False):
+            raise UsageError(
+                "--streaming tokenises on the fly and needs a fixed tokenizer: give --tokenizer_name DIR, --model_name_or_path, "
+                "or --train_tokenizer false (MiniLM's bert-base-uncased vocabulary)"
+            )
+        check_non_negative("head_warmup_steps", self.head_warmup_steps)
+        if self.head_warmup_steps and not self.model_name_or_path:
+            raise UsageError("--head_warmup_steps freezes a pretrained encoder; it needs --model_name_or_path")
+        check_positive("rope_theta", self.rope_theta)
+        # Training loop
+        check_within("warmup_ratio", getattr(self, "warmup_ratio", None), 0.0, 1.0)
+        check_positive("max_train_minutes", self.max_train_minutes)
+        check_at_least("early_stopping_patience", self.early_stopping_patience, 1)
+        check_non_negative("early_stopping_threshold", self.early_stopping_threshold)
+        check_non_negative("fill_mask_probes", self.fill_mask_probes)
+        # Pretraining controls
+        varies = MaskRateSchedule.parse(self.mlm_probability_schedule, self.mlm_probability, self.mlm_probability_end).varies
+        if varies and self.streaming:
+            raise UsageError("--mlm_probability_schedule needs rows the job can index: it does not work with --streaming")
+        for name in ("mask_replace_prob", "random_replace_prob"):
+            check_within(name, getattr(self, name), 0.0, 1.0, high_open=False)
+        if self.mask_replace_prob + self.random_replace_prob > 1.0 + 1e-9:
+            raise UsageError(
+                f"--mask_replace_prob + --random_replace_prob must not exceed 1, got {self.mask_replace_prob} + "
+                f"{self.random_replace_prob}"
+            )
+        if self.batch_size_warmup_min_rows is not None and not self.batch_size_warmup_tokens:
+            raise UsageError("--batch_size_warmup_min_rows needs --batch_size_warmup_tokens")
+        check_non_negative("batch_size_warmup_tokens", self.batch_size_warmup_tokens)
+        if self.batch_size_warmup_tokens and self.streaming:
+            raise UsageError("--batch_size_warmup_tokens needs rows the job can index: it does not work with --streaming")
+        if self.lr_decay_type not in DECAY_TYPES:
+            raise UsageError(f"--lr_decay_type must be one of {', '.join(DECAY_TYPES)}, got {self.lr_decay_type!r}")
+        check_positive("lr_decay_steps", self.lr_decay_steps)
+        if self.decay_from_checkpoint:
+            folder = Path(self.decay_from_checkpoint)
+            if not (folder / "trainer_state.json").is_file():
+                raise UsageError(f"--decay_from_checkpoint {folder}: no trainer_state.json there (give a checkpoint-* folder)")
+            if self.model_name_or_path:
+                raise UsageError("--decay_from_checkpoint continues a checkpoint itself; drop --model_name_or_path")
+            if self.max_train_minutes is not None:
+                raise UsageError("--decay_from_checkpoint runs a fixed number of decay steps (--lr_decay_steps), not a time budget")
+            if self.lr_decay_steps is None or self.lr_decay_steps < 1 or not float(self.lr_decay_steps).is_integer():
+                raise UsageError("--decay_from_checkpoint needs --lr_decay_steps N, the whole number of steps of the decay")
+
 
 # ------------------------------------------------------------------------------------------------
 # Arguments
@@ -393,43 +421,31 @@ def parse_arguments(argv: list[str] | None) -> tuple[PretrainingArguments, Pretr
 
 
 # ------------------------------------------------------------------------------------------------
-# Data
-# ------------------------------------------------------------------------------------------------
-# ------------------------------------------------------------------------------------------------
 # Entry point
 # ------------------------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.perf_counter) -> int:
+    """Run the job on ``argv``; ``clock`` (seconds) times ``--max_train_minutes`` (benchmarks pass a CPU clock)."""
     started = time.time()
-    args, training_args = parse_arguments(argv)
-    given = training_args.flags_given
+    args, training_args = parse_arguments(argv)  # each dataclass checks its own flags
 
     # Everything that can fail on bad input happens before the Trainer creates the output folder.
-    validate_arguments(args)
-    validate_flags(args, training_args)  # batch sizes, learning rate ... (the checks every job shares)
-    resolve_controls(args, training_args, given)  # schedules of masks, rows, LR
+    check_arguments(args, training_args)
+    resolve_controls(args, training_args)  # schedules of masks, rows, learning rate
+
+    # Detecting last checkpoint
     training_args.resume_from_checkpoint = resume_checkpoint(training_args)  # or the last checkpoint of a stopped run
     training_args.resume_from_checkpoint = training_args.resume_from_checkpoint or args.decay_from_checkpoint
 
-    # Data: the documents (in memory, or a prepared folder / stream) and the tokenizer.
-    large = open_corpus_source(args, training_args, given)
-    texts, source, held_out_split = (
-        (large.texts, large.source, large.held_out_split) if large else load_pretraining_documents(args)
-    )
-    tokenizer = load_tokenizer(args, texts["train"]["text"] if "train" in texts else [])
-    if large:
-        large.check_tokenizer(tokenizer)  # a prepared folder's rows are ids of one tokenizer
+    # Data: documents in memory, a prepared folder or a stream; the tokenizer their rows are made with.
+    corpus = open_corpus_source(args, training_args)
+    tokenizer = load_tokenizer(args, corpus.tokenizer_texts())
+    corpus.check_tokenizer(tokenizer)
     checkpoint = mlm_suite_checkpoint(args.model_name_or_path, **args.pretrained_kwargs()) if args.model_name_or_path else None
     config = build_config(args, tokenizer, checkpoint or args.decay_from_checkpoint)
-
-    # Rows: tokenised (or packed) documents or NSP pairs, each with the example_index its masks are keyed by.
-    if large:
-        train_features = large.train_rows(tokenizer)
-    else:
-        train_features = build_features(texts["train"], tokenizer, args, training_args.seed, "training")
-    train_features = first_rows(train_features, args.max_train_samples)
-    eval_features = build_features(texts["validation"], tokenizer, args, EVAL_SEED, "validation")
-    eval_features = first_rows(eval_features, args.max_eval_samples)
-    baseline_token_id = large.baseline_token_id(tokenizer) if large else most_frequent_row_token(train_features, tokenizer)
+    # Rows (tokenised or packed documents, or NSP pairs), each with the example_index its masks are keyed by.
+    train_dataset = first_rows(corpus.train_rows(tokenizer, training_args.seed), args.max_train_samples)
+    eval_dataset = first_rows(corpus.eval_rows(tokenizer), args.max_eval_samples)
+    baseline_token_id = corpus.baseline_token_id(tokenizer, train_dataset)
 
     # Model: a new one (preset or --config_name) or the continued checkpoint, with any head it lacks.
     set_seed(training_args.seed)  # the initial weights follow --seed
@@ -437,15 +453,26 @@ def main(argv: list[str] | None = None) -> int:
     if checkpoint and training_args.process_index == 0:
         print(describe_new_weights(args.model_name_or_path, model, new_weights), file=sys.stderr)
 
-    # Collators and callbacks: seeded training masks, fixed evaluation masks; early stopping, a time budget.
-    train_collator = training_collator(tokenizer, args, training_args.seed)
+    # Training: seeded training masks, fixed evaluation masks; early stopping, a time budget, scheduled rows.
+    train_collator = training_collator(
+        tokenizer, args.mlm_probability, seed=training_args.seed, masking=args.masking,
+        mask_replace_prob=args.mask_replace_prob, random_replace_prob=args.random_replace_prob,
+        seed_per_rank=args.masking_seed_per_rank, flatten=args.flatten_batches,
+    )  # fmt: skip
     callbacks = [MaskingEpochCallback(train_collator)]
     callbacks += early_stopping_callback(
         training_args, args.early_stopping_patience, args.early_stopping_threshold, "mask_accuracy", True
     )
-    budget = time_budget_callback(args, training_args) if args.max_train_minutes is not None else None
-    callbacks += [budget] if budget is not None else []
-    probes = probe_sentences(texts["validation"]["text"], tokenizer, args.fill_mask_probes)
+    budget = None
+    if args.max_train_minutes is not None:
+        budget = time_budget_callback(
+            60.0 * args.max_train_minutes, training_args.lr_scheduler_type, training_args.lr_scheduler_kwargs,
+            decay=args.lr_decay_steps, clock=clock,
+        )  # fmt: skip
+        callbacks.append(budget)
+    mask_schedule = MaskRateSchedule.parse(args.mlm_probability_schedule, args.mlm_probability, args.mlm_probability_end)
+    warmup = batch_size_warmup(args, training_args) if args.batch_size_warmup_tokens else None
+    probes = probe_sentences(corpus.validation["text"], tokenizer, args.fill_mask_probes)
     if training_args.process_index == 0:  # after every check of the input, whose errors stay one line
         print(describe_configuration(args, training_args), file=sys.stderr)
         if args.schedules_applied:
@@ -454,26 +481,26 @@ def main(argv: list[str] | None = None) -> int:
         model=model,
         args=training_args,
         data_collator=train_collator,
-        eval_data_collator=evaluation_collator(tokenizer, args),
-        train_dataset=train_features,
-        eval_dataset=eval_features,
+        eval_data_collator=evaluation_collator(tokenizer, args.eval_mlm_probability, args.masking),
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
         processing_class=tokenizer,
         compute_metrics=make_mlm_compute_metrics(tokenizer.mask_token_id, baseline_token_id),
         preprocess_logits_for_metrics=preprocess_logits_for_mlm_metrics,
         callbacks=callbacks,
         head_warmup_steps=args.head_warmup_steps,
-        row_schedule=row_schedule(args, training_args, budget),  # masking-rate schedule, batch-size warmup
+        row_schedule=row_schedule(mask_schedule, warmup, budget, training_args.max_steps),
     )
-
-    # Train, then evaluate the model that is saved (the best one after early stopping).
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    rows_read = trainer.state.global_step * rows_per_step(training_args)  # a stream has no length; every batch is full
+    rows_read = trainer.state.global_step * rows_per_step(training_args)
     train_metrics = {
         **train_result.metrics,
-        "train_samples": rows_read if args.streaming else len(train_features),
+        "train_samples": corpus.rows_trained(train_dataset, rows_read),
         "train_steps": trainer.state.global_step,
     }
-    eval_metrics, probe = evaluate_pretraining(trainer, tokenizer, probes, len(eval_features))
+
+    # Evaluation: the model that is saved (the best one after early stopping), and its fill-mask probe.
+    eval_metrics, probe = evaluate_pretraining(trainer, tokenizer, probes, len(eval_dataset))
 
     # Save: the checkpoint, metrics, curves, fill-mask probe and model card.
     trainer.save_model()
@@ -484,28 +511,32 @@ def main(argv: list[str] | None = None) -> int:
     if trainer.is_world_process_zero():
         plot_pretraining_curves(trainer.state.log_history, output_dir / CURVES_PNG, CURVES_CAPTION)
         (output_dir / "fill_mask_probe.json").write_text(json.dumps(probe, indent=2) + "\n", encoding="utf-8")
-    training = large.card(rows_read) if large else {"documents": len(texts["train"]), "rows": len(train_features)}
+    training = corpus.card(train_dataset, rows_read)
     data = {
-        "source": source,
+        "source": corpus.description,
         "training documents": training["documents"],
-        "validation documents": len(texts["validation"]),
+        "validation documents": len(corpus.validation),
         "training rows": training["rows"],
-        "validation rows": len(eval_features),
+        "validation rows": len(eval_dataset),
     }
+    lr_schedule = lr_schedule_summary(
+        training_args, time_budget=args.max_train_minutes is not None, decay=args.lr_decay_steps,
+        decay_from_checkpoint=args.decay_from_checkpoint,
+    )
     card = pretraining_card(
         model=trainer.model, tokenizer=tokenizer, base_model=args.model_name_or_path, config_name=args.config_name,
         config_preset=args.config_preset, dataset_name=args.dataset_name, dataset_config_name=args.dataset_config_name,
         prepared_data=args.prepared_data, train_file=args.train_file, validation_file=args.validation_file,
-        held_out_split=held_out_split, data=data, objective=args.objective, masking=args.masking,
+        held_out_split=corpus.held_out_split, data=data, objective=args.objective, masking=args.masking,
         mlm_probability=args.mlm_probability, eval_mlm_probability=args.eval_mlm_probability,
         defaults_applied=args.defaults_applied,
         max_steps=None if training_args.max_steps == UNBOUNDED_STEPS else training_args.max_steps,
         rows_per_step=rows_per_step(training_args), learning_rate=training_args.learning_rate,
-        adam_beta2=training_args.adam_beta2, lr_schedule=lr_schedule_summary(training_args, args),
+        adam_beta2=training_args.adam_beta2, lr_schedule=lr_schedule,
         weight_decay=training_args.weight_decay, max_seq_length=args.max_seq_length, packing=args.packing,
         seed=training_args.seed, max_train_minutes=args.max_train_minutes, head_warmup_steps=args.head_warmup_steps,
-        controls=control_card_rows(args), train_metrics=train_metrics, eval_metrics=eval_metrics, probe=probe,
-        figures=figures_section([(CURVES_CAPTION, CURVES_PNG)]),
+        controls=control_card_rows(args.schedules_applied), train_metrics=train_metrics, eval_metrics=eval_metrics,
+        probe=probe, figures=figures_section([(CURVES_CAPTION, CURVES_PNG)]),
     )
     trainer.publish(card)  # the card, then with --push_to_hub the upload of the complete folder
 

@@ -1,34 +1,38 @@
-"""What the pretraining job (``mlm-suite pretrain``) sets up before it trains: its checks of the arguments, the
-configuration it prints, and its tokenizer, configuration and model (a preset, ``--config_name`` or a continued
-checkpoint).
-
-* :func:`resolve_job_defaults`: the continued-pretraining defaults (unless given) and the values the job derives;
-* :func:`validate_arguments`: the checks that need no data (each error names the option);
-* :func:`describe_configuration`: the mode-dependent values and where each came from, as the job prints them;
-* :func:`load_tokenizer`: ``--tokenizer_name``, the checkpoint's, a WordPiece vocabulary trained on the data, or MiniLM's;
-* :func:`build_config` / :func:`build_model`: the model to pretrain; a head a checkpoint lacks is new;
-* :func:`describe_new_weights`: which weights a continued checkpoint lacked.
-
-``args`` is the job's ``PretrainingArguments`` (:mod:`mlm_suite.jobs.pretrain`).
+"""What the pretraining job (``mlm-suite pretrain``) sets up before it trains: the defaults that depend on the mode,
+the checks that combine its two argument dataclasses, what the pretraining controls imply, the corpus source, and
+its tokenizer, configuration and model (a preset, ``--config_name`` or a continued checkpoint). ``args`` is the
+job's ``PretrainingArguments`` (:mod:`mlm_suite.jobs.pretrain`); see docs/pretraining.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
+from datasets import Dataset
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase, TrainingArguments
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining
 from mlm_suite.data import resources
+from mlm_suite.data.corpus_sources import CorpusSource, InMemoryCorpus, PreparedCorpus, StreamedCorpus
 from mlm_suite.data.masking import check_mlm_tokenizer
+from mlm_suite.data.prepared import load_prepared
+from mlm_suite.data.pretraining import RowFormat
+from mlm_suite.data.readers import (
+    DocumentSource, load_pretraining_documents, read_documents, stream_pretraining_documents,
+)  # fmt: skip
+from mlm_suite.data.schedules import BatchSizeWarmup, MaskRateSchedule
+from mlm_suite.data.streaming import split_for_processes
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
+from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import apply_defaults
 from mlm_suite.cards import default_source
-from mlm_suite.training.controls import rows_per_step
-from mlm_suite.training.schedules import UNBOUNDED_STEPS, extend_context
+from mlm_suite.training.controls import DEFAULT_LR_DECAY, UNBOUNDED_STEPS, WSD, lr_schedule_summary, rows_per_step
+from mlm_suite.training.schedules import check_row_sampling
 
 __all__ = [
     "CONTINUED",
@@ -41,8 +45,12 @@ __all__ = [
     "describe_configuration",
     "describe_new_weights",
     "load_tokenizer",
+    "check_arguments",
+    "describe_controls",
+    "extend_context",
+    "open_corpus_source",
+    "resolve_controls",
     "resolve_job_defaults",
-    "validate_arguments",
 ]
 
 DEFAULT_TRAINED_VOCAB_SIZE = 2048
@@ -83,8 +91,6 @@ def resolve_job_defaults(args: Any, training_args: Any, continued_defaults: Mapp
         args.flatten_batches = training_args.device.type == "cuda"
     warmup_ratio = getattr(args, "warmup_ratio", None)  # TrainingArguments' own before transformers 5.15
     if warmup_ratio is not None:
-        if not 0.0 <= warmup_ratio < 1.0:
-            raise ValueError(f"--warmup_ratio must lie in [0, 1), got {warmup_ratio}")
         training_args.warmup_steps = warmup_ratio
     # Forced even when given on the command line: dropping the collator's inputs breaks masking.
     training_args.remove_unused_columns = False
@@ -92,45 +98,155 @@ def resolve_job_defaults(args: Any, training_args: Any, continued_defaults: Mapp
     training_args.include_for_metrics = sorted({*training_args.include_for_metrics, "inputs"})
 
 
-def validate_arguments(args: Any) -> None:
-    """Checks that need no data; raise ValueError naming the offending option."""
-    if args.train_file and args.dataset_name:
-        raise ValueError("give --train_file or --dataset_name, not both")
-    for name in ("train_file", "validation_file"):
-        path = getattr(args, name)
-        if path is not None and not Path(path).is_file():
-            raise ValueError(f"--{name} {path} does not exist or is not a file")
-    if not 0.0 < args.validation_split_percentage < 100.0:
-        raise ValueError(f"--validation_split_percentage must lie in (0, 100), got {args.validation_split_percentage}")
-    for name in ("mlm_probability", "eval_mlm_probability"):
-        if not 0.0 < getattr(args, name) < 1.0:
-            raise ValueError(f"--{name} must lie in (0, 1), got {getattr(args, name)}")
-    if args.max_train_minutes is not None and not args.max_train_minutes > 0:
-        raise ValueError(f"--max_train_minutes must be positive, got {args.max_train_minutes}")
-    if args.fill_mask_probes < 0:
-        raise ValueError(f"--fill_mask_probes must not be negative, got {args.fill_mask_probes}")
-    if args.max_eval_samples is not None and args.max_eval_samples < 1:
-        raise ValueError(f"--max_eval_samples must be positive, got {args.max_eval_samples}")
-    if args.objective == "mlm_nsp" and args.packing:
-        raise ValueError("--packing cannot be combined with --objective mlm_nsp: NSP pairs are rows of their own")
-    if args.tokenizer_name and (args.train_tokenizer or args.vocab_size):
-        raise ValueError("give either --tokenizer_name or --train_tokenizer/--vocab_size, not both")
-    if args.streaming and args.max_train_samples is not None:
-        raise ValueError("--max_train_samples counts rows, which a stream does not have: bound a --streaming run "
-                         "with --max_steps")
-    if args.train_tokenizer is False and args.vocab_size:
-        raise ValueError("--vocab_size sets the size of a trained vocabulary; it contradicts --train_tokenizer false")
-    if args.vocab_size is not None and args.vocab_size < 16:
-        raise ValueError(f"--vocab_size must be at least 16, got {args.vocab_size}")
-    if args.model_name_or_path and (args.train_tokenizer or args.vocab_size):
-        raise ValueError(
-            "--model_name_or_path continues a checkpoint with its own vocabulary; --train_tokenizer/--vocab_size "
-            "would renumber the tokens its embeddings were trained on: drop them"
+def check_arguments(args: Any, training_args: TrainingArguments) -> None:
+    """The checks that combine ``PretrainingArguments`` with ``TrainingArguments`` (each checks its own fields in
+    ``__post_init__``); a UsageError names the flags, before anything is read or written."""
+    given = training_args.flags_given
+    if args.streaming and not ("max_steps" in given and training_args.max_steps > 0) and args.max_train_minutes is None:
+        raise UsageError("--streaming needs --max_steps N (or --max_train_minutes): a stream has no length to count epochs in")
+    varies = MaskRateSchedule.parse(args.mlm_probability_schedule, args.mlm_probability, args.mlm_probability_end).varies
+    if args.batch_size_warmup_tokens and training_args.max_steps <= 0:
+        raise UsageError("--batch_size_warmup_tokens needs --max_steps (or --max_train_minutes): the run is one stream")
+    if varies or args.batch_size_warmup_tokens:
+        check_row_sampling(training_args)
+    if args.decay_from_checkpoint:
+        if training_args.resume_from_checkpoint:
+            raise UsageError("--decay_from_checkpoint continues a checkpoint itself; drop --resume_from_checkpoint")
+        if "lr_scheduler_type" in given and training_args.lr_scheduler_type != WSD:
+            raise UsageError("--decay_from_checkpoint runs the decay of a warmup_stable_decay schedule; drop --lr_scheduler_type")
+    elif training_args.lr_scheduler_type != WSD:
+        if args.lr_decay_steps is not None or "lr_decay_type" in given:
+            raise UsageError("--lr_decay_steps and --lr_decay_type shape a --lr_scheduler_type warmup_stable_decay run")
+    elif "num_decay_steps" in (training_args.lr_scheduler_kwargs or {}):
+        if args.lr_decay_steps is not None:
+            raise UsageError("give the decay length once: --lr_decay_steps or num_decay_steps in --lr_scheduler_kwargs")
+    elif args.max_train_minutes is None and training_args.max_steps <= 0:
+        raise UsageError("--lr_scheduler_type warmup_stable_decay needs --max_steps (or --max_train_minutes)")
+
+
+# ------------------------------------------------------------------------------------------------
+# Pretraining controls
+# ------------------------------------------------------------------------------------------------
+def resolve_controls(args: Any, training_args: TrainingArguments) -> None:
+    """Fill in what the pretraining controls imply (after :func:`check_arguments`).
+
+    Sets the learning-rate schedule's arguments (``lr_scheduler_kwargs`` of a warmup-stable-decay run; for
+    ``--decay_from_checkpoint`` also ``--max_steps``, ``--learning_rate``, ``--warmup_steps`` and the tokenizer), and
+    records what applies in ``args.schedules_applied`` (name -> one line), which the job prints and the card shows.
+
+    Raises:
+        UsageError: a decay that does not fit the run, or flags that contradict the checkpoint decayed.
+    """
+    applied: dict[str, str] = args.schedules_applied
+    schedule = MaskRateSchedule.parse(args.mlm_probability_schedule, args.mlm_probability, args.mlm_probability_end)
+    if schedule.varies:
+        if schedule.kind == "phases":
+            args.mlm_probability = schedule.start  # what the card and the printed configuration call the training rate
+            args.defaults_applied["mlm_probability"] = "first phase of --mlm_probability_schedule"
+        applied["masking-rate schedule"] = schedule.describe() + " (per optimizer step, logged as mlm_probability)"
+    if (args.mask_replace_prob, args.random_replace_prob) != (0.8, 0.1):
+        kept = max(0.0, 1.0 - args.mask_replace_prob - args.random_replace_prob)
+        applied["masked-token replacement (training)"] = (
+            f"{args.mask_replace_prob:.0%} [MASK] / {args.random_replace_prob:.0%} random / {kept:.0%} kept"
         )
-    if args.head_warmup_steps < 0:
-        raise ValueError(f"--head_warmup_steps must not be negative, got {args.head_warmup_steps}")
-    if args.head_warmup_steps and not args.model_name_or_path:
-        raise ValueError("--head_warmup_steps freezes a pretrained encoder; it needs --model_name_or_path")
+    if args.batch_size_warmup_tokens:
+        applied["batch-size warmup"] = batch_size_warmup(args, training_args).describe()
+    if args.decay_from_checkpoint:
+        _resolve_decay_run(args, training_args)
+    elif training_args.lr_scheduler_type == WSD:
+        _resolve_wsd_schedule(args, training_args)
+
+
+def batch_size_warmup(args: Any, training_args: TrainingArguments) -> BatchSizeWarmup:
+    rows = training_args.per_device_train_batch_size
+    return BatchSizeWarmup(
+        tokens=args.batch_size_warmup_tokens,
+        min_rows=args.batch_size_warmup_min_rows or max(1, rows // 4),
+        max_rows=rows,
+        row_tokens=args.max_seq_length,
+        rows_multiplier=training_args.world_size * training_args.gradient_accumulation_steps,
+    )
+
+
+def _lr_schedule_summary(args: Any, training_args: TrainingArguments) -> str:
+    return lr_schedule_summary(
+        training_args, time_budget=args.max_train_minutes is not None, decay=args.lr_decay_steps,
+        decay_from_checkpoint=args.decay_from_checkpoint,
+    )  # fmt: skip
+
+
+def _resolve_wsd_schedule(args: Any, training_args: TrainingArguments) -> None:
+    kwargs = dict(training_args.lr_scheduler_kwargs or {})
+    decay = args.lr_decay_steps if args.lr_decay_steps is not None else DEFAULT_LR_DECAY
+    if "num_decay_steps" not in kwargs:
+        if decay >= 1 and not float(decay).is_integer():
+            raise UsageError(f"--lr_decay_steps is a fraction below 1 or a whole number of steps, got {decay:g}")
+        steps = training_args.max_steps
+        if args.max_train_minutes is None:
+            count = max(1, round(decay * steps)) if decay < 1 else int(decay)
+            warmup = training_args.get_warmup_steps(steps)
+            if count > steps - warmup:
+                raise UsageError(
+                    f"--lr_decay_steps {decay:g}: {count} decay steps do not fit in {steps} steps after {warmup} of warmup"
+                )
+            kwargs["num_decay_steps"] = count
+        else:
+            kwargs["num_decay_steps"] = 1  # WsdTimeBudgetCallback replaces the schedule: the decay follows the plan
+        args.lr_decay_steps = decay
+    kwargs.setdefault("decay_type", args.lr_decay_type)
+    args.lr_decay_type = kwargs["decay_type"]
+    training_args.lr_scheduler_kwargs = kwargs
+    args.schedules_applied["learning-rate schedule"] = _lr_schedule_summary(args, training_args)
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _resolve_decay_run(args: Any, training_args: TrainingArguments) -> None:
+    given = training_args.flags_given
+    folder = Path(args.decay_from_checkpoint)
+    step = int(_read_json(folder / "trainer_state.json")["global_step"])
+    decay = int(args.lr_decay_steps)
+    if "max_steps" in given and training_args.max_steps != step + decay:
+        raise UsageError(
+            f"--decay_from_checkpoint at step {step} with --lr_decay_steps {decay} ends at step {step + decay}; "
+            f"drop --max_steps {training_args.max_steps}"
+        )
+    scheduler_file = folder / "scheduler.json"
+    peak = None
+    if scheduler_file.is_file():  # never the stock scheduler.pt: that is a pickle
+        scheduler = _read_json(scheduler_file)
+        peak, last = max(scheduler.get("base_lrs") or [0.0]), max(scheduler.get("_last_lr") or [0.0])
+        if last < 0.999 * peak:
+            raise UsageError(
+                f"--decay_from_checkpoint {folder}: its learning rate {last:.3g} is below its peak {peak:.3g} (a warmup "
+                "or decay phase); decay from a checkpoint saved in the stable phase"
+            )
+    arguments_file = folder / "training_args.json"
+    if arguments_file.is_file():
+        peak = _read_json(arguments_file).get("learning_rate", peak)
+    if peak is not None:
+        if "learning_rate" in given and not math.isclose(training_args.learning_rate, peak, rel_tol=1e-6):
+            raise UsageError(
+                f"--decay_from_checkpoint decays from the checkpoint's learning rate {peak:g}; drop --learning_rate"
+            )
+        training_args.learning_rate = peak
+    training_args.max_steps = step + decay
+    training_args.warmup_steps = 0  # warm-up is over: steps 0..step are the checkpoint's
+    training_args.lr_scheduler_type = WSD
+    # With no warmup the stable phase is num_training_steps - num_decay_steps = the checkpoint's steps.
+    training_args.lr_scheduler_kwargs = {"num_decay_steps": decay, "decay_type": args.lr_decay_type}
+    if not (args.tokenizer_name or args.train_tokenizer or args.vocab_size):
+        args.tokenizer_name = str(folder)  # the stable run's vocabulary, saved with the checkpoint
+    args.schedules_applied["learning-rate schedule"] = _lr_schedule_summary(args, training_args)
+
+
+def describe_controls(args: Any) -> str:
+    """Lines the job prints after its configuration when a control is on (empty otherwise)."""
+    if not args.schedules_applied:
+        return ""
+    return "\n".join(["pretraining controls:", *(f"  {name}: {value}" for name, value in args.schedules_applied.items())])
 
 
 def describe_configuration(args: Any, training_args: TrainingArguments) -> str:
@@ -159,6 +275,88 @@ def describe_configuration(args: Any, training_args: TrainingArguments) -> str:
             + (f"; ignored: {', '.join(ignored)} (options of a new model)" if ignored else "")
         )
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# Corpus
+# ------------------------------------------------------------------------------------------------
+def _fixed_tokenizer_flag(args: Any) -> str:
+    """The flag naming the tokenizer of a run whose rows need a fixed one ("" when none does)."""
+    if args.tokenizer_name:
+        return f"--tokenizer_name {args.tokenizer_name}"
+    if args.model_name_or_path:
+        return f"--model_name_or_path {args.model_name_or_path}"
+    return ""
+
+
+def open_corpus_source(args: Any, training_args: TrainingArguments) -> CorpusSource:
+    """The run's corpus: documents in memory, a ``--prepared_data`` folder or a ``--streaming`` one, opened and
+    checked against the flags (one-line errors, before anything is written).
+
+    Adjusts ``args`` to a prepared folder (its tokenizer and row settings; no trained vocabulary) and, for a stream,
+    ``training_args`` (each process reads and restores its own part, see
+    :class:`~mlm_suite.training.trainer.PickleFreeTrainer`).
+    """
+    given = training_args.flags_given
+    if args.prepared_data:
+        prepared = load_prepared(args.prepared_data)
+        tokenizer_source = _fixed_tokenizer_flag(args) or f"--prepared_data {args.prepared_data}"
+        if not (args.tokenizer_name or args.model_name_or_path):
+            args.tokenizer_name = str(prepared.tokenizer_path)
+        args.train_tokenizer = False
+        for flag in ("max_seq_length", "packing"):
+            if flag in given and getattr(args, flag) != prepared.metadata[flag]:
+                raise UsageError(
+                    f"--{flag} {getattr(args, flag)} differs from --prepared_data {args.prepared_data}'s "
+                    f"{prepared.metadata[flag]}: drop the flag or prepare the data again"
+                )
+            setattr(args, flag, prepared.metadata[flag])
+        # Folders prepared before packed rows carried the tokenizer's word ids still train token masking.
+        if args.masking != "token" and "word_ids" not in prepared.train.column_names:
+            raise UsageError(
+                f"--prepared_data {args.prepared_data} holds packed rows without word ids (prepared by an older mlm-suite), "
+                f"which --masking {args.masking} needs: prepare the data again"
+            )
+        validation = None  # the held-out documents prepared with the rows, unless a file replaces them
+        if args.validation_file:
+            validation = Dataset.from_dict({"text": read_documents(args.validation_file, args.text_column_name)})
+        return PreparedCorpus(prepared, _row_format(args), tokenizer_source, validation)
+    source = DocumentSource(
+        train_file=args.train_file, validation_file=args.validation_file, dataset_name=args.dataset_name,
+        dataset_config_name=args.dataset_config_name, validation_split_name=args.validation_split_name,
+        text_column=args.text_column_name,
+    )  # fmt: skip
+    if args.streaming:
+        args.train_tokenizer = False
+        documents, validation, description, held_out_split = stream_pretraining_documents(
+            source, args.held_out_documents, **args.dataset_kwargs()
+        )
+        part = split_for_processes(documents, training_args.process_index, training_args.world_size)
+        world, shards = training_args.world_size, documents.num_shards
+        shards_per_process = shards // world if shards >= world else shards
+        if training_args.dataloader_num_workers > shards_per_process:
+            # datasets gives each worker whole shards and stops the others; a stopped worker would also make
+            # the restored position of a resumed run depend on timing.
+            raise UsageError(
+                f"--dataloader_num_workers {training_args.dataloader_num_workers} exceeds the {shards_per_process} "
+                f"shard(s) each process reads: use at most {shards_per_process} (0 reads in the main process)"
+            )
+        training_args.accelerator_config.dispatch_batches = False
+        training_args.ignore_data_skip = True
+        return StreamedCorpus(documents, part, validation, description, _row_format(args), held_out_split)
+    documents, description, held_out_split = load_pretraining_documents(
+        source, args.validation_split_percentage, args.preprocessing_num_workers, args.overwrite_cache,
+        **args.dataset_kwargs(),
+    )
+    return InMemoryCorpus(documents, description, _row_format(args), held_out_split)
+
+
+def _row_format(args: Any) -> RowFormat:
+    return RowFormat(
+        max_seq_length=args.max_seq_length, packing=args.packing, objective=args.objective,
+        nsp_probability=args.nsp_probability, num_proc=args.preprocessing_num_workers,
+        overwrite_cache=args.overwrite_cache,
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------
@@ -208,7 +406,10 @@ def build_config(args: Any, tokenizer: PreTrainedTokenizerBase, checkpoint: str 
         config.update_from_string(args.config_overrides)
         # update_from_string sets attributes one by one; rebuilding re-runs the config's own checks.
         config = MlmSuiteConfig.from_dict(config.to_dict())
-    extend_context(config, tokenizer, args, checkpoint)  # --rope_theta; a rotary checkpoint's positions follow longer rows
+    # --rope_theta; a rotary checkpoint's positions follow longer rows
+    extension = extend_context(config, tokenizer, args.rope_theta, args.max_seq_length, continued=bool(checkpoint))
+    if extension:
+        args.schedules_applied["context extension" if checkpoint else "positions"] = extension
     config.check_sizes()
     if len(tokenizer) > config.vocab_size:
         raise ValueError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}")
@@ -225,6 +426,36 @@ def build_config(args: Any, tokenizer: PreTrainedTokenizerBase, checkpoint: str 
     if args.objective == "mlm_nsp" and config.type_vocab_size < 2:
         raise ValueError(f"mlm_nsp needs type_vocab_size >= 2 for the two segments, got {config.type_vocab_size}")
     return config
+
+
+def extend_context(
+    config: MlmSuiteConfig, tokenizer: PreTrainedTokenizerBase, rope_theta: float | None, max_seq_length: int,
+    continued: bool,
+) -> str | None:
+    """A new RoPE base (``rope_theta``) and, for a ``continued`` rotary checkpoint at longer rows, a
+    ``max_position_embeddings`` (and ``tokenizer.model_max_length``) that follows ``max_seq_length`` (rotary
+    positions have no table to outgrow). Changes ``config`` and ``tokenizer`` in place; returns the change in words
+    (None: nothing changed).
+
+    Raises:
+        UsageError: ``rope_theta`` for a model with absolute positions.
+    """
+    rotary = config.position_embedding_type == "rotary"
+    changes = []
+    if rope_theta is not None:
+        if not rotary:
+            raise UsageError(
+                f"--rope_theta sets the base of rotary positions; this model's positions are {config.position_embedding_type}"
+            )
+        if rope_theta != config.rope_theta:
+            changes.append(f"RoPE base {config.rope_theta:g} → {rope_theta:g}")
+            config.rope_theta = float(rope_theta)
+    if continued and rotary and max_seq_length > config.max_position_embeddings:
+        changes.append(f"max_position_embeddings {config.max_position_embeddings} → {max_seq_length}")
+        config.max_position_embeddings = max_seq_length
+        if tokenizer.model_max_length < max_seq_length:
+            tokenizer.model_max_length = max_seq_length
+    return ", ".join(changes) + f" (rows of {max_seq_length} tokens)" if changes else None
 
 
 def build_model(

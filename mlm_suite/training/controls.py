@@ -1,4 +1,5 @@
-"""Training controls shared by the jobs and benchmarks: a wall-clock budget, early stopping, the steady step rate.
+"""Training controls shared by the jobs and benchmarks: a wall-clock budget (linear or warmup-stable-decay), early
+stopping, the steady step rate, and the callback that keeps scheduled rows on the Trainer's epochs.
 
 ``TimeBudgetCallback`` turns any ``Trainer`` run into a fixed-time run whose learning-rate schedule
 ends exactly at the budget. It works by **re-planning the step count**: after every optimizer step it
@@ -15,11 +16,31 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from transformers import EarlyStoppingCallback, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-__all__ = ["StepRateCallback", "TimeBudgetCallback", "early_stopping_callback", "rows_per_step"]
+__all__ = [
+    "DECAY_TYPES",
+    "DEFAULT_LR_DECAY",
+    "UNBOUNDED_STEPS",
+    "WSD",
+    "RowProgressCallback",
+    "StepRateCallback",
+    "TimeBudgetCallback",
+    "WsdTimeBudgetCallback",
+    "control_card_rows",
+    "early_stopping_callback",
+    "lr_schedule_summary",
+    "rows_per_step",
+    "time_budget_callback",
+]
+
+WSD = "warmup_stable_decay"
+DEFAULT_LR_DECAY = 0.2  # the share of the steps a warmup-stable-decay run spends decaying (Hägele et al., 2024)
+DECAY_TYPES = ("linear", "cosine", "1-sqrt")
+UNBOUNDED_STEPS = 10**9  # --max_steps under a time budget when none is given: the budget decides
 
 
 class TimeBudgetCallback(TrainerCallback):
@@ -127,6 +148,148 @@ class TimeBudgetCallback(TrainerCallback):
                 "step": state.global_step,
             }
         )
+
+
+class WsdTimeBudgetCallback(TimeBudgetCallback):
+    """:class:`TimeBudgetCallback` for a warmup-stable-decay schedule.
+
+    The plan is re-made after every step as for the linear schedule; the warmup, then a constant rate, then the
+    decay over ``decay`` of the planned steps (a fraction below 1, else a step count), so that the decay ends at the
+    budget.
+    """
+
+    def __init__(
+        self,
+        budget_seconds: float,
+        decay: float = DEFAULT_LR_DECAY,
+        decay_type: str = "1-sqrt",
+        min_lr_ratio: float = 0.0,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        super().__init__(budget_seconds, clock=clock)
+        if decay_type not in DECAY_TYPES:
+            raise ValueError(f"decay_type must be one of {DECAY_TYPES}, got {decay_type!r}")
+        self.decay, self.decay_type, self.min_lr_ratio = decay, decay_type, min_lr_ratio
+
+    def decay_steps(self) -> int:
+        room = max(1, self.planned_steps - self.warmup_steps)
+        return max(1, min(room, round(self.decay * self.planned_steps) if self.decay < 1 else int(self.decay)))
+
+    def multiplier(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return step / self.warmup_steps
+        decay = self.decay_steps()
+        start = self.planned_steps - decay
+        if step < start:
+            return 1.0
+        progress = min(1.0, (step - start) / decay)
+        if self.decay_type == "linear":
+            factor = 1.0 - progress
+        elif self.decay_type == "cosine":
+            factor = 0.5 * (1.0 + math.cos(math.pi * progress))
+        else:
+            factor = 1.0 - math.sqrt(progress)
+        return max(0.0, factor * (1.0 - self.min_lr_ratio) + self.min_lr_ratio)
+
+    def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
+        if args.lr_scheduler_type != WSD or not hasattr(lr_scheduler, "lr_lambdas"):
+            raise ValueError(
+                f"WsdTimeBudgetCallback schedules a warmup_stable_decay LambdaLR; got lr_scheduler_type="
+                f"{args.lr_scheduler_type!r} ({type(lr_scheduler).__name__})"
+            )
+        lr_scheduler.lr_lambdas = [self.multiplier] * len(lr_scheduler.lr_lambdas)
+        self._max_steps = state.max_steps
+        self._set_plan(args, state, state.max_steps)
+        self.training_seconds = 0.0
+        self._speed_anchor = None
+        self._step_started = self.clock()
+
+
+def time_budget_callback(
+    budget_seconds: float,
+    lr_scheduler_type: str,
+    lr_scheduler_kwargs: dict | None = None,
+    *,
+    decay: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> TimeBudgetCallback:
+    """The callback ending a time budget's learning-rate schedule at the budget: linear, or warmup-stable-decay
+    (``decay``: its length, a fraction below 1 or a step count; the shape from ``lr_scheduler_kwargs``)."""
+    if lr_scheduler_type == WSD:
+        kwargs = lr_scheduler_kwargs or {}
+        return WsdTimeBudgetCallback(
+            budget_seconds,
+            decay=decay if decay is not None else DEFAULT_LR_DECAY,
+            decay_type=kwargs.get("decay_type", "1-sqrt"),
+            min_lr_ratio=kwargs.get("min_lr_ratio", 0.0),
+            clock=clock,
+        )
+    return TimeBudgetCallback(budget_seconds, clock=clock)
+
+
+def lr_schedule_summary(
+    training_args: TrainingArguments,
+    *,
+    time_budget: bool = False,
+    decay: float | None = None,
+    decay_from_checkpoint: str | None = None,
+) -> str:
+    """The learning-rate schedule in words, for the card and the printed configuration.
+
+    Args:
+        time_budget: the run has a time budget (the schedule is re-planned to end there).
+        decay: a warmup-stable-decay run's decay length as given (a fraction below 1, or steps).
+        decay_from_checkpoint: the stable-phase checkpoint a decay-only run starts from.
+    """
+    warmup = training_args.warmup_steps
+    warmup_text = f"{warmup:g} of the steps" if 0 < warmup < 1 else f"{warmup:g} steps"
+    end = " (re-planned after every step to end at the time budget)" if time_budget else ""
+    kind = str(getattr(training_args.lr_scheduler_type, "value", training_args.lr_scheduler_type))
+    if kind == "linear":
+        return f"linear warmup {warmup_text} + decay to 0{end}"
+    if kind != WSD:
+        return f"{kind}, warmup {warmup_text}"
+    kwargs = training_args.lr_scheduler_kwargs or {}
+    shape = kwargs.get("decay_type", "cosine")
+    floor = kwargs.get("min_lr_ratio", 0)
+    to = f"{floor:g}× the peak" if floor else "0"
+    if decay_from_checkpoint:
+        step = training_args.max_steps - kwargs["num_decay_steps"]
+        return (
+            f"decay phase only: from `{decay_from_checkpoint}` (step {step}, stable phase), {shape} decay over "
+            f"{kwargs['num_decay_steps']} steps to {to}"
+        )
+    if time_budget and decay is not None:
+        length = f"the last {decay:.0%} of the steps" if decay < 1 else f"the last {decay:g} steps"
+    else:
+        length = f"the last {kwargs['num_decay_steps']} steps"
+    return f"warmup-stable-decay: warmup {warmup_text}, constant, then {shape} decay over {length} to {to}{end}"
+
+
+def control_card_rows(controls_applied: dict[str, str]) -> dict[str, str]:
+    """Rows of the model card's training table for the controls that are on (name -> one line); the
+    learning-rate schedule has its own row."""
+    return {name: value for name, value in controls_applied.items() if name != "learning-rate schedule"}
+
+
+class RowProgressCallback(TrainerCallback):
+    """Keeps a scheduled-rows Trainer's sampler (``trainer.row_sampler``, see
+    :class:`~mlm_suite.training.schedules.ScheduledRowsMixin`) on the Trainer's epoch (the per-epoch layout) and,
+    for the stream layout, ``state.epoch`` at the passes over the data made (the Trainer would count the whole run
+    as one epoch)."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        sampler = self.trainer.row_sampler
+        if sampler is not None and sampler.warmup is None:
+            sampler.set_epoch(math.floor(state.epoch or 0.0))
+
+    def on_step_end(self, args, state, control, **kwargs):
+        sampler = self.trainer.row_sampler
+        if sampler is not None and sampler.warmup is not None:
+            state.epoch = sampler.rows_before(state.global_step) / sampler.num_rows
 
 
 def rows_per_step(args: TrainingArguments) -> int:

@@ -5,16 +5,12 @@
 * :func:`training_collator` / :func:`evaluation_collator`: the seeded training masks and the fixed held-out ones;
 * :func:`evaluate_pretraining`: the saved model's held-out metrics (perplexity included) and its fill-mask probe;
 * :func:`describe_evaluation`: those as the job prints them.
-
-``args`` is the job's ``PretrainingArguments``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
-
 from transformers import PreTrainedTokenizerBase, Trainer
 
 from mlm_suite.data.masking import DataCollatorForMaskedLM
@@ -33,26 +29,38 @@ __all__ = [
 ]
 
 
-def training_collator(tokenizer: PreTrainedTokenizerBase, args: Any, seed: int) -> DataCollatorForMaskedLM:
-    """The training masks: ``--mlm_probability`` (and its replacement split), a function of ``(seed, epoch, example
-    index)``; flattened batches with ``--flatten_batches``."""
+def training_collator(
+    tokenizer: PreTrainedTokenizerBase,
+    mlm_probability: float,
+    *,
+    seed: int,
+    masking: str = "token",
+    mask_replace_prob: float = 0.8,
+    random_replace_prob: float = 0.1,
+    seed_per_rank: bool = False,
+    flatten: bool = False,
+) -> DataCollatorForMaskedLM:
+    """The training masks: ``mlm_probability`` (and its replacement split), a function of ``(seed, epoch, example
+    index)`` (and of the process rank with ``seed_per_rank``); flattened batches with ``flatten``."""
     return DataCollatorForMaskedLM(
         tokenizer,
-        mlm_probability=args.mlm_probability,
-        mask_replace_prob=args.mask_replace_prob,
-        random_replace_prob=args.random_replace_prob,
-        masking=args.masking,
+        mlm_probability=mlm_probability,
+        mask_replace_prob=mask_replace_prob,
+        random_replace_prob=random_replace_prob,
+        masking=masking,
         seed=seed,
-        process_rank=None if args.masking_seed_per_rank else 0,
-        flatten=args.flatten_batches,
-        pad_to_multiple_of=8 if args.flatten_batches else None,  # rounds max_length_q: fewer torch.compile shapes
+        process_rank=None if seed_per_rank else 0,
+        flatten=flatten,
+        pad_to_multiple_of=8 if flatten else None,  # rounds max_length_q: fewer torch.compile shapes
     )
 
 
-def evaluation_collator(tokenizer: PreTrainedTokenizerBase, args: Any) -> DataCollatorForMaskedLM:
-    """The held-out masks: ``--eval_mlm_probability`` with a fixed seed, whatever the training rate or process."""
+def evaluation_collator(
+    tokenizer: PreTrainedTokenizerBase, mlm_probability: float = 0.15, masking: str = "token"
+) -> DataCollatorForMaskedLM:
+    """The held-out masks: ``mlm_probability`` with a fixed seed, whatever the training rate or process."""
     return DataCollatorForMaskedLM(
-        tokenizer, mlm_probability=args.eval_mlm_probability, masking=args.masking, seed=EVAL_SEED, process_rank=0
+        tokenizer, mlm_probability=mlm_probability, masking=masking, seed=EVAL_SEED, process_rank=0
     )
 
 
