@@ -29,3 +29,43 @@ def test_the_flat_layout_of_the_first_days_is_gone(old):
     """Nothing was released with those paths: they are not served by any alias."""
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module(old)
+
+
+def test_only_the_jobs_take_a_jobs_argument_object():
+    """Library code takes explicit parameters; Trainer callbacks and overrides get transformers' TrainingArguments."""
+    import ast
+
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.parent.name == "jobs" or path.name == "cli.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            parameters = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+            names = [parameter.arg for parameter in parameters]
+            for index, parameter in enumerate(parameters):
+                annotation = ast.unparse(parameter.annotation) if parameter.annotation else ""
+                callback = names[index + 1 : index + 2] == ["state"]  # TrainerCallback.on_*(self, args, state, ...)
+                if parameter.arg in ("model_args", "data_args", "hub_args") or (
+                    parameter.arg == "args" and "TrainingArguments" not in annotation and not callback
+                ):
+                    offenders.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}({parameter.arg})")
+    assert not offenders, offenders
+
+
+def test_one_module_per_command_and_no_job_imports_another():
+    import ast
+
+    from mlm_suite.jobs.commands import SUBCOMMANDS
+
+    commands = {module for module, _ in SUBCOMMANDS.values()}
+    assert commands == {"mlm_suite.jobs." + name.replace("-", "_") for name in SUBCOMMANDS}  # named as the command
+    for module in commands:
+        path = PACKAGE / "jobs" / f"{module.rsplit('.', 1)[1]}.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                     for alias in node.names}
+        assert not (imported & commands) - {module}, f"{module} imports {sorted((imported & commands) - {module})}"
