@@ -111,6 +111,11 @@ def wordnet_gloss_splits(seed: int) -> tuple[list[Pair], dict[str, RetrievalSpli
     return pairs, {"validation": evaluation(validation), "test": evaluation(test)}
 
 
+def polarity_sentence_texts() -> list[str]:
+    """The 4,000 Pang & Lee sentence-polarity snippets as plain texts."""
+    return [text for _, text in resources.pang_lee_sentences()]
+
+
 def movie_review_texts() -> list[str]:
     """The 1,500 Pang & Lee movie reviews as plain texts (the pretraining job's default corpus)."""
     return [text for _, text in resources.pang_lee_reviews()]
@@ -151,6 +156,11 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {dataset.name: dataset for dataset
         wordnet_gloss_splits,
     ),
     BuiltinDataset(
+        "pang_lee_sentences", "Pang & Lee sentences",
+        "the Pang & Lee sentence-polarity corpus: 4,000 English movie-review snippets (text only)",
+        polarity_sentence_texts,
+    ),
+    BuiltinDataset(
         "pang_lee_reviews", "Pang & Lee movie reviews",
         "the Pang & Lee (2004) polarity corpus: 1,500 English movie reviews (text only)",
         movie_review_texts,
@@ -165,6 +175,7 @@ __all__ = [
     "RANDOM",
     "coherence_examples",
     "movie_review_texts",
+    "polarity_sentence_texts",
     "review_coherence_splits",
     "review_sentences",
     "sentence_polarity_splits",

@@ -495,8 +495,9 @@ def hub_documents(
 @dataclass(frozen=True)
 class DocumentSource:
     """Where pretraining documents come from: ``train_file`` (documents separated by blank lines, or JSON lines with
-    ``text_column``), a Hub (or saved) dataset ``dataset_name``, or neither (the embedded reviews); held-out
-    documents from ``validation_file`` or the dataset's split ``validation_split_name``."""
+    ``text_column``), a Hub (or saved) dataset ``dataset_name``, or neither: ``embedded``, a built-in dataset of
+    :mod:`mlm_suite.data.builtin` whose ``read()`` gives the texts; held-out documents from ``validation_file`` or
+    the dataset's split ``validation_split_name``."""
 
     train_file: str | None = None
     validation_file: str | None = None
@@ -504,6 +505,7 @@ class DocumentSource:
     dataset_config_name: str | None = None
     validation_split_name: str = "validation"
     text_column: str = "text"
+    embedded: Any = None
 
     def validation_documents(self) -> list[str] | None:
         return read_documents(self.validation_file, self.text_column) if self.validation_file else None
@@ -525,8 +527,6 @@ def load_pretraining_documents(
     """
     from datasets import Dataset, DatasetDict
 
-    from mlm_suite.data import resources
-
     name, column = source.dataset_name, source.text_column
     validation = source.validation_documents()
     held_out_split = None
@@ -544,9 +544,10 @@ def load_pretraining_documents(
     elif source.train_file:
         documents = read_documents(source.train_file, column)
         description = f"`{Path(source.train_file).name}`"
+    elif source.embedded is not None:
+        documents, description = source.embedded.read(), source.embedded.description
     else:
-        documents = [text for _, text in resources.pang_lee_reviews()]
-        description = "the Pang & Lee (2004) polarity corpus: 1,500 English movie reviews (text only)"
+        raise UsageError("give --train_file or --dataset_name")
     if not len(documents):
         raise ValueError(f"{description} holds no training text")
 

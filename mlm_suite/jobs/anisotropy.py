@@ -25,6 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from transformers import AutoModel, AutoTokenizer  # noqa: E402
 
 from mlm_suite.data import resources  # noqa: E402
+from mlm_suite.data.builtin import BUILTIN_DATASETS  # noqa: E402
 from mlm_suite.analysis.embeddings import ContextualEmbedder, layerwise_anisotropy, save_json, split_words  # noqa: E402
 from mlm_suite.errors import UsageError  # noqa: E402
 from mlm_suite.jobs.distributed import command_prog  # noqa: E402
@@ -69,11 +70,11 @@ def check_flags(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     check_flags(args)
-    rows = resources.pang_lee_sentences()
-    if not 2 <= args.num_sentences <= len(rows):
-        raise UsageError(f"--num_sentences must be between 2 and {len(rows)}, got {args.num_sentences}")
-    sample = random.Random(args.seed).sample(rows, args.num_sentences)
-    sentences = [[word for word, _, _ in split_words(text)] for _, text in sample]
+    texts = BUILTIN_DATASETS["pang_lee_sentences"].read()
+    if not 2 <= args.num_sentences <= len(texts):
+        raise UsageError(f"--num_sentences must be between 2 and {len(texts)}, got {args.num_sentences}")
+    sample = random.Random(args.seed).sample(texts, args.num_sentences)
+    sentences = [[word for word, _, _ in split_words(text)] for text in sample]
 
     model_path = args.model_name_or_path or str(resources.converted_minilm_dir())
     model = AutoModel.from_pretrained(model_path)

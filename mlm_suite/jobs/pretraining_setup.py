@@ -18,6 +18,7 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase, Tra
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining
 from mlm_suite.data import resources
+from mlm_suite.data.builtin import BUILTIN_DATASETS
 from mlm_suite.data.corpus_sources import CorpusSource, InMemoryCorpus, PreparedCorpus, StreamedCorpus
 from mlm_suite.data.masking import check_mlm_tokenizer
 from mlm_suite.data.prepared import load_prepared
@@ -324,7 +325,7 @@ def open_corpus_source(args: Any, training_args: TrainingArguments) -> CorpusSou
     source = DocumentSource(
         train_file=args.train_file, validation_file=args.validation_file, dataset_name=args.dataset_name,
         dataset_config_name=args.dataset_config_name, validation_split_name=args.validation_split_name,
-        text_column=args.text_column_name,
+        text_column=args.text_column_name, embedded=BUILTIN_DATASETS["pang_lee_reviews"],
     )  # fmt: skip
     if args.streaming:
         args.train_tokenizer = False
