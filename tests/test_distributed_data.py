@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from mlm_suite.data.pretraining import pretraining_rows_function
 from test_distributed import launch_two_processes
 from test_pretrain import job_args, make_documents, read_json, write_text
 
