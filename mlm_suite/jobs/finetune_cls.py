@@ -1,34 +1,13 @@
-"""Fine-tune a sequence-classification (or regression) model with the HF Trainer.
+"""Fine-tune a sequence-classification (or regression) model with the HF Trainer, as transformers' ``run_glue.py``.
 
-Flags follow Hugging Face's ``run_glue.py`` / ``run_classification.py``: ``--model_name_or_path
---train_file --validation_file --test_file --text_column_name --label_column_name
---max_seq_length`` and every ``TrainingArguments`` flag. Files are CSV/TSV or JSON lines with a
-text column and a label column; labels that are non-integer numbers make it a regression
-(``--task_type`` forces either).
-
-Without data flags it fine-tunes the real all-MiniLM-L6-v2 weights (converted to mlm_suite) on
-the Pang & Lee sentence-polarity data (4,000 movie-review sentences, negative/positive) split
-80/10/10 with a fixed seed::
+Data: CSV/TSV or JSON lines with a text and a label column, or a Hub dataset; without data flags, the Pang & Lee
+sentence polarity from the converted all-MiniLM-L6-v2. An unlabelled split is predicted
+(``predict_results_<split>.txt``), not scored; ``--intermediate_train_file`` trains an intermediate task first. What
+this job shares with the sentence-pair job is in :mod:`mlm_suite.jobs.sequence_classification`. See
+docs/finetuning.md::
 
     mlm-suite finetune-cls --output_dir outputs/sentiment
     python examples/finetune_cls.py --train_file train.csv --validation_file dev.csv
-    accelerate launch examples/finetune_cls.py --train_file reviews.jsonl --text_column_name review
-
-``--intermediate_train_file`` adds a first stage of intermediate-task training (Phang et al.,
-2018): the model is fine-tuned on that file (same columns and labels) before the task.
-
-Reported: ``eval_accuracy`` and ``eval_f1`` (macro-averaged F1; pearson/spearman/mse for
-regression), and ``test_*`` when there is a test split; for classes, a confusion matrix per split
-(``confusion_matrix_validation.png``, ``confusion_matrix_test.png``) that the model card shows.
-
-A split without labels (GLUE's test splits, whose hidden labels ``datasets`` stores as -1; in a
-file, a label column that is absent, null or empty on every row of the validation or test file)
-is predicted, not scored: ``predict_results_<split>.txt`` gets ``index<TAB>prediction`` per row,
-as ``run_glue.py`` writes it (the class name, or the score with 3 decimals), and neither
-``all_results.json`` nor the card has metrics for it. A split with labels on some rows only is an error.
-
-What this job shares with the sentence-pair job is in :mod:`mlm_suite.jobs.sequence_classification`. See
-docs/finetuning.md.
 """
 
 from __future__ import annotations

@@ -1,40 +1,13 @@
-"""Fine-tune a token-classification model (NER, chunking, POS) with the HF Trainer.
+"""Fine-tune a token-classification model (NER, chunking, POS) with the HF Trainer, as transformers' ``run_ner.py``.
 
-Flags follow Hugging Face's ``run_ner.py`` (``--model_name_or_path --train_file --validation_file
---test_file --text_column_name --label_column_name --max_seq_length --output_dir
---num_train_epochs --per_device_train_batch_size --learning_rate --seed`` and every other
-``TrainingArguments`` flag). Data files are CoNLL column files (token first, tag last, blank
-line between sentences, ``-DOCSTART-`` ignored) or JSON lines (``.json``/``.jsonl``) with a
-list of tokens and a list of tag strings per line.
-
-Without data flags it fine-tunes the real all-MiniLM-L6-v2 weights (converted to mlm_suite) on
-a built-in corpus split 80/10/10 with a fixed seed (``--builtin_dataset``: ``wnut16``, the WNUT-16
-tweets, by default; ``oanc_pos``, 20,000 OANC sentences with Penn-Treebank POS tags) and, in the
-same run, Hugging Face's ``BertForTokenClassification`` from the same weights with the same recipe
-(``--compare_hf``), reporting both models' scores side by side::
+Data: CoNLL column files or JSON lines; without data flags, a built-in corpus (``--builtin_dataset wnut16``, the
+default, or ``oanc_pos``) and, in the same run, HF's ``BertForTokenClassification`` from the same weights for
+comparison (``--compare_hf``). Entity schemes get entity F1 (conlleval or strict), tag sets without entities token
+accuracy and per-tag scores, all at the word level. See docs/finetuning.md::
 
     mlm-suite finetune-ner --output_dir outputs/ner
     mlm-suite finetune-ner --builtin_dataset oanc_pos --output_dir outputs/pos
     python examples/finetune_ner.py --train_file train.conll --validation_file dev.conll --use_crf
-    accelerate launch examples/finetune_ner.py --train_file train.jsonl --metric_mode strict
-
-Tags are entity tags of a scheme (IO, BIO, IOB1, BIOES) or, with ``--tagging_scheme none``,
-any tag set without entity structure (POS tags, ``NN``/``VBZ``/``PRP$``...). The scheme is
-detected when not given: tags that are neither ``O`` nor ``B-``/``I-``/``E-``/``S-`` plus a type
-give ``none``.
-
-Scores are word-level: evaluation data are always aligned with the ``first`` strategy (one
-label per word) whatever ``--label_strategy`` training uses, and scored with
-:func:`mlm_suite.evaluation.entities.make_compute_metrics`. Entity schemes get entity F1 in ``--metric_mode``
-(``conlleval`` or ``strict``; F1 in both modes is reported as ``eval_conlleval_f1`` /
-``eval_strict_f1``); scheme ``none`` gets token accuracy (``eval_accuracy``, the validation score
-for early stopping) and per-tag precision/recall/F1 with macro and micro averages
-(``eval_macro_f1``, ``eval_micro_f1``, ``eval_tag_NN_f1`` ...). The model card shows, per evaluated split,
-precision/recall/F1 per entity type above the gold and predicted entity counts
-(``per_type_scores_<split>.png``; per tag and token counts in ``per_tag_scores_<split>.png`` for scheme ``none``).
-
-Errors in data files name the file and the 1-based line (``train.conll line 57: I-PER after O
-is not allowed in BIO``; for JSON lines also the token number). See docs/finetuning.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """Fine-tune a sentence-pair model (NLI, paraphrase, STS, coherence) with the HF Trainer.
 
-Inputs are ``[CLS] A [SEP] B [SEP]`` with segment ids 0/1, fed to ``MlmSuiteForPairClassification``
-(HF BERT checkpoints get ``AutoModelForSequenceClassification``). Files are CSV/TSV or JSON
-lines with ``--sentence1_column``, ``--sentence2_column`` and ``--label_column_name``; labels
-that are non-integer numbers (STS scores) make it a regression, or force it with ``--task_type``.
-Hub datasets work with ``--dataset_name`` (e.g. ``nyu-mll/glue --dataset_config_name mrpc``; MNLI with
-``--validation_split_name validation_matched --test_split_name test_matched``), and so do
-``DatasetDict`` folders saved with ``save_to_disk``. A split without labels (GLUE's test splits, -1
-throughout) is predicted into ``predict_results_<split>.txt``, not scored, as in the single-text job.
-
-Without data flags it trains a discourse-coherence task built from the Pang & Lee movie
-reviews: does sentence B really follow sentence A? Positives are consecutive sentences of a
-review; each negative keeps a positive's A and takes B from another review. Reviews are split
-80/10/10 with a fixed seed before pairs are built, so no review feeds two splits::
+Inputs are ``[CLS] A [SEP] B [SEP]`` with segment ids 0/1 (``MlmSuiteForPairClassification``); files name
+``--sentence1_column`` and ``--sentence2_column``, Hub datasets work as in ``run_glue.py``. Without data flags it
+trains discourse coherence on the Pang & Lee reviews (does B follow A?). What this job shares with the single-text
+job is in :mod:`mlm_suite.jobs.sequence_classification`. See docs/finetuning.md::
 
     mlm-suite finetune-pair --output_dir outputs/coherence
-    python examples/finetune_pair.py --train_file mrpc_train.csv --validation_file mrpc_dev.csv \\
-        --sentence1_column "#1 String" --sentence2_column "#2 String" --label_column_name Quality
     accelerate launch examples/finetune_pair.py --train_file sts.jsonl --task_type regression
-
-What this job shares with the single-text job is in :mod:`mlm_suite.jobs.sequence_classification`. See
-docs/finetuning.md.
 """
 
 from __future__ import annotations

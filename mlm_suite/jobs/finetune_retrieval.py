@@ -1,36 +1,13 @@
-"""Fine-tune a bi-encoder for retrieval (semantic search) with in-batch negatives and the HF Trainer.
+"""Fine-tune a bi-encoder for retrieval with in-batch negatives and the HF Trainer.
 
-A query and its relevant document are embedded by the same encoder (``MlmSuiteForSentenceEmbedding``:
-mean, ``[CLS]`` or max pooling, L2-normalised by default); the loss ranks each query's document
-above every other document of the batch (InfoNCE / multiple-negatives ranking, cosine similarity
-at ``--temperature``), plus the hard negatives a training file may give. Flags follow the HF
-example scripts (``--model_name_or_path --train_file --max_seq_length`` and every
-``TrainingArguments`` flag):
-
-* ``--train_file``: CSV/TSV or JSON lines with ``--query_column`` and ``--document_column``
-  (and optionally ``--negative_column``: a hard negative, or in JSON a list of them);
-* ``--corpus_file`` (``--id_column``, ``--text_column_name``) with ``--queries_file`` (``--query_column``,
-  ``--document_id_column``: the relevant document's id, or in JSON a list of ids): the validation
-  set, scored during training and at the end; ``--test_corpus_file`` with ``--test_queries_file``:
-  the test set.
-
-Without data flags it trains WordNet gloss retrieval: the query is a usage example of a synset
-("he cashed a check at the bank"), the document its gloss ("a financial institution that accepts
-deposits ..."). Synsets are split 80/10/10 (no synset in two splits); each split's corpus is the
-glosses of its synsets::
+Query and document are embedded by one encoder (``MlmSuiteForSentenceEmbedding``) and trained with the InfoNCE
+ranking loss over the batch (plus any hard negatives); ``--mini_batch_size`` reaches large batches through gradient
+caching. Without data flags it trains WordNet gloss retrieval (a usage example finds its synset's gloss). Reported:
+recall@k, MRR@10 and nDCG@10, zero-shot and fine-tuned; the folder loads with sentence-transformers. See
+docs/finetuning.md::
 
     mlm-suite finetune-retrieval --output_dir outputs/retrieval
     python examples/finetune_retrieval.py --train_file pairs.jsonl --corpus_file corpus.jsonl --queries_file dev.jsonl
-
-Negatives come from the batch, so a larger batch gives harder training; ``--mini_batch_size``
-reaches large batches in little memory (gradient caching, see :mod:`mlm_suite.training.retrieval`).
-``--gradient_accumulation_steps`` averages the loss correctly over the accumulated queries but
-does not add negatives.
-
-Reported: recall@1/5/10, MRR@10 and nDCG@10 on the validation (``eval_*``) and test (``test_*``)
-sets, zero-shot (``zero_shot_*``: the starting model) and fine-tuned. The output folder loads with
-``SentenceTransformer(path, trust_remote_code=True)`` and with ``AutoModel.from_pretrained(path,
-trust_remote_code=True)`` (the encoder; pool its token states). See docs/finetuning.md.
 """
 
 from __future__ import annotations
