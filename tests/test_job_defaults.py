@@ -219,3 +219,21 @@ def test_the_continued_defaults_benchmark_scores_every_run_on_the_same_masks(tin
     assert len({row["mask_tokens"] for row in rows}) == 1 and len({row["baseline"] for row in rows}) == 1
     assert rows[0]["embedding_shift"] == 0.0 < rows[2]["embedding_shift"] < rows[1]["embedding_shift"]
     assert "| lr 0.0001, masks 15% |" in (tmp_path / "table.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--max_steps", "0"], r"--max_steps must be positive \(or -1: --num_train_epochs decides\), got 0"),
+        (["--max_steps", "-5"], "--max_steps must be positive"),
+        (["--save_steps", "-1"], "--save_steps must be positive, got -1"),
+        (["--eval_steps", "0"], "--eval_steps must be positive, got 0"),
+        (["--logging_steps", "-2"], "--logging_steps must be positive, got -2"),
+    ],
+)
+def test_step_counts_that_cannot_train_are_refused_while_parsing(tmp_path, flags, message):
+    from mlm_suite.errors import UsageError
+
+    with pytest.raises(UsageError, match=message):
+        parse_arguments(["--output_dir", str(tmp_path / "out"), "--use_cpu", "true", *flags])
+    assert not (tmp_path / "out").exists()

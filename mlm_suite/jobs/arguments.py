@@ -167,6 +167,10 @@ class JobTrainingArguments(TrainingArguments):
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
             check_at_least(name, getattr(self, name), 1)
         check_positive("adam_epsilon", self.adam_epsilon)
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise UsageError(f"--max_steps must be positive (or -1: --num_train_epochs decides), got {self.max_steps}")
+        for name in ("logging_steps", "save_steps", "eval_steps"):  # below 1: a fraction of the steps
+            check_positive(name, getattr(self, name))
         if self.max_steps <= 0 and not self.num_train_epochs > 0:
             raise UsageError(f"--num_train_epochs must be positive (or give --max_steps), got {self.num_train_epochs}")
         check_non_negative("learning_rate", self.learning_rate)  # 0: a run that changes nothing, but a valid one
