@@ -61,6 +61,7 @@ from mlm_suite.jobs.model_loading import mlm_suite_checkpoint
 CURVES_PNG = "training_curves.png"
 CURVES_CAPTION = "Pretraining: train and held-out loss, and held-out [MASK] accuracy against the most-frequent-token baseline"
 
+
 @dataclass
 class PretrainTrainingArguments(JobTrainingArguments):
     """``TrainingArguments`` with this job's defaults: the embedded default's recipe, chosen on the held-out split
@@ -83,11 +84,16 @@ class PretrainTrainingArguments(JobTrainingArguments):
     )
     save_strategy: str = field(default="no", metadata={"help": "Checkpoint strategy: no, steps, epoch, best."})
     report_to: None | str | list[str] = field(default="none", metadata={"help": "Integrations to report to."})
-    # The collator consumes word_ids, special_tokens_mask and example_index itself (forced in resolve_job_defaults).
-    remove_unused_columns: bool = field(default=False, metadata={"help": "Forced off: the collator needs its columns."})
     ddp_find_unused_parameters: bool | None = field(
         default=False, metadata={"help": "Every parameter takes part in every step."}
     )
+
+    def __post_init__(self) -> None:
+        # Forced even when given: the collator consumes word_ids, special_tokens_mask and example_index itself, and
+        # the metrics tell [MASK], random and kept positions apart by what the model saw.
+        self.remove_unused_columns = False
+        self.include_for_metrics = sorted({*self.include_for_metrics, "inputs"})
+        super().__post_init__()
 
 
 # Defaults that replace the from-scratch ones above (and PretrainingArguments') when --model_name_or_path continues

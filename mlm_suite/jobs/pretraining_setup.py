@@ -73,7 +73,8 @@ def resolve_job_defaults(args: Any, training_args: Any, continued_defaults: Mapp
     given; ``args.defaults_applied`` records where each came from (:data:`GIVEN`, :data:`CONTINUED`,
     :data:`FROM_SCRATCH`), and which options of a new model a checkpoint or ``--config_name`` makes moot. Then the
     values derived from others (``--max_train_minutes`` lifts the step limit, ``--streaming`` loads in the main
-    process, ``--flatten_batches`` follows the device, ``--warmup_ratio``) and those the job forces.
+    process, ``--flatten_batches`` follows the device, ``--warmup_ratio``). What the job forces is
+    :class:`~mlm_suite.jobs.pretrain.PretrainTrainingArguments`' concern.
     """
     named = training_args.flags_given
     if args.model_name_or_path:
@@ -93,10 +94,6 @@ def resolve_job_defaults(args: Any, training_args: Any, continued_defaults: Mapp
     warmup_ratio = getattr(args, "warmup_ratio", None)  # TrainingArguments' own before transformers 5.15
     if warmup_ratio is not None:
         training_args.warmup_steps = warmup_ratio
-    # Forced even when given on the command line: dropping the collator's inputs breaks masking.
-    training_args.remove_unused_columns = False
-    # The metrics tell [MASK], random and kept positions apart by what the model saw.
-    training_args.include_for_metrics = sorted({*training_args.include_for_metrics, "inputs"})
 
 
 def check_arguments(args: Any, training_args: TrainingArguments) -> None:
