@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from mlm_suite.data.builtin import BUILTIN_DATASETS
 from mlm_suite.data.labels import infer_task_type
 from mlm_suite.data.readers import load_intermediate, load_labelled_text_splits
-from mlm_suite.evaluation.classification import write_predictions
 from mlm_suite.jobs.arguments import parse_arguments
 from mlm_suite.jobs.checkpoints import resume_checkpoint
 from mlm_suite.jobs.finetune_training import FinetuneTrainingArguments, run_trainer, save_everything
@@ -39,6 +38,7 @@ from mlm_suite.jobs.sequence_classification import (
     configure_head,
     intermediate_stage,
     limited_splits,
+    predict_unlabelled,
     scored_labels,
     text_encoder,
     unlabelled_splits,
@@ -108,9 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     save_everything(trainer, metrics)
 
     # Predict: the splits without labels
-    asked = {"validation": training_args.do_eval, "test": training_args.do_predict}
-    predicted = write_predictions(trainer, {split: datasets[split] for split in unlabelled if asked.get(split)},
-                                  label_list if task_type == "classification" else None)
+    predicted = predict_unlabelled(trainer, datasets, unlabelled, training_args, label_list, task_type)
 
     # Model card and summary
     write_card_and_summary(

@@ -26,7 +26,12 @@ from mlm_suite.data.labels import (
 )
 from mlm_suite.data.readers import Example, TextSplit, first_n
 from mlm_suite.errors import UsageError
-from mlm_suite.evaluation.classification import classification_metrics, regression_metrics, write_confusion_matrices
+from mlm_suite.evaluation.classification import (
+    classification_metrics,
+    regression_metrics,
+    write_confusion_matrices,
+    write_predictions,
+)
 from mlm_suite.evaluation.plots import figures_section
 from mlm_suite.jobs.arguments import (
     check_at_least,
@@ -259,6 +264,16 @@ def intermediate_stage(
     return metrics, note
 
 
+def predict_unlabelled(
+    trainer: JobTrainer, datasets: Mapping[str, Any], unlabelled: Sequence[str], training_args: FinetuneTrainingArguments,
+    label_list: Sequence[str] | None, task_type: str,
+) -> dict[str, Any]:
+    """``predict_results_<split>.txt`` for each split without labels that ``--do_eval``/``--do_predict`` asks for."""
+    asked = {"validation": training_args.do_eval, "test": training_args.do_predict}
+    return write_predictions(trainer, {split: datasets[split] for split in unlabelled if asked.get(split)},
+                             label_list if task_type == "classification" else None)
+
+
 # --------------------------------------------------------------------------------------------
 # Model card and summary
 # --------------------------------------------------------------------------------------------
@@ -325,6 +340,7 @@ __all__ = [
     "configure_head",
     "intermediate_stage",
     "limited_splits",
+    "predict_unlabelled",
     "scored_labels",
     "text_encoder",
     "unlabelled_splits",
