@@ -547,7 +547,7 @@ def load_pretraining_documents(
     elif source.embedded is not None:
         documents, description = source.embedded.read(), source.embedded.description
     else:
-        raise UsageError("give --train_file or --dataset_name")
+        raise ValueError("a DocumentSource needs train_file, dataset_name or embedded")
     if not len(documents):
         raise ValueError(f"{description} holds no training text")
 

@@ -266,18 +266,22 @@ def feed_the_device(training_args: JobTrainingArguments) -> None:
         training_args.logging_nan_inf_filter = False
 
 
+#: Where :func:`apply_defaults` says a value came from when the command line gave it.
+GIVEN = "given"
+
+
 def apply_defaults(
     defaults: dict[str, Any], given: frozenset[str], *arguments: Any, source: str
 ) -> dict[str, str]:
     """Set each of ``defaults`` on whichever of ``arguments`` has that field, unless the command line gave it.
 
     The one mechanism for mode-dependent defaults (a continued checkpoint's, for instance). Returns where each
-    value came from: ``"given"`` or ``source``.
+    value came from: :data:`GIVEN` or ``source``.
     """
     applied = {}
     for name, value in defaults.items():
         if name in given:
-            applied[name] = "given"
+            applied[name] = GIVEN
             continue
         owner = next((args for args in arguments if name in type(args).__dataclass_fields__), None)
         if owner is None:
@@ -288,6 +292,7 @@ def apply_defaults(
 
 
 __all__ = [
+    "GIVEN",
     "HubArguments",
     "JobTrainingArguments",
     "apply_defaults",

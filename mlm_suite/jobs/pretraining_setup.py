@@ -30,7 +30,7 @@ from mlm_suite.data.schedules import BatchSizeWarmup, MaskRateSchedule
 from mlm_suite.data.streaming import split_for_processes
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.arguments import apply_defaults
+from mlm_suite.jobs.arguments import GIVEN, apply_defaults
 from mlm_suite.cards import default_source
 from mlm_suite.training.controls import DEFAULT_LR_DECAY, UNBOUNDED_STEPS, WSD, lr_schedule_summary, rows_per_step
 from mlm_suite.training.schedules import check_row_sampling
@@ -39,7 +39,6 @@ __all__ = [
     "CONTINUED",
     "DEFAULT_TRAINED_VOCAB_SIZE",
     "FROM_SCRATCH",
-    "GIVEN",
     "NEW_MODEL_OPTIONS",
     "build_config",
     "build_model",
@@ -58,7 +57,6 @@ DEFAULT_TRAINED_VOCAB_SIZE = 2048
 # Where a mode-dependent value came from (args.defaults_applied, set by the job's parse_arguments).
 CONTINUED = "continued-pretraining default"
 FROM_SCRATCH = "from-scratch default"
-GIVEN = "given"
 # Options that build a new model: a checkpoint brings its own architecture, so they do not apply to it.
 NEW_MODEL_OPTIONS = ("config_preset", "norm_position", "position_embedding_type")
 
