@@ -311,13 +311,14 @@ def normalised_sum(total: torch.Tensor, num_items_in_batch: int | torch.Tensor |
     The Trainer passes ``num_items_in_batch``, its count of labelled items (labels ≠ -100) over
     every gradient-accumulation micro-batch (and every process): dividing each micro-batch's sum
     by it makes the micro-batches add up to the mean of one large batch. Without it the count is
-    this batch's own ``local_items`` and the loss is a plain mean.
+    this batch's own ``local_items`` and the loss is a plain mean. A step without items (no token selected
+    for prediction) has a zero sum: its loss and gradient are 0, not 0 / 0.
     """
     if num_items_in_batch is None:
         return total / local_items.clamp(min=1)
     if isinstance(num_items_in_batch, torch.Tensor):
-        num_items_in_batch = num_items_in_batch.to(total.device)
-    return total / num_items_in_batch
+        return total / num_items_in_batch.to(total.device).clamp(min=1)
+    return total / max(num_items_in_batch, 1)
 
 
 def token_cross_entropy(
@@ -709,7 +710,8 @@ class MlmSuiteForPreTraining(_MaskedLMMixin, MlmSuitePreTrainedModel):
                 # A Trainer that counts only the masked tokens (the stock one): weighting each
                 # micro-batch's NSP mean by its share of them is exact when that share is the
                 # micro-batch's share of the pairs. JobTrainer passes num_sentence_pairs_in_batch.
-                nsp_loss = token_cross_entropy(nsp_logits, nsp_labels) * (labels != IGNORE_INDEX).sum() / num_items_in_batch
+                masked = (labels != IGNORE_INDEX).sum()
+                nsp_loss = normalised_sum(token_cross_entropy(nsp_logits, nsp_labels) * masked, num_items_in_batch, masked)
             losses.append(nsp_loss)
         output = MlmSuiteForPreTrainingOutput(
             loss=sum(losses) if losses else None,

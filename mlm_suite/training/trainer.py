@@ -24,11 +24,12 @@ import numpy as np
 import torch
 import transformers
 from accelerate.data_loader import prepare_data_loader
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch.utils.data import DataLoader
 from transformers import EvalPrediction, TrainerCallback, TrainingArguments
 from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, EvalLoopOutput
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, EvalLoopOutput, get_last_checkpoint
 from transformers.training_args import ParallelMode
 from transformers.utils import (
     is_sagemaker_mp_enabled,
@@ -51,6 +52,12 @@ SCHEDULER_JSON = "scheduler.json"
 SCALER_JSON = "scaler.json"
 DATA_STATE = "data_state"  # data_state.json, or data_state_<rank>.json with several processes
 _STOCK_TRAINING_ARGS = "training_args.bin"  # transformers.trainer.TRAINING_ARGS_NAME
+TRAINER_STATE_JSON = "trainer_state.json"
+MODEL_TENSORS = "model.safetensors"
+MODEL_TENSORS_INDEX = "model.safetensors.index.json"
+#: The running loss total a checkpoint carries (an entry of trainer_state.json's ``stateful_callbacks``), so that a
+#: resumed run reports the uninterrupted run's ``train_loss``.
+TRAIN_LOSS_STATE = "TrainLoss"
 
 _Scalar = (bool, int, float, str, type(None))
 
@@ -201,6 +208,100 @@ def cache_accelerate_package_probe() -> None:
         accelerate.optimizer.is_lomo_available = functools.cache(probe)
 
 
+def _readable(path: Path) -> None:
+    """Raise UsageError unless ``path`` (a JSON or safetensors file of a checkpoint) parses."""
+    try:
+        if path.suffix == ".json":
+            _read_json(path)
+        else:
+            with safe_open(str(path), framework="pt"):
+                pass
+    except (OSError, ValueError, SafetensorError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UsageError(
+            f"{path} is damaged ({reason}): resume from another checkpoint, or start anew with --overwrite_output_dir"
+        ) from error
+
+
+def _tensor_shapes(folder: Path) -> dict[str, tuple[int, ...]] | None:
+    """The name and shape of every weight ``save_pretrained`` wrote to ``folder`` (None: not in safetensors)."""
+    index = folder / MODEL_TENSORS_INDEX
+    if index.is_file():
+        files = sorted({folder / name for name in _read_json(index)["weight_map"].values()})
+    elif (folder / MODEL_TENSORS).is_file():
+        files = [folder / MODEL_TENSORS]
+    else:
+        return None
+    shapes: dict[str, tuple[int, ...]] = {}
+    for path in files:
+        if not path.is_file():
+            raise UsageError(f"{path} is missing: {index.name} names it; resume from another checkpoint")
+        with safe_open(str(path), framework="pt") as handle:
+            for name in handle.keys():
+                shapes[name] = tuple(handle.get_slice(name).get_shape())
+    return shapes
+
+
+def _size_differences(model: torch.nn.Module, saved: dict[str, Any]) -> list[str]:
+    """The integer configuration fields (``vocab_size``, ``hidden_size``, ...) in which ``saved`` differs from the model's."""
+    config = getattr(model, "config", None)
+    current = config.to_dict() if config is not None else {}
+    return [
+        f"{name} {current[name]} here, {value} in the checkpoint"
+        for name, value in sorted(saved.items())
+        if isinstance(value, int) and not isinstance(value, bool) and isinstance(current.get(name), int)
+        and not isinstance(current[name], bool) and current[name] != value and "token_id" not in name
+    ]
+
+
+def check_resumable_checkpoint(checkpoint: str | os.PathLike, model: torch.nn.Module) -> None:
+    """Raise UsageError (one line naming the checkpoint and what is wrong) unless ``model`` can resume from ``checkpoint``.
+
+    Every JSON and safetensors file of the folder must parse (a truncated or corrupt file is named), and the saved
+    weights must be ``model``'s: the same architecture, the same weight names and shapes (another hidden size or
+    vocabulary size is named by its configuration field). Checkpoints without ``model.safetensors`` (DeepSpeed,
+    sharded FSDP, pickles) are left to the stock loader.
+    """
+    folder = Path(checkpoint)
+    if not (folder / TRAINER_STATE_JSON).is_file():
+        raise UsageError(
+            f"checkpoint {folder} has no {TRAINER_STATE_JSON}: it is not a checkpoint-* folder written by a training "
+            "run, or its save was cut short"
+        )
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and path.suffix in (".json", ".safetensors"):
+            _readable(path)
+    shapes = _tensor_shapes(folder)
+    if shapes is None:
+        return
+    model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper
+    config_file = folder / "config.json"
+    saved_config = _read_json(config_file) if config_file.is_file() else {}
+    architectures = saved_config.get("architectures") or []
+    name = type(model).__name__
+    if architectures and name not in architectures:
+        raise UsageError(
+            f"checkpoint {folder} holds a {architectures[0]}, but this run trains a {name}: resume from a checkpoint "
+            "of the same job and model"
+        )
+    current = model.state_dict()
+    mismatched = [key for key, shape in shapes.items() if key in current and tuple(current[key].shape) != shape]
+    unexpected = [key for key in shapes if key not in current]
+    saved_storage = {current[key].data_ptr() for key in shapes if key in current}
+    # A tied weight (the MLM decoder shares the word embeddings) is saved once, under one of its names.
+    missing = [key for key in current if key not in shapes and current[key].data_ptr() not in saved_storage]
+    if mismatched:
+        key = mismatched[0]
+        differences = _size_differences(model, saved_config)
+        what = "; ".join(differences) if differences else (
+            f"{key} is {list(shapes[key])} in the checkpoint, {list(current[key].shape)} here"
+        )
+        raise UsageError(f"checkpoint {folder} does not fit this run's model: {what}")
+    if missing or unexpected:
+        detail = f"it lacks {', '.join(missing[:3])}" if missing else f"it has {', '.join(unexpected[:3])}, which this model has not"
+        raise UsageError(f"checkpoint {folder} does not hold this run's {name}: {detail}")
+
+
 class StreamProgressCallback(TrainerCallback):
     """On a stream, the Trainer's epoch is the share of ``max_steps`` done; keep it so when a run resumes.
 
@@ -217,10 +318,19 @@ class PickleFreeTrainer(transformers.Trainer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
+        model = kwargs.get("model", args[0] if args else None)
+        # Checked before the Trainer creates anything (the output folder included).
+        self._checked_checkpoint: str | None = None
         if training_args is not None:
-            refuse_fsdp_on_cpu(training_args)  # before the Trainer creates anything
+            refuse_fsdp_on_cpu(training_args)
+            self._check_checkpoint(training_args.resume_from_checkpoint, model)
         cache_accelerate_package_probe()
         super().__init__(*args, **kwargs)
+        self._nonfinite_loss: torch.Tensor | None = None  # (step, loss) of the first non-finite loss; step 0: none
+        self._empty_steps: int | torch.Tensor = 0  # optimizer steps of this train() call with nothing to predict
+        self._empty_steps_logged = 0
+        self._log_window = 0  # optimizer steps since the previous logged loss
+        self._resumed_loss = (0.0, 0)  # the resumed checkpoint's loss total and the steps it sums over
         self._non_embedding_parameters: int | None = None
         if isinstance(self.train_dataset, ProcessStream):
             if self.args.accelerator_config.dispatch_batches or not self.args.ignore_data_skip:
@@ -243,6 +353,99 @@ class PickleFreeTrainer(transformers.Trainer):
         if self._non_embedding_parameters is None:
             self._non_embedding_parameters = self.model.num_parameters(exclude_embeddings=True)
         return 6 * inputs[main_input].numel() * self._non_embedding_parameters
+
+    # ---- resuming, and what a run reports ---------------------------------------------------
+    def _check_checkpoint(self, checkpoint: Any, model: Any) -> None:
+        if isinstance(checkpoint, (str, os.PathLike)) and os.path.isdir(checkpoint) and model is not None:
+            if str(checkpoint) != self._checked_checkpoint:
+                check_resumable_checkpoint(checkpoint, model)
+                self._checked_checkpoint = str(checkpoint)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        """The stock ``train``, which refuses a checkpoint the model cannot resume from, stops with a UsageError when
+        the loss becomes non-finite (before anything is saved from then on), and reports a ``train_loss`` that
+        leaves out steps with nothing to predict and, when resumed, also covers the checkpoint's steps."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+        self._check_checkpoint(resume_from_checkpoint, self.model)
+        self._nonfinite_loss = torch.zeros(2, device=self.args.device)
+        self._empty_steps, self._empty_steps_logged = 0, 0
+        self._resumed_loss = (0.0, 0)
+        if resume_from_checkpoint:
+            state = _read_json(os.path.join(resume_from_checkpoint, TRAINER_STATE_JSON))
+            record = state.get("stateful_callbacks", {}).get(TRAIN_LOSS_STATE, {}).get("attributes", {})
+            self._resumed_loss = (float(record.get("loss_sum", 0.0)), int(record.get("counted_steps", 0)))
+        output = super().train(resume_from_checkpoint, *args, **kwargs)
+        self._refuse_nonfinite_loss()
+        return output._replace(training_loss=output.metrics.get("train_loss", output.training_loss))
+
+    def _watch_loss(self, loss: torch.Tensor) -> None:
+        """Keep the first non-finite loss and its step on the device: checked where the host waits anyway."""
+        if self._nonfinite_loss is None:
+            return
+        loss = loss.detach().float().to(self._nonfinite_loss.device)
+        fresh = ~torch.isfinite(loss) & (self._nonfinite_loss[0] == 0)
+        found = torch.stack([torch.full_like(loss, self.state.global_step + 1), loss])
+        self._nonfinite_loss = torch.where(fresh, found, self._nonfinite_loss)
+
+    def _refuse_nonfinite_loss(self) -> None:
+        """Raise UsageError if a training loss was non-finite (every process calls it at the same points)."""
+        if self._nonfinite_loss is None:
+            return
+        found = self._nonfinite_loss
+        if self.args.world_size > 1:
+            found = self.accelerator.gather(found.unsqueeze(0))  # (processes, 2)
+            found = found[found[:, 0].argmax()]
+        step, loss = found.tolist()
+        if step:
+            raise UsageError(
+                f"training stopped at step {int(step)}: the loss became {loss} (not finite), so the weights are no "
+                "longer usable and none were saved from that step on (earlier checkpoints are intact): lower "
+                "--learning_rate, or check the training data for extreme values"
+            )
+
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
+        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        learnable = self._learnable_items(batch_samples, num_items_in_batch)
+        if learnable is not None:
+            # A step whose batches select no token to predict (short rows, a low masking rate): its loss and
+            # gradient are 0, and the logged losses and train_loss leave it out. Counted on the device.
+            self._empty_steps = self._empty_steps + (learnable == 0)
+        return batch_samples, num_items_in_batch
+
+    def _learnable_items(self, batch_samples: list, num_items_in_batch: Any) -> Any:
+        """What one optimizer step's batches give the loss to learn from (None: not counted)."""
+        return num_items_in_batch
+
+    def _maybe_log_save_evaluate(self, *args: Any, **kwargs: Any) -> None:
+        if self.control.should_log or self.control.should_save or self.control.should_evaluate:
+            self._refuse_nonfinite_loss()  # the host waits for the device here anyway
+        self._log_window = self.state.global_step - self._globalstep_last_logged
+        return super()._maybe_log_save_evaluate(*args, **kwargs)
+
+    def _loss_total(self) -> tuple[float, int]:
+        """The sum of the step losses trained so far (the resumed checkpoint's included) and the steps it covers."""
+        loss_sum, counted = self._resumed_loss
+        unlogged = float(self._tr_loss.item()) if getattr(self, "_tr_loss", None) is not None else 0.0
+        steps = self.state.global_step - self._initial_global_step - int(self._empty_steps)
+        return loss_sum + self._total_loss_scalar + unlogged, counted + steps
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        if "train_runtime" in logs:  # the end-of-training metrics: _total_loss_scalar holds every step now
+            self._refuse_nonfinite_loss()
+            loss_sum, counted = self._resumed_loss
+            steps = self.state.global_step - self._initial_global_step - int(self._empty_steps)
+            logs["train_loss"] = (loss_sum + self._total_loss_scalar) / max(counted + steps, 0.001)
+        elif "loss" in logs:
+            empty = int(self._empty_steps) - self._empty_steps_logged
+            self._empty_steps_logged += empty
+            if empty:
+                counted = self._log_window - empty
+                if counted > 0:
+                    logs["loss"] = logs["loss"] * self._log_window / counted
+                else:
+                    del logs["loss"]  # nothing was predicted since the last log
+        super().log(logs, *args, **kwargs)
 
     # ---- data ----------------------------------------------------------------------------------
     def get_train_dataloader(self) -> DataLoader:
@@ -275,6 +478,11 @@ class PickleFreeTrainer(transformers.Trainer):
         return stem if self.args.world_size <= 1 else f"{stem}_{self.args.process_index}"
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        self._refuse_nonfinite_loss()
+        loss_sum, counted = self._loss_total()
+        self.state.stateful_callbacks[TRAIN_LOSS_STATE] = {
+            "args": {}, "attributes": {"loss_sum": loss_sum, "counted_steps": counted}
+        }
         super()._save_checkpoint(model, trial)
         if isinstance(self.train_dataset, ProcessStream):
             folder = os.path.join(self._get_output_dir(trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
@@ -419,7 +627,9 @@ class PickleFreeTrainer(transformers.Trainer):
         if self._stream_rng_checkpoint is not None:
             self._restore_rng_state(self._stream_rng_checkpoint)
             self._stream_rng_checkpoint = None
-        return super().training_step(model, inputs, num_items_in_batch)
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self._watch_loss(loss)
+        return loss
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
         if checkpoint is not None and isinstance(self.train_dataset, ProcessStream):
@@ -472,15 +682,17 @@ class JobTrainer(PickleFreeTrainer):
         self.kept_predictions: dict[str, EvalPrediction] | None = {} if keep_predictions else None
 
     # ---- loss normalisation ------------------------------------------------------------------
-    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
-        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+    def _learnable_items(self, batch_samples: list, num_items_in_batch: Any) -> Any:
+        """The masked tokens, and the next-sentence labels, which it counts here for :meth:`compute_loss`."""
         self._num_sentence_pairs_in_batch = None
         if batch_samples and "next_sentence_label" in batch_samples[0]:
-            count = sum(batch["next_sentence_label"].ne(-100).sum() for batch in batch_samples).to(device)
+            count = sum(batch["next_sentence_label"].ne(-100).sum() for batch in batch_samples)
+            count = count.to(self.args.device)
             if self.args.average_tokens_across_devices and self.args.world_size > 1:
                 count = self.accelerator.gather(count).sum()  # the Trainer sums num_items_in_batch alike
             self._num_sentence_pairs_in_batch = count
-        return batch_samples, num_items_in_batch
+            return count if num_items_in_batch is None else count + num_items_in_batch
+        return num_items_in_batch
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None) -> Any:
         count = getattr(self, "_num_sentence_pairs_in_batch", None)
@@ -570,6 +782,7 @@ __all__ = [
     "StreamProgressCallback",
     "TRAINING_ARGS_JSON",
     "cache_accelerate_package_probe",
+    "check_resumable_checkpoint",
     "fsdp2_optimizer_state",
     "join_optimizer_state",
     "load_fsdp2_model_state",
