@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import csv
+import json
 import io
 import math
+import random
+import subprocess
+import sys
 import time
 from collections import Counter
 
 import pytest
 from transformers import AutoTokenizer
 
-from mlm_suite.data import resources
+from mlm_suite.data import resources, tokenization
 from mlm_suite.data.tokenization import language_sampling_probs, sample_multilingual_corpus, train_wordpiece_tokenizer
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -213,3 +217,25 @@ def test_multilingual_sample_errors():
         sample_multilingual_corpus({"en": ["a"]}, 0)
     with pytest.raises(ValueError, match=r"empty: \['de'\]"):
         sample_multilingual_corpus({"en": ["a"], "de": []}, 10)
+
+
+def test_a_small_corpus_gives_the_same_vocabulary_in_every_process(tmp_path):
+    """Ties between equally frequent pairs, common on a small corpus, must not be broken by a process's hash seed:
+    separate interpreters train the same vocabulary (the module is loaded from its file, without torch)."""
+    rng = random.Random(1)
+    words = "the film story actor scene music plot director camera audience character ending dialogue".split()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(" ".join(rng.choices(words, k=rng.randint(4, 8))).capitalize() + ".\n" for _ in range(90)),
+                      encoding="utf-8")
+    script = (
+        "import importlib.util, json, sys\n"
+        "spec = importlib.util.spec_from_file_location('tokenization', sys.argv[1])\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "texts = open(sys.argv[2], encoding='utf-8').read().splitlines()\n"
+        "print(json.dumps(module.train_wordpiece_tokenizer(texts, vocab_size=200).get_vocab(), sort_keys=True))\n"
+    )
+    command = [sys.executable, "-c", script, tokenization.__file__, str(corpus)]
+    vocabularies = [subprocess.run(command, capture_output=True, text=True, check=True).stdout for _ in range(4)]
+    assert len(set(vocabularies)) == 1
+    assert len(json.loads(vocabularies[0])) > 50

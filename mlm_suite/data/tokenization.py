@@ -3,7 +3,9 @@
 ``train_wordpiece_tokenizer`` builds the same pipeline as Google's uncased BERT tokenizer
 (BERT normalizer, BERT pre-tokenizer, ``##`` WordPiece, ``[CLS] A [SEP] B [SEP]`` template)
 and returns it as a ``transformers.PreTrainedTokenizerFast`` that round-trips through
-``save_pretrained`` / ``AutoTokenizer.from_pretrained(folder)`` without the Hub.
+``save_pretrained`` / ``AutoTokenizer.from_pretrained(folder)`` without the Hub. Its vocabulary is
+learnt here, as ``tokenizers``' WordPiece trainer learns it, but the same for the same text in every
+process (see :func:`learn_wordpiece_vocabulary`).
 
 ``language_sampling_probs`` and ``sample_multilingual_corpus`` implement the exponentially
 smoothed language sampling of XLM-R (Conneau et al., 2020): q_i = p_i^α / Σ_j p_j^α with
@@ -13,15 +15,19 @@ the vocabulary.
 
 from __future__ import annotations
 
+import heapq
 import os
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import overload
 
 import numpy as np
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-__all__ = ["train_wordpiece_tokenizer", "language_sampling_probs", "sample_multilingual_corpus"]
+__all__ = [
+    "learn_wordpiece_vocabulary", "language_sampling_probs", "sample_multilingual_corpus", "train_wordpiece_tokenizer",
+]
 
 DEFAULT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -37,6 +43,104 @@ def _as_files(texts_or_files: object) -> list[str] | None:
     return None
 
 
+def _read_texts(texts_or_files: Iterable[str] | Sequence[str | os.PathLike]) -> Iterable[str]:
+    """The training texts: every line of the files, when ``texts_or_files`` names files, else its items."""
+    files = _as_files(texts_or_files)
+    if files is None:
+        if isinstance(texts_or_files, str):
+            raise ValueError("texts_or_files must be a list or iterable of texts or file paths, not one string")
+        yield from texts_or_files
+        return
+    for path in files:
+        with open(path, encoding="utf-8") as handle:
+            yield from handle
+
+
+def learn_wordpiece_vocabulary(
+    word_counts: Mapping[str, int],
+    vocab_size: int,
+    special_tokens: Sequence[str],
+    min_frequency: int = 2,
+    limit_alphabet: int = 1000,
+    prefix: str = "##",
+) -> list[str]:
+    """A WordPiece vocabulary learnt from ``word_counts`` (pre-tokenized words and how often they occur).
+
+    What ``tokenizers``' ``WordPieceTrainer`` does: the special tokens, the ``limit_alphabet`` most frequent
+    characters (others are dropped) and their ``prefix``-ed continuation forms, then the most frequent pair of
+    adjacent pieces merged, again and again, until ``vocab_size`` tokens or no pair seen ``min_frequency`` times.
+    That trainer breaks ties between equally frequent pairs by ids it hands out to the continuation pieces in
+    hash-map order, which differs from process to process, and with it the vocabulary; here those ids follow the
+    alphabet, so the same words give the same vocabulary everywhere.
+    """
+    characters: Counter[str] = Counter()
+    for word, count in word_counts.items():
+        for character in word:
+            characters[character] += count
+    alphabet = set(sorted(characters, key=lambda character: (-characters[character], character))[:limit_alphabet])
+    continuing = {character for word in word_counts for character in word[1:] if character in alphabet}
+    vocabulary = list(dict.fromkeys([*special_tokens, *sorted(alphabet), *(prefix + c for c in sorted(continuing))]))
+    ids = {token: index for index, token in enumerate(vocabulary)}  # pieces are ids from here on, in this order
+    words: list[list[int]] = []
+    counts: list[int] = []
+    for word, count in word_counts.items():
+        words.append([ids[character if index == 0 else prefix + character] for index, character in enumerate(word)
+                      if character in alphabet])
+        counts.append(count)
+    pair_counts: Counter[tuple[int, int]] = Counter()
+    holders: defaultdict[tuple[int, int], set[int]] = defaultdict(set)  # the words each pair occurs in
+    for index, pieces in enumerate(words):
+        for pair in zip(pieces, pieces[1:]):
+            pair_counts[pair] += counts[index]
+            holders[pair].add(index)
+    queue = [(-count, pair) for pair, count in pair_counts.items()]
+    heapq.heapify(queue)
+    pieces_learnt = list(vocabulary)
+    while len(vocabulary) < vocab_size and queue:
+        negative_count, pair = heapq.heappop(queue)
+        count = pair_counts.get(pair, 0)
+        if count != -negative_count:  # counted down since it was queued: queue it with its count now
+            if count > 0:
+                heapq.heappush(queue, (-count, pair))
+            continue
+        if count < max(min_frequency, 1):
+            break
+        left, right = pair
+        token = pieces_learnt[left] + pieces_learnt[right].removeprefix(prefix)
+        if token not in ids:
+            vocabulary.append(token)
+            ids[token] = len(pieces_learnt)
+            pieces_learnt.append(token)
+        merged = ids[token]
+        grown: set[tuple[int, int]] = set()
+        for index in holders.pop(pair):
+            pieces, count = words[index], counts[index]
+            joined, position, end = [], 0, len(pieces) - 1
+            while position <= end:
+                if position < end and pieces[position] == left and pieces[position + 1] == right:
+                    joined.append(merged)
+                    position += 2
+                else:
+                    joined.append(pieces[position])
+                    position += 1
+            if len(joined) == len(pieces):
+                continue
+            # Only pairs that hold a merged piece are new; every other pair of the word is there before and after.
+            for old in zip(pieces, pieces[1:]):
+                pair_counts[old] -= count
+            for new in zip(joined, joined[1:]):
+                pair_counts[new] += count
+                if merged in new:
+                    holders[new].add(index)
+                    grown.add(new)
+            words[index] = joined
+        del pair_counts[pair]
+        for new in grown:  # a count that grew is queued again, or a smaller one would come out first
+            if pair_counts[new] > 0:
+                heapq.heappush(queue, (-pair_counts[new], new))
+    return vocabulary
+
+
 def train_wordpiece_tokenizer(
     texts_or_files: Iterable[str] | Sequence[str | os.PathLike],
     vocab_size: int = 30522,
@@ -46,7 +150,6 @@ def train_wordpiece_tokenizer(
     strip_accents: bool | None = None,
     model_max_length: int = 512,
     limit_alphabet: int = 1000,
-    show_progress: bool = False,
 ) -> PreTrainedTokenizerFast:
     """Train a BERT WordPiece tokenizer and wrap it as a ``PreTrainedTokenizerFast``.
 
@@ -63,7 +166,6 @@ def train_wordpiece_tokenizer(
             ``False`` to keep accents of an uncased multilingual vocabulary.
         model_max_length: longest input the model accepts (``tokenizer.model_max_length``).
         limit_alphabet: at most this many initial characters are kept (the rarest become [UNK]).
-        show_progress: show the trainer's progress bar.
 
     Returns:
         The tokenizer, with ``pad/unk/cls/sep/mask_token`` set, a ``[CLS] $A [SEP]`` /
@@ -83,7 +185,7 @@ def train_wordpiece_tokenizer(
         raise ValueError(f"vocab_size={vocab_size} must exceed the number of special tokens ({len(special_tokens)})")
     pad, unk, cls, sep, mask = special_tokens[:5]
 
-    tokenizer = Tokenizer(models.WordPiece(unk_token=unk, continuing_subword_prefix="##"))
+    tokenizer = Tokenizer(models.WordPiece({token: index for index, token in enumerate(special_tokens)}, unk_token=unk))
     tokenizer.normalizer = normalizers.BertNormalizer(
         clean_text=True, handle_chinese_chars=True, strip_accents=strip_accents, lowercase=lowercase
     )
@@ -91,28 +193,14 @@ def train_wordpiece_tokenizer(
     # No decoder clean-up: decoding is then the exact inverse of pre-tokenization (words joined by
     # single spaces) instead of a heuristic that glues some punctuation back and not other.
     tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=special_tokens,
-        limit_alphabet=limit_alphabet,
-        continuing_subword_prefix="##",
-        show_progress=show_progress,
-    )
-    files = _as_files(texts_or_files)
-    if files is not None:
-        tokenizer.train(files, trainer=trainer)
-    else:
-        if isinstance(texts_or_files, str):
-            raise ValueError("texts_or_files must be a list or iterable of texts or file paths, not one string")
-        length = len(texts_or_files) if isinstance(texts_or_files, Sequence) else None
-        tokenizer.train_from_iterator(texts_or_files, trainer=trainer, length=length)
-    # The trainer returns the same tokens every time but numbers some of them in hash-set order (the
-    # continuing-subword alphabet and merges that follow it), so ids, and with them a seeded model's
-    # embeddings, would change from run to run. Ids are only labels to WordPiece (it segments by greedy
-    # longest match over the token set): number the tokens canonically, special tokens first.
-    trained = tokenizer.get_vocab()
-    ordered = special_tokens + sorted(token for token in trained if token not in special_tokens)
+    word_counts: Counter[str] = Counter()
+    for text in _read_texts(texts_or_files):
+        normalized = tokenizer.normalizer.normalize_str(text)
+        word_counts.update(word for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(normalized))
+    learnt = learn_wordpiece_vocabulary(word_counts, vocab_size, special_tokens, min_frequency, limit_alphabet)
+    # Ids are only labels to WordPiece (it segments by greedy longest match over the token set): number the
+    # tokens canonically, special tokens first, so that a seeded model's embeddings follow the tokens.
+    ordered = special_tokens + sorted(token for token in learnt if token not in special_tokens)
     tokenizer.model = models.WordPiece(
         {token: index for index, token in enumerate(ordered)}, unk_token=unk, continuing_subword_prefix="##"
     )
