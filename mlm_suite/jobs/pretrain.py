@@ -444,7 +444,7 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
 
     # Data: documents in memory, a prepared folder or a stream; the tokenizer their rows are made with.
     corpus = open_corpus_source(args, training_args)
-    tokenizer = load_tokenizer(args, corpus.tokenizer_texts())
+    tokenizer = load_tokenizer(args, corpus.tokenizer_texts(), training_args.resume_from_checkpoint)
     corpus.check_tokenizer(tokenizer)
     checkpoint = mlm_suite_checkpoint(args.model_name_or_path, **args.pretrained_kwargs()) if args.model_name_or_path else None
     config = build_config(args, tokenizer, checkpoint or args.decay_from_checkpoint)

@@ -6,6 +6,7 @@ job's ``PretrainingArguments`` (:mod:`mlm_suite.jobs.pretrain`); see docs/pretra
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from collections.abc import Mapping
@@ -40,6 +41,7 @@ __all__ = [
     "DEFAULT_TRAINED_VOCAB_SIZE",
     "FROM_SCRATCH",
     "NEW_MODEL_OPTIONS",
+    "apply_config_overrides",
     "build_config",
     "build_model",
     "describe_configuration",
@@ -358,13 +360,19 @@ def _row_format(args: Any) -> RowFormat:
 # ------------------------------------------------------------------------------------------------
 # Tokenizer and model
 # ------------------------------------------------------------------------------------------------
-def load_tokenizer(args: Any, train_texts: list[str]) -> PreTrainedTokenizerBase:
-    """``--tokenizer_name``, the checkpoint's, a WordPiece vocabulary trained on ``train_texts``, or MiniLM's."""
+def load_tokenizer(args: Any, train_texts: list[str], resumed: str | None = None) -> PreTrainedTokenizerBase:
+    """``--tokenizer_name``, the checkpoint's, a WordPiece vocabulary trained on ``train_texts``, or MiniLM's.
+
+    A run that trains its vocabulary and resumes from the checkpoint ``resumed`` takes the vocabulary saved there,
+    the one its weights were trained with.
+    """
     train = args.train_tokenizer
     if train is None:
         # A small vocabulary fitted to the data learns faster than a general 30k one (see the job's PretrainTrainingArguments).
         train = bool(args.vocab_size) or not (args.tokenizer_name or args.model_name_or_path)
-    if train:
+    if train and resumed:
+        tokenizer = _resumed_tokenizer(resumed, args.vocab_size or DEFAULT_TRAINED_VOCAB_SIZE)
+    elif train:
         tokenizer = train_wordpiece_tokenizer(train_texts, vocab_size=args.vocab_size or DEFAULT_TRAINED_VOCAB_SIZE)
     else:
         source = args.tokenizer_name or args.model_name_or_path or str(resources.minilm_dir())
@@ -372,6 +380,72 @@ def load_tokenizer(args: Any, train_texts: list[str]) -> PreTrainedTokenizerBase
     check_mlm_tokenizer(tokenizer)
     if not tokenizer.is_fast:
         raise ValueError(f"a fast tokenizer is needed (word ids, batched encoding); {type(tokenizer).__name__} is not")
+    return tokenizer
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "y"), ("false", "0", "no", "n")
+
+
+def _typed_value(text: str, current: Any) -> Any:
+    """``text`` as a value of ``current``'s type (a bool, int, float or string; any of them for a field set to None)."""
+    if isinstance(current, bool) or current is None and text.lower() in ("true", "false"):
+        if text.lower() in _TRUE + _FALSE:
+            return text.lower() in _TRUE
+        raise ValueError("a bool (true or false)")
+    if isinstance(current, int) or current is None and text.lstrip("+-").isdigit():
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError("an int") from None
+    if isinstance(current, float) or current is None:
+        try:
+            value = float(text)
+        except ValueError:
+            if current is None:
+                return text
+            raise ValueError("a float") from None
+        if not math.isfinite(value):
+            raise ValueError("a finite float")
+        return value
+    if isinstance(current, str):
+        return text
+    raise ValueError(f"a {type(current).__name__}, which --config_overrides cannot set (use --config_name)")
+
+
+def apply_config_overrides(config: MlmSuiteConfig, overrides: str) -> None:
+    """Set ``overrides`` (``name=value,...``, ``--config_overrides``) on ``config``, each value read as its field's type.
+
+    Raises:
+        UsageError: an item that is not ``name=value``, a name the config has not, a value not of the field's type.
+    """
+    fields = config.to_dict()
+    for item in overrides.split(","):
+        name, separator, text = (part.strip() for part in item.partition("="))
+        if not separator or not name or not text:
+            raise UsageError(f"--config_overrides {overrides}: {item.strip()!r} is not name=value")
+        if name not in fields and not hasattr(config, name):
+            close = difflib.get_close_matches(name, fields, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise UsageError(f"--config_overrides {name}={text}: {type(config).__name__} has no field {name}{hint}")
+        try:
+            value = _typed_value(text, getattr(config, name))
+        except ValueError as error:
+            raise UsageError(f"--config_overrides {name}={text}: {name} is {error}, not {text!r}") from None
+        setattr(config, name, value)
+
+
+def _resumed_tokenizer(checkpoint: str, vocab_size: int) -> PreTrainedTokenizerBase:
+    if not (Path(checkpoint) / "tokenizer.json").is_file():
+        raise UsageError(
+            f"checkpoint {checkpoint} has no tokenizer.json: this run trains its own vocabulary and resumes with the "
+            "one saved in the checkpoint; resume from a complete checkpoint, or give its run's tokenizer with --tokenizer_name"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    if len(tokenizer) > vocab_size:
+        raise UsageError(
+            f"checkpoint {checkpoint} has a vocabulary of {len(tokenizer)} tokens, more than the {vocab_size} this run "
+            "trains (--vocab_size): resume from a checkpoint of this run"
+        )
     return tokenizer
 
 
@@ -399,8 +473,8 @@ def build_config(args: Any, tokenizer: PreTrainedTokenizerBase, checkpoint: str 
             classifier_pooling="mean" if args.objective == "mlm" else "cls",
         )
     if args.config_overrides:
-        config.update_from_string(args.config_overrides)
-        # update_from_string sets attributes one by one; rebuilding re-runs the config's own checks.
+        apply_config_overrides(config, args.config_overrides)
+        # Set one by one; rebuilding re-runs the config's own checks.
         config = MlmSuiteConfig.from_dict(config.to_dict())
     # --rope_theta; a rotary checkpoint's positions follow longer rows
     extension = extend_context(config, tokenizer, args.rope_theta, args.max_seq_length, continued=bool(checkpoint))
