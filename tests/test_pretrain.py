@@ -336,6 +336,23 @@ def test_resume_from_checkpoint_matches_an_uninterrupted_run(tmp_path, corpus):
     assert [losses[1][step] for step in (3, 4)] == pytest.approx([losses[0][step] for step in (3, 4)], rel=1e-5)
 
 
+def test_steps_with_nothing_to_predict_are_left_out_of_the_losses(tmp_path, corpus):
+    """At a 1 % masking rate some batches select no token: such a step has a zero gradient, logs no loss (no NaN,
+    no 0), and train_loss is the mean of the other steps' losses."""
+    output_dir = tmp_path / "rare_masks"
+    extra = ["--train_file", str(corpus["train"]), "--validation_file", str(corpus["validation"]), "--max_steps", "8"]
+    extra += ["--mlm_probability", "0.01", "--eval_strategy", "no", "--vocab_size", "200", "--fill_mask_probes", "0"]
+    assert main(job_args(output_dir, *extra)) == 0
+    history = [entry for entry in read_json(output_dir / "trainer_state.json")["log_history"] if "grad_norm" in entry]
+    assert [entry["step"] for entry in history] == list(range(1, 9))
+    empty = [entry for entry in history if entry["grad_norm"] == 0.0]
+    losses = [entry["loss"] for entry in history if entry["grad_norm"] > 0.0]
+    assert empty and losses and all("loss" not in entry for entry in empty)
+    assert all(math.isfinite(loss) and loss > 1.0 for loss in losses)
+    assert read_json(output_dir / "train_results.json")["train_loss"] == pytest.approx(sum(losses) / len(losses))
+    assert all(tensor.isfinite().all() for tensor in weights(output_dir).values())
+
+
 def test_loader_workers_and_flattened_batches_train_exactly_like_the_default(tmp_path, corpus):
     """Collating in 2 worker processes, or flattening the batches, changes nothing in what is trained: masks are
     a function of (seed, epoch, example index), not of the process that draws them. On CPU both are off by default."""

@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 from transformers import TrainingArguments
 
 from mlm_suite import cli
-from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, finetune_retrieval, pretrain
+from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, finetune_retrieval, pretrain, pretraining_setup
 from mlm_suite.jobs.arguments import JobTrainingArguments
 from mlm_suite.jobs.checkpoints import resume_checkpoint, stage_checkpoint
 from mlm_suite.training.trainer import PickleFreeTrainer
@@ -90,6 +90,9 @@ def assert_same_run(full: Path, resumed: Path, state: str = "checkpoint-4/traine
     for step in steps:
         for key, value in logs[0][step].items():
             assert logs[1][step][key] == pytest.approx(value, rel=1e-6, abs=1e-9), (step, key)
+    # train_loss covers every step, the checkpoint's too, not only those the resumed run trained.
+    results = [read_json(run / "all_results.json") for run in (full, resumed)]
+    assert results[1]["train_loss"] == pytest.approx(results[0]["train_loss"], rel=1e-6)
 
 
 def stop_then_continue(monkeypatch, main, argv: list[str], capsys) -> str:
@@ -112,6 +115,24 @@ def test_pretrain_continues_a_stopped_run_found_in_its_output_folder(tmp_path, c
     assert pretrain.main(pretrain_args(full, *common)) == 0
     err = stop_then_continue(monkeypatch, pretrain.main, pretrain_args(resumed, *common), capsys)
     assert f"resuming training from {resumed / 'checkpoint-2'}" in err
+    assert_same_run(full, resumed, "trainer_state.json")
+
+
+def test_pretrain_with_a_trained_vocabulary_resumes_with_the_checkpoint_tokenizer(tmp_path, corpus, monkeypatch, capsys):
+    """The resumed run takes the vocabulary its checkpoint's weights were trained with; it trains none."""
+    common = ["--train_file", str(corpus["train"]), "--validation_file", str(corpus["validation"]), *SAVES]
+    common += ["--max_eval_samples", "4", "--eval_strategy", "no", "--vocab_size", "200", "--fill_mask_probes", "0"]
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    assert pretrain.main(pretrain_args(full, *common)) == 0
+    with stopped_after_saving(monkeypatch, 2):
+        pretrain.main(pretrain_args(resumed, *common))
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a resumed run trained a new vocabulary")
+
+    monkeypatch.setattr(pretraining_setup, "train_wordpiece_tokenizer", no_training)
+    assert pretrain.main(pretrain_args(resumed, *common)) == 0
+    assert read_json(resumed / "tokenizer.json")["model"]["vocab"] == read_json(full / "tokenizer.json")["model"]["vocab"]
     assert_same_run(full, resumed, "trainer_state.json")
 
 
