@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import overload
@@ -54,6 +55,25 @@ def _read_texts(texts_or_files: Iterable[str] | Sequence[str | os.PathLike]) -> 
     for path in files:
         with open(path, encoding="utf-8") as handle:
             yield from handle
+
+
+_BERT_WHITESPACE = re.compile("[ \t\n\r]")
+
+
+def _count_words(tokenizer: Tokenizer, texts: Iterable[str]) -> Counter[str]:
+    """How often each word of ``texts`` occurs, as ``tokenizer``'s normalizer and pre-tokenizer make them.
+
+    BERT's normalizer works character by character and its pre-tokenizer splits at whitespace first, so each
+    distinct whitespace-separated chunk is normalized and split once, however often it occurs.
+    """
+    chunks: Counter[str] = Counter()
+    for text in texts:
+        chunks.update(_BERT_WHITESPACE.split(text))
+    words: Counter[str] = Counter()
+    for chunk, count in chunks.items():
+        for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(tokenizer.normalizer.normalize_str(chunk)):
+            words[word] += count
+    return words
 
 
 def learn_wordpiece_vocabulary(
@@ -193,11 +213,9 @@ def train_wordpiece_tokenizer(
     # No decoder clean-up: decoding is then the exact inverse of pre-tokenization (words joined by
     # single spaces) instead of a heuristic that glues some punctuation back and not other.
     tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)
-    word_counts: Counter[str] = Counter()
-    for text in _read_texts(texts_or_files):
-        normalized = tokenizer.normalizer.normalize_str(text)
-        word_counts.update(word for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(normalized))
-    learnt = learn_wordpiece_vocabulary(word_counts, vocab_size, special_tokens, min_frequency, limit_alphabet)
+    learnt = learn_wordpiece_vocabulary(
+        _count_words(tokenizer, _read_texts(texts_or_files)), vocab_size, special_tokens, min_frequency, limit_alphabet
+    )
     # Ids are only labels to WordPiece (it segments by greedy longest match over the token set): number the
     # tokens canonically, special tokens first, so that a seeded model's embeddings follow the tokens.
     ordered = special_tokens + sorted(token for token in learnt if token not in special_tokens)
