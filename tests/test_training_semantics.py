@@ -12,6 +12,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import Trainer
 
+from conftest import make_tiny_config
+from mlm_suite import MlmSuiteForMaskedLM
 from semantics_cases import CASES, IN_BATCH_NEGATIVES, ROWS, batch_loss, train_one_step
 from test_distributed import launch_two_processes
 
@@ -94,3 +96,16 @@ def test_the_trainer_finds_only_the_real_label_arguments():
     from mlm_suite import MlmSuiteForPreTraining
 
     assert find_labels(MlmSuiteForPreTraining) == ["labels", "next_sentence_label"]
+
+
+@pytest.mark.parametrize("count", [0, torch.tensor(0)])
+def test_a_batch_with_nothing_to_predict_has_a_zero_loss_and_gradient(count):
+    """No token selected in the whole step (num_items_in_batch 0): a loss of 0 with a zero gradient, not 0 / 0."""
+    torch.manual_seed(0)
+    model = MlmSuiteForMaskedLM(make_tiny_config())
+    input_ids = torch.randint(5, model.config.vocab_size, (2, 8))
+    labels = torch.full_like(input_ids, -100)
+    loss = model(input_ids=input_ids, labels=labels, num_items_in_batch=count).loss
+    loss.backward()
+    assert loss.item() == 0.0
+    assert all(parameter.grad is None or not parameter.grad.any() for parameter in model.parameters())
