@@ -23,6 +23,8 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict, Features, IterableDataset, Value
 
+from mlm_suite.data.text_files import open_text
+
 __all__ = [
     "DOCUMENT_FEATURES",
     "HELD_OUT_SEED",
@@ -52,7 +54,7 @@ def iter_documents(path: str | Path, text_column: str = "text") -> Iterator[str]
         ValueError: a JSON line that is not an object with a string ``text_column``, naming file and line.
     """
     path = Path(path)
-    with path.open(encoding="utf-8") as lines:
+    with open_text(path) as lines:
         if is_json_lines(path):
             for number, line in enumerate(lines, start=1):
                 if not line.strip():

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mlm_suite.data.builtin import BUILTIN_DATASETS
-from mlm_suite.data.labels import infer_task_type
 from mlm_suite.data.readers import load_intermediate, load_labelled_text_splits
 from mlm_suite.jobs.arguments import parse_arguments
 from mlm_suite.jobs.checkpoints import resume_checkpoint
@@ -40,6 +39,7 @@ from mlm_suite.jobs.sequence_classification import (
     limited_splits,
     predict_unlabelled,
     scored_labels,
+    settle_labels,
     text_encoder,
     unlabelled_splits,
     write_card_and_summary,
@@ -84,8 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     intermediate = load_intermediate(data_args.intermediate_train_file, text_columns, data_args.label_column_name)
     splits = limited_splits(splits, data_args, text_columns)
     unlabelled = unlabelled_splits(splits, training_args)
+    task_type, splits, intermediate = settle_labels(splits, unlabelled, intermediate, data_args.task_type,
+                                                    training_args.do_train)
     labels = scored_labels(splits, unlabelled)
-    task_type = infer_task_type(labels, data_args.task_type)
 
     # Model
     model_path = resolve_model_path(model_args.model_name_or_path, training_args)

@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mlm_suite.data.labels import (
+    check_class_set,
     check_labels_listed,
     class_names,
+    infer_task_type,
     label_maps,
+    labels_as,
     resolve_label_list,
     split_is_labelled,
 )
@@ -135,6 +138,28 @@ def unlabelled_splits(splits: Mapping[str, TextSplit], training_args: FinetuneTr
         raise UsageError("the validation split has no labels (all of them -1, null or empty); evaluating during "
                          "training (--eval_strategy, --early_stopping_patience) needs a labelled validation split")
     return unlabelled
+
+
+def settle_labels(
+    splits: Mapping[str, TextSplit], unlabelled: Sequence[str], intermediate: tuple[list[Example], str] | None,
+    requested_task_type: str, training: bool,
+) -> tuple[str, dict[str, TextSplit], tuple[list[Example], str] | None]:
+    """Classification or regression, decided from the labels of every labelled split together (``--task_type``, or
+    :func:`~mlm_suite.data.labels.infer_task_type`), and the splits and intermediate data with their labels as the
+    task reads them (:func:`~mlm_suite.data.labels.labels_as`). A classifier to train needs a train split of two
+    classes or more holding every class of the other splits (:func:`~mlm_suite.data.labels.check_class_set`).
+    """
+    task_type = infer_task_type(scored_labels(splits, unlabelled), requested_task_type)
+    settled = {split: examples if split in unlabelled
+               else TextSplit(examples.texts, labels_as(examples.labels, task_type, f"the {split} split"))
+               for split, examples in splits.items()}
+    if task_type == "classification" and training and "train" in settled and "train" not in unlabelled:
+        check_class_set({split: examples.labels for split, examples in settled.items() if split not in unlabelled})
+    if intermediate is not None:
+        examples, description = intermediate
+        labels = labels_as([example["label"] for example in examples], task_type, "the intermediate data")
+        intermediate = [{**example, "label": label} for example, label in zip(examples, labels)], description
+    return task_type, settled, intermediate
 
 
 def scored_labels(splits: Mapping[str, TextSplit], unlabelled: Sequence[str]) -> list[Any]:
@@ -342,6 +367,7 @@ __all__ = [
     "limited_splits",
     "predict_unlabelled",
     "scored_labels",
+    "settle_labels",
     "text_encoder",
     "unlabelled_splits",
     "write_card_and_summary",
