@@ -490,8 +490,9 @@ def test_split_and_task_type_helpers():
     assert (train, validation, test) == split_80_10_10(range(50), seed=1) != split_80_10_10(range(50), seed=2)
     assert infer_task_type(["0", "1", "2"], "auto") == "classification"
     assert infer_task_type(["1", "2.5"], "auto") == "regression"
-    assert infer_task_type([0.0, 1.0], "auto") == "regression"
-    assert infer_task_type(["neutral", "0.5"], "auto") == "classification"
+    assert infer_task_type([0.0, 1.0], "auto") == infer_task_type(["1.0", "0"], "auto") == "classification"
+    assert infer_task_type([0.0, 0.5], "auto") == "regression"
+    assert infer_task_type(["neutral", "0.5"], "auto") == infer_task_type(["0.5", "neutral"], "auto") == "classification"
     assert infer_task_type([0.5], "classification") == "classification"
 
 

@@ -62,8 +62,8 @@ def split_is_labelled(
     first = absent[0]
     place = where(first) if where is not None else f"row {first}"
     raise UsageError(
-        f"{source}: {len(absent)} of {len(labels)} rows have no label (first: {place}, label {labels[first]!r}) and "
-        "the others have labels; label every row of a split, or none (an unlabelled split is predicted, not scored)"
+        f"{source}: {len(absent)} of {len(labels)} rows have no label (label {labels[first]!r}), the first on {place}, "
+        "and the others have labels; label every row of a split, or none (an unlabelled split is predicted, not scored)"
     )
 
 
