@@ -122,23 +122,20 @@ def test_an_all_minus_one_local_test_file_is_predicted_not_scored(tmp_path, tiny
 # --------------------------------------------------------------------------------------------
 # CSV rows, BOM, empty files
 # --------------------------------------------------------------------------------------------
-def test_an_unquoted_comma_in_a_text_cell_is_refused_with_its_line(tmp_path, tiny_model, capsys):
-    train = tmp_path / "train.csv"
-    rows = [f"film {i},{i % 2}\n" for i in range(10)]
-    rows[4] = "a good, long film,1\n"
-    train.write_text("text,label\n" + "".join(rows), encoding="utf-8")
-    outcome = finetune("finetune-cls", tiny_model, tmp_path / "out", "--train_file", train, capsys=capsys)
-    assert_refused(outcome, "finetune-cls", str(train), "line 6", "3 fields", "header has 2")
-    assert not (tmp_path / "out").exists()
-
-
-def test_a_row_with_too_few_fields_is_refused_with_its_line(tmp_path, tiny_model, capsys):
-    train = tmp_path / "train.tsv"
-    rows = [f"film {i}\tit is\t{i % 2}\n" for i in range(10)]
-    rows[2] = "film two\t1\n"
-    train.write_text("sentence1\tsentence2\tlabel\n" + "".join(rows), encoding="utf-8")
-    outcome = finetune("finetune-pair", tiny_model, tmp_path / "out", "--train_file", train, capsys=capsys)
-    assert_refused(outcome, "finetune-pair", str(train), "line 4", "2 fields", "header has 3")
+@pytest.mark.parametrize("command, name, columns, bad_row, found", [
+    ("finetune-cls", "train.csv", ["text", "label"], "a good, long film,1", "3 fields"),  # an unquoted comma
+    ("finetune-pair", "train.tsv", ["sentence1", "sentence2", "label"], "film two\t1", "2 fields"),  # a field missing
+])
+def test_a_row_whose_fields_do_not_match_the_header_is_refused_with_its_line(tmp_path, tiny_model, command, name,
+                                                                           columns, bad_row, found, capsys):
+    train = tmp_path / name
+    delimiter = "\t" if name.endswith(".tsv") else ","
+    rows = [[f"film {i}", "it is", str(i % 2)][-len(columns):] for i in range(10)]
+    lines = [delimiter.join(row) for row in [columns, *rows]]
+    lines[5] = bad_row
+    train.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    outcome = finetune(command, tiny_model, tmp_path / "out", "--train_file", train, capsys=capsys)
+    assert_refused(outcome, command, str(train), "line 6", found, f"header has {len(columns)}")
     assert not (tmp_path / "out").exists()
 
 
