@@ -169,15 +169,19 @@ def test_regression_with_a_hidden_score_test_split(tiny_model, tmp_path, capsys)
 
 
 def test_the_label_set_decides_the_task_and_the_classes():
-    from mlm_suite.data.labels import check_class_set, check_label, hidden_label_splits, infer_task_type, labels_as
+    from mlm_suite.data.labels import (
+        are_whole_numbers, check_class_set, check_label, hidden_label_splits, infer_task_type, labels_as,
+    )
 
     # whole numbers are classes however they are written, one name per class
     assert infer_task_type([1, "0.0", 1.0], "auto") == "classification"
-    assert labels_as([1, "0.0", 1.0], "classification", "s") == ["1", "0", "1"]
-    assert labels_as(["1.0", "2"], "regression", "s") == [1.0, 2.0]
-    assert labels_as(["pos", "1.0"], "classification", "s") == ["pos", "1.0"]  # not all numbers: names as written
+    assert are_whole_numbers([1, "0.0", 1.0]) and not are_whole_numbers(["1.0", "pos"])
+    assert labels_as([1, "0.0", 1.0], "classification", "s", whole_numbers=True) == ["1", "0", "1"]
+    assert labels_as(["1.0", "2"], "regression", "s", whole_numbers=True) == [1.0, 2.0]
+    # another split holds a name: every class is named as written
+    assert labels_as(["1.0", "1"], "classification", "s", whole_numbers=False) == ["1.0", "1"]
     with pytest.raises(UsageError, match=r"the train split, row 1: label 'high' is not a number"):
-        labels_as(["0.5", "high"], "regression", "the train split")
+        labels_as(["0.5", "high"], "regression", "the train split", whole_numbers=False)
     for bad in ("nan", " NaN ", float("inf"), "-infinity"):
         with pytest.raises(UsageError, match=r"f.csv line 3: label .* is (NaN|infinite)"):
             check_label(bad, "f.csv line 3")

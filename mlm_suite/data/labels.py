@@ -208,6 +208,12 @@ def label_maps(labels: Sequence[str]) -> tuple[dict[int, str], dict[str, int]]:
     return dict(enumerate(labels)), {label: index for index, label in enumerate(labels)}
 
 
+def are_whole_numbers(labels: Sequence[Any]) -> bool:
+    """Whether every label is a whole number, however written (``1``, ``1.0``, ``"1"``, ``"1.0"``)."""
+    numbers = [label_number(label) for label in labels]
+    return all(number is not None and number.is_integer() for number in numbers)
+
+
 def infer_task_type(labels: Sequence[Any], requested: str) -> str:
     """``classification`` or ``regression``: as requested, else inferred from the whole label set at once.
 
@@ -216,28 +222,28 @@ def infer_task_type(labels: Sequence[Any], requested: str) -> str:
     """
     if requested != "auto":
         return requested
-    numbers = [label_number(label) for label in labels]
-    if any(number is None for number in numbers) or all(number.is_integer() for number in numbers):
+    if are_whole_numbers(labels) or any(label_number(label) is None for label in labels):
         return "classification"
     return "regression"
 
 
-def labels_as(labels: Sequence[Any], task_type: str, source: str) -> list[Any]:
+def labels_as(labels: Sequence[Any], task_type: str, source: str, whole_numbers: bool) -> list[Any]:
     """The labels of ``source`` (a split) as the task reads them: scores (floats) for a regression, else class names,
-    whole numbers written the same however the file wrote them (``1``, ``"1.0"`` → ``"1"``) when every label is one.
+    each written as one integer (``1``, ``"1.0"`` → ``"1"``) when ``whole_numbers`` (:func:`are_whole_numbers` of
+    the whole label set), else as in the file.
 
     Raises:
         UsageError: a regression label that is not a number, naming ``source``, the row and the value.
     """
-    numbers = [label_number(label) for label in labels]
     if task_type == "regression":
-        for row, (label, number) in enumerate(zip(labels, numbers)):
-            if number is None:
+        scores = [label_number(label) for label in labels]
+        for row, (label, score) in enumerate(zip(labels, scores)):
+            if score is None:
                 raise UsageError(f"{source}, row {row}: label {label!r} is not a number; a regression needs numeric "
                                  "scores (or pass --task_type classification)")
-        return numbers
-    if all(number is not None and number.is_integer() for number in numbers):
-        return [str(int(number)) for number in numbers]
+        return scores
+    if whole_numbers:
+        return [str(int(label_number(label))) for label in labels]
     return [str(label) for label in labels]
 
 
@@ -277,6 +283,7 @@ def class_names(labels: Sequence[Any]) -> list[str]:
 
 __all__ = [
     "HIDDEN_LABEL",
+    "are_whole_numbers",
     "check_class_set",
     "check_label",
     "check_labels_listed",

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mlm_suite.data.labels import (
+    are_whole_numbers,
     check_class_set,
     check_labels_listed,
     class_names,
@@ -149,16 +150,19 @@ def settle_labels(
     task reads them (:func:`~mlm_suite.data.labels.labels_as`). A classifier to train needs a train split of two
     classes or more holding every class of the other splits (:func:`~mlm_suite.data.labels.check_class_set`).
     """
-    task_type = infer_task_type(scored_labels(splits, unlabelled), requested_task_type)
+    labels = scored_labels(splits, unlabelled)
+    task_type = infer_task_type(labels, requested_task_type)
+    intermediate_labels = [example["label"] for example in intermediate[0]] if intermediate is not None else []
+    whole_numbers = are_whole_numbers(labels + intermediate_labels)
     settled = {split: examples if split in unlabelled
-               else TextSplit(examples.texts, labels_as(examples.labels, task_type, f"the {split} split"))
+               else TextSplit(examples.texts, labels_as(examples.labels, task_type, f"the {split} split", whole_numbers))
                for split, examples in splits.items()}
     if task_type == "classification" and training and "train" in settled and "train" not in unlabelled:
         check_class_set({split: examples.labels for split, examples in settled.items() if split not in unlabelled})
     if intermediate is not None:
         examples, description = intermediate
-        labels = labels_as([example["label"] for example in examples], task_type, "the intermediate data")
-        intermediate = [{**example, "label": label} for example, label in zip(examples, labels)], description
+        as_read = labels_as(intermediate_labels, task_type, "the intermediate data", whole_numbers)
+        intermediate = [{**example, "label": label} for example, label in zip(examples, as_read)], description
     return task_type, settled, intermediate
 
 
