@@ -1,6 +1,7 @@
 """Reading local and Hub data for the jobs: files → rows, Hub (or saved) datasets → splits, fixed-seed splits.
 
-Every reader of the jobs' input files lives here, so a data format is read the same way everywhere:
+Every reader of the jobs' input files lives here, so a data format is read the same way everywhere (and every file
+is opened by :func:`mlm_suite.data.text_files.open_text`: UTF-8, a BOM allowed, anything else refused in one line):
 
 * rows of files: CoNLL column files (:func:`read_conll`), JSON lines (:func:`read_json_lines`), CSV/TSV or
   JSON-lines records (:func:`read_numbered_records`, :func:`read_records`, :func:`column`), documents for

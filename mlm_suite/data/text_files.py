@@ -3,7 +3,7 @@ through :func:`open_text`, so every one of them reads UTF-8 the same way and ref
 
 A UTF-8 byte-order mark (Excel's "CSV UTF-8") is dropped rather than read into the first column name; a file that
 is not UTF-8 text (Latin-1, UTF-16, a binary file) is a :class:`~mlm_suite.errors.UsageError` naming the file, the
-line and the byte offset of the first byte that is not UTF-8. See docs/data.md.
+line and the byte offset of the first byte that is not UTF-8. See docs/command_line.md.
 """
 
 from __future__ import annotations

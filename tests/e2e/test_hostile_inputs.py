@@ -5,11 +5,12 @@ test file), which train."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from hostile import assert_refused, folder_files, run_command, write_csv
+from hostile import Outcome, assert_refused, folder_files, run_command, write_csv
 from mlm_suite.cli import main
 
 FAST = ["--max_steps", "2", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "4",
@@ -19,7 +20,7 @@ LATIN1 = "un café noir,1\n".encode("latin-1")  # é is 0xe9, not UTF-8
 COLUMNS = {"finetune-cls": [], "finetune-pair": ["--sentence1_column", "text"]}
 
 
-def finetune(command: str, model: Path, output_dir: Path, *flags, capsys) -> "object":
+def finetune(command: str, model: Path, output_dir: Path, *flags, capsys) -> Outcome:
     return run_command([command, "--model_name_or_path", model, "--output_dir", output_dir, *FAST, *flags], capsys)
 
 
@@ -271,8 +272,7 @@ def prepared(tmp_path_factory, tiny_model) -> Path:
 
 
 def damage(prepared: Path, tmp_path: Path, how: str) -> Path:
-    import shutil
-
+    """A copy of ``prepared`` with half its training shard cut off, the shard gone, or its metadata broken."""
     copy = tmp_path / "prepared"
     shutil.copytree(prepared, copy)
     shard = next((copy / "train").glob("*.arrow"))
