@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from mlm_suite.jobs.distributed import command_prog
+from mlm_suite.jobs.output_folder import claim_output_folder
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -15,6 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output_dir", default="outputs/quickstart")
     parser.add_argument("--preset", default="mini")
     args = parser.parse_args(argv)
+    claim_output_folder(args.output_dir)
 
     import torch
     from transformers import AutoModelForMaskedLM, AutoTokenizer
