@@ -80,12 +80,13 @@ def _owner(lock: Path) -> dict | None:
 
 
 def _alive(owner: dict) -> bool:
-    """Whether the owner may still run: its pid is alive on this host, or it runs on another host (unknowable)."""
-    if owner.get("host") != socket.gethostname():
-        return True
+    """Whether the owner may still run: its pid is alive on this host, or it runs on another host (unknowable).
+    An unreadable lock is no one's (locks are written whole)."""
     pid = owner.get("pid")
     if not isinstance(pid, int) or pid <= 0:
         return False
+    if owner.get("host") != socket.gethostname():
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -142,26 +143,32 @@ def claim_output_folder(
     created = [parent for parent in reversed(lock.parent.parents) if not parent.exists()]
     created += [lock.parent] if not lock.parent.exists() else []
     lock.parent.mkdir(parents=True, exist_ok=True)
-    record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": sys.argv}) + "\n"
-    for _ in range(2):
-        try:
-            descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            owner = _owner(lock)
-            if owner is None:  # its owner just released it
+    record = lock.with_name(f"{lock.name}.{os.getpid()}")  # written whole, then linked: a lock is never empty
+    record.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": sys.argv}) + "\n",
+                      encoding="utf-8")
+    try:
+        for _ in range(2):
+            try:
+                os.link(record, lock)
+            except FileExistsError:
+                owner = _owner(lock)
+                if owner is None:  # its owner just released it
+                    continue
+                if _alive(owner):
+                    raise _in_use(flag, output_dir, lock, owner) from None
+                print(f"mlm_suite: taking over the lock of {flag} {output_dir} ({lock}): its process "
+                      f"{owner.get('pid')} is no longer running", file=sys.stderr)
+                lock.unlink(missing_ok=True)
                 continue
-            if _alive(owner):
-                _remove_empty(created)
-                raise _in_use(flag, output_dir, lock, owner) from None
-            print(f"mlm_suite: taking over the lock of {flag} {output_dir} ({lock}): its process "
-                  f"{owner.get('pid')} is no longer running", file=sys.stderr)
-            lock.unlink(missing_ok=True)
-            continue
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(record)
-        _held[folder] = _Claim(lock, created)
-        return
-    raise _in_use(flag, output_dir, lock, _owner(lock) or {})
+            _held[folder] = _Claim(lock, created)
+            return
+        raise _in_use(flag, output_dir, lock, _owner(lock) or {})  # taken again by a run that started meanwhile
+    except UsageError:
+        record.unlink(missing_ok=True)
+        _remove_empty(created)
+        raise
+    finally:
+        record.unlink(missing_ok=True)
 
 
 def _remove_empty(folders: list[Path]) -> None:
