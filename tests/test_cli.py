@@ -400,6 +400,7 @@ def test_claims_are_re_entrant_and_only_the_main_process_locks(tmp_path, monkeyp
     [
         ("", True),  # the owner died between creating and writing its lock
         ("{not json", True),
+        ("[4242]", True),
         (json.dumps({"pid": 1, "host": "another-host"}), False),  # its pid cannot be checked from here
         (json.dumps({"pid": os.getpid() + 10**7, "host": socket.gethostname()}), True),  # beyond any pid: ended
     ],

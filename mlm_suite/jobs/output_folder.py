@@ -72,11 +72,12 @@ def check_no_overlap(output_dir: str | os.PathLike, inputs: Mapping[str, str | o
 def _owner(lock: Path) -> dict | None:
     """What the lock file says about its owner (None when it vanished; {} when it is unreadable)."""
     try:
-        return json.loads(lock.read_text(encoding="utf-8"))
+        record = json.loads(lock.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
         return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _alive(owner: dict) -> bool:
@@ -104,7 +105,7 @@ def _in_use(flag: str, folder: str | os.PathLike, lock: Path, owner: dict) -> Us
 
 
 def _held_by_this_process(folder: Path) -> bool:
-    return any(folder == held or folder.is_relative_to(held) for held in _held)
+    return any(folder.is_relative_to(held) for held in _held)
 
 
 #: The flags (field names) that name a folder a job reads: its output folder must not overlap them.
