@@ -29,6 +29,7 @@ from mlm_suite.data.builtin import BUILTIN_DATASETS  # noqa: E402
 from mlm_suite.analysis.embeddings import ContextualEmbedder, layerwise_anisotropy, save_json, split_words  # noqa: E402
 from mlm_suite.errors import UsageError  # noqa: E402
 from mlm_suite.jobs.distributed import command_prog  # noqa: E402
+from mlm_suite.jobs.output_folder import claim_output_folder  # noqa: E402
 from mlm_suite.jobs.arguments import check_at_least, check_model_source  # noqa: E402
 
 
@@ -70,6 +71,7 @@ def check_flags(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     check_flags(args)
+    claim_output_folder(args.output_dir, args)
     texts = BUILTIN_DATASETS["pang_lee_sentences"].read()
     if not 2 <= args.num_sentences <= len(texts):
         raise UsageError(f"--num_sentences must be between 2 and {len(texts)}, got {args.num_sentences}")

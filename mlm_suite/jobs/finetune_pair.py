@@ -19,6 +19,7 @@ from typing import Any
 from mlm_suite.data.builtin import BUILTIN_DATASETS
 from mlm_suite.data.readers import load_intermediate, load_labelled_text_splits
 from mlm_suite.jobs.arguments import check_at_least, parse_arguments
+from mlm_suite.jobs.output_folder import claim_output_folder
 from mlm_suite.jobs.checkpoints import resume_checkpoint
 from mlm_suite.jobs.finetune_training import FinetuneTrainingArguments, run_trainer, save_everything
 from mlm_suite.jobs.model_loading import (
@@ -91,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_args, data_args, training_args = parse_arguments(
         (ModelArguments, PairDataArguments, PairTrainingArguments), argv
     )
+    claim_output_folder(training_args.output_dir, model_args)
 
     # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run (before the Trainer
     # creates the output folder)

@@ -24,6 +24,7 @@ from mlm_suite.data.packing import MIN_PACKING_LENGTH, check_row_layout
 from mlm_suite.data.prepared import prepare_data
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs import arguments
+from mlm_suite.jobs.output_folder import claim_output_folder
 from mlm_suite.jobs.arguments import HubArguments, check_at_least, check_file, check_model_source, check_within
 
 @dataclass
@@ -74,6 +75,7 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[PrepareDataArguments
 
 def main(argv: list[str] | None = None) -> int:
     args, hub_args = parse_arguments(argv)  # PrepareDataArguments checks its flags
+    claim_output_folder(args.output_dir, args)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name, **hub_args.pretrained_kwargs())
     check_mlm_tokenizer(tokenizer)
     if not tokenizer.is_fast:

@@ -42,6 +42,7 @@ from mlm_suite.jobs.pretraining_setup import (
     describe_controls, describe_new_weights, load_tokenizer, open_corpus_source, resolve_controls, resolve_job_defaults,
 )  # fmt: skip
 from mlm_suite.jobs import arguments
+from mlm_suite.jobs.output_folder import claim_output_folder
 from mlm_suite.jobs.checkpoints import resume_checkpoint
 from mlm_suite.jobs.arguments import (
     HubArguments,
@@ -436,6 +437,7 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
 
     # Everything that can fail on bad input happens before the Trainer creates the output folder.
     check_arguments(args, training_args)
+    claim_output_folder(training_args.output_dir, args)
     resolve_controls(args, training_args)  # schedules of masks, rows, learning rate
 
     # Detecting last checkpoint

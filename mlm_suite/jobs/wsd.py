@@ -23,6 +23,7 @@ from mlm_suite.data import resources
 from mlm_suite.analysis.embeddings import ContextualEmbedder, save_json
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.distributed import command_prog
+from mlm_suite.jobs.output_folder import claim_output_folder
 from mlm_suite.jobs.arguments import check_at_least, check_file, check_model_source, check_within
 from mlm_suite.analysis.wordnet import WSDSplit, evaluate_wsd, limit_lemmas, read_jsonl, wordnet_wsd_dataset
 
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     # Everything that can fail on bad input happens before the output folder is created.
     check_flags(args)
+    claim_output_folder(args.output_dir, args)
     if args.train_file:
         split = WSDSplit(train=read_jsonl(args.train_file), test=read_jsonl(args.test_file), dropped_test=0)
         data_name = f"{args.train_file} / {args.test_file}"
