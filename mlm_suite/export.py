@@ -15,8 +15,9 @@ import torch
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 # torch's exporter translates operators with opset 18 and later (an older opset is "converted" afterwards and,
-# when that fails, silently stays 18); 23 is the newest it writes (torch.onnx's ONNX_MAX_OPSET).
-OPSET_VERSIONS = range(18, 24)
+# when that fails, silently stays 18). From 23 on attention becomes ONNX's Attention operator, which onnxruntime's
+# CPU kernel refuses for a padding mask broadcast over the heads.
+OPSET_VERSIONS = range(18, 23)
 
 
 def example_inputs(model: torch.nn.Module, batch_size: int = 2, seq_len: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -61,7 +62,7 @@ def export_onnx(model: torch.nn.Module, path: str | Path, opset_version: int | N
     """
     if opset_version is not None and opset_version not in OPSET_VERSIONS:
         raise ValueError(
-            f"opset_version {opset_version}: torch's exporter writes opsets {OPSET_VERSIONS[0]} to {OPSET_VERSIONS[-1]}"
+            f"opset_version {opset_version}: the opsets exported are {OPSET_VERSIONS[0]} to {OPSET_VERSIONS[-1]} (OPSET_VERSIONS)"
         )
     inputs = example_inputs(model)
     names = output_names(model, inputs)

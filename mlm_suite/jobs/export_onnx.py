@@ -41,8 +41,8 @@ def check_flags(args: argparse.Namespace) -> None:
     """The flags' values, before anything is read or written."""
     if args.opset_version is not None and args.opset_version not in OPSET_VERSIONS:
         raise UsageError(
-            f"--opset_version {args.opset_version}: torch's exporter writes opsets {OPSET_VERSIONS[0]} to "
-            f"{OPSET_VERSIONS[-1]} (older ones silently stay {OPSET_VERSIONS[0]})"
+            f"--opset_version {args.opset_version}: export-onnx writes opsets {OPSET_VERSIONS[0]} to {OPSET_VERSIONS[-1]} "
+            f"(torch's exporter starts at {OPSET_VERSIONS[0]}; onnxruntime cannot run the attention of later ones)"
         )
     if not (math.isfinite(args.tolerance) and args.tolerance >= 0):
         raise UsageError(f"--tolerance must be a non-negative number (the largest allowed difference), got {args.tolerance}")
