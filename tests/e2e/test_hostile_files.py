@@ -21,13 +21,16 @@ from mlm_suite.errors import FetchError
 # --------------------------------------------------------------------------------------------
 # Damaged copies of the tiny model
 # --------------------------------------------------------------------------------------------
-def damaged_copy(tiny_model: Path, tmp_path: Path, name: str, content: bytes | None = None, truncate: bool = False) -> Path:
-    """A copy of the tiny model whose file ``name`` is cut to half its size (``truncate``) or replaced by ``content``
-    (None and not ``truncate``: removed)."""
+TRUNCATED = b"<cut to half its size>"
+
+
+def damaged_copy(tiny_model: Path, tmp_path: Path, name: str, content: bytes | None) -> Path:
+    """A copy of the tiny model whose file ``name`` is replaced by ``content`` (:data:`TRUNCATED`: cut to half its
+    size; None: removed)."""
     folder = tmp_path / "model"
     shutil.copytree(tiny_model, folder)
     path = folder / name
-    if truncate:
+    if content is TRUNCATED:
         data = path.read_bytes()
         path.write_bytes(data[: len(data) // 2])
     elif content is None:
@@ -38,7 +41,19 @@ def damaged_copy(tiny_model: Path, tmp_path: Path, name: str, content: bytes | N
 
 
 def truncated_weights(tiny_model: Path, tmp_path: Path) -> Path:
-    return damaged_copy(tiny_model, tmp_path, "model.safetensors", truncate=True)
+    return damaged_copy(tiny_model, tmp_path, "model.safetensors", TRUNCATED)
+
+
+# What is damaged, how, and what the error line says after the file's path.
+DAMAGES = {
+    "truncated weights": ("model.safetensors", TRUNCATED, ("truncated",)),
+    "weights that are not safetensors": ("model.safetensors", b"<html>503 Service Unavailable</html>" * 40,
+                                         ("not a safetensors file",)),
+    "empty config": ("config.json", b"", ("is empty",)),
+    "config that is not an object": ("config.json", b"[1, 2]", ("JSON list",)),
+    "tokenizer file cut short": ("tokenizer.json", b'{"version": "1.0", "trunc', ("not valid JSON", "line 1")),
+    "empty tokenizer config": ("tokenizer_config.json", b"  \n", ("is empty",)),
+}
 
 
 @pytest.fixture(scope="module")
@@ -70,39 +85,12 @@ def pretrain(model: Path, data_files, output_dir: Path, *flags) -> list:
 # --------------------------------------------------------------------------------------------
 # Fine-tuning through the shared loader
 # --------------------------------------------------------------------------------------------
-def test_finetune_cls_truncated_weights(tmp_path, tiny_model, data_files, capsys):
-    model, output_dir = truncated_weights(tiny_model, tmp_path), tmp_path / "out"
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_finetune_cls_damaged_model_file(damage, tmp_path, tiny_model, data_files, capsys):
+    name, content, fragments = DAMAGES[damage]
+    model, output_dir = damaged_copy(tiny_model, tmp_path, name, content), tmp_path / "out"
     outcome = run_command(finetune_cls(model, data_files, output_dir), capsys)
-    assert_refused(outcome, "finetune-cls", str(model / "model.safetensors"), "truncated")
-    assert not output_dir.exists()
-
-
-def test_finetune_cls_weights_that_are_not_safetensors(tmp_path, tiny_model, data_files, capsys):
-    model = damaged_copy(tiny_model, tmp_path, "model.safetensors", b"<html>503 Service Unavailable</html>" * 40)
-    output_dir = tmp_path / "out"
-    outcome = run_command(finetune_cls(model, data_files, output_dir), capsys)
-    assert_refused(outcome, "finetune-cls", str(model / "model.safetensors"), "not a safetensors file")
-    assert not output_dir.exists()
-
-
-def test_finetune_cls_empty_config(tmp_path, tiny_model, data_files, capsys):
-    model, output_dir = damaged_copy(tiny_model, tmp_path, "config.json", b""), tmp_path / "out"
-    outcome = run_command(finetune_cls(model, data_files, output_dir), capsys)
-    assert_refused(outcome, "finetune-cls", str(model / "config.json"), "is empty")
-    assert not output_dir.exists()
-
-
-def test_finetune_cls_config_that_is_not_an_object(tmp_path, tiny_model, data_files, capsys):
-    model, output_dir = damaged_copy(tiny_model, tmp_path, "config.json", b"[1, 2]"), tmp_path / "out"
-    outcome = run_command(finetune_cls(model, data_files, output_dir), capsys)
-    assert_refused(outcome, "finetune-cls", str(model / "config.json"), "JSON list")
-    assert not output_dir.exists()
-
-
-def test_finetune_cls_damaged_tokenizer_file(tmp_path, tiny_model, data_files, capsys):
-    model, output_dir = damaged_copy(tiny_model, tmp_path, "tokenizer.json", b'{"version": "1.0", "trunc'), tmp_path / "out"
-    outcome = run_command(finetune_cls(model, data_files, output_dir), capsys)
-    assert_refused(outcome, "finetune-cls", str(model / "tokenizer.json"), "not valid JSON", "line 1")
+    assert_refused(outcome, "finetune-cls", str(model / name), *fragments)
     assert not output_dir.exists()
 
 
@@ -151,24 +139,12 @@ def test_finetune_retrieval_refuses_one_pair_per_batch(tmp_path, tiny_model, dat
 # --------------------------------------------------------------------------------------------
 # Continued pretraining
 # --------------------------------------------------------------------------------------------
-def test_pretrain_continued_from_truncated_weights(tmp_path, tiny_model, data_files, capsys):
-    model, output_dir = truncated_weights(tiny_model, tmp_path), tmp_path / "out"
+@pytest.mark.parametrize("damage", ["truncated weights", "empty config", "empty tokenizer config"])
+def test_pretrain_continued_from_a_damaged_model_file(damage, tmp_path, tiny_model, data_files, capsys):
+    name, content, fragments = DAMAGES[damage]
+    model, output_dir = damaged_copy(tiny_model, tmp_path, name, content), tmp_path / "out"
     outcome = run_command(pretrain(model, data_files, output_dir), capsys)
-    assert_refused(outcome, "pretrain", str(model / "model.safetensors"), "truncated")
-    assert not output_dir.exists()
-
-
-def test_pretrain_continued_with_an_empty_tokenizer_config(tmp_path, tiny_model, data_files, capsys):
-    model, output_dir = damaged_copy(tiny_model, tmp_path, "tokenizer_config.json", b"  \n"), tmp_path / "out"
-    outcome = run_command(pretrain(model, data_files, output_dir), capsys)
-    assert_refused(outcome, "pretrain", str(model / "tokenizer_config.json"), "is empty")
-    assert not output_dir.exists()
-
-
-def test_pretrain_continued_with_an_empty_config(tmp_path, tiny_model, data_files, capsys):
-    model, output_dir = damaged_copy(tiny_model, tmp_path, "config.json", b""), tmp_path / "out"
-    outcome = run_command(pretrain(model, data_files, output_dir), capsys)
-    assert_refused(outcome, "pretrain", str(model / "config.json"), "is empty")
+    assert_refused(outcome, "pretrain", str(model / name), *fragments)
     assert not output_dir.exists()
 
 
@@ -217,7 +193,7 @@ def test_convert_bert_on_another_architecture_without_model_type(tmp_path, capsy
 
 
 def test_convert_bert_on_a_folder_without_config(tmp_path, tiny_bert, capsys):
-    source, output_dir = damaged_copy(tiny_bert, tmp_path, "config.json"), tmp_path / "out"
+    source, output_dir = damaged_copy(tiny_bert, tmp_path, "config.json", None), tmp_path / "out"
     outcome = run_command(["convert-bert", source, output_dir], capsys)
     assert_refused(outcome, "convert-bert", str(source / "config.json"), "does not exist", "found: model.safetensors")
     assert not output_dir.exists()
