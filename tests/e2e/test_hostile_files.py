@@ -85,12 +85,15 @@ def pretrain(model: Path, data_files, output_dir: Path, *flags) -> list:
 # --------------------------------------------------------------------------------------------
 # Fine-tuning through the shared loader
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("damage", list(DAMAGES))
-def test_finetune_cls_damaged_model_file(damage, tmp_path, tiny_model, data_files, capsys):
+@pytest.mark.parametrize(("command", "damage"), [("finetune-cls", damage) for damage in DAMAGES] + [
+    ("pretrain", damage) for damage in ("truncated weights", "empty config", "empty tokenizer config")
+])
+def test_damaged_model_file(command, damage, tmp_path, tiny_model, data_files, capsys):
     name, content, fragments = DAMAGES[damage]
     model, output_dir = damaged_copy(tiny_model, tmp_path, name, content), tmp_path / "out"
-    outcome = run_command(finetune_cls(model, data_files, output_dir), capsys)
-    assert_refused(outcome, "finetune-cls", str(model / name), *fragments)
+    argv = {"finetune-cls": finetune_cls, "pretrain": pretrain}[command](model, data_files, output_dir)
+    outcome = run_command(argv, capsys)
+    assert_refused(outcome, command, str(model / name), *fragments)
     assert not output_dir.exists()
 
 
@@ -137,17 +140,8 @@ def test_finetune_retrieval_refuses_one_pair_per_batch(tmp_path, tiny_model, dat
 
 
 # --------------------------------------------------------------------------------------------
-# Continued pretraining
+# Pretraining
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("damage", ["truncated weights", "empty config", "empty tokenizer config"])
-def test_pretrain_continued_from_a_damaged_model_file(damage, tmp_path, tiny_model, data_files, capsys):
-    name, content, fragments = DAMAGES[damage]
-    model, output_dir = damaged_copy(tiny_model, tmp_path, name, content), tmp_path / "out"
-    outcome = run_command(pretrain(model, data_files, output_dir), capsys)
-    assert_refused(outcome, "pretrain", str(model / name), *fragments)
-    assert not output_dir.exists()
-
-
 def test_pretrain_empty_tokenizer_folder(tmp_path, data_files, capsys):
     empty, output_dir = tmp_path / "tokenizer", tmp_path / "out"
     empty.mkdir()
@@ -252,7 +246,7 @@ def test_export_onnx_that_fails_its_check_leaves_nothing(tmp_path, tiny_model, c
 
 
 # --------------------------------------------------------------------------------------------
-# anisotropy
+# anisotropy and wsd
 # --------------------------------------------------------------------------------------------
 def test_anisotropy_truncated_weights(tmp_path, tiny_model, capsys):
     model, output_dir = truncated_weights(tiny_model, tmp_path), tmp_path / "out"
@@ -271,6 +265,14 @@ def test_anisotropy_model_folder_without_tokenizer(tmp_path, tiny_model, capsys)
                            "--output_dir", output_dir], capsys)
     assert_refused(outcome, "anisotropy", f"{model} holds no tokenizer", "found: config.json, model.safetensors")
     assert folder_files(output_dir) == []
+
+
+def test_wsd_truncated_weights(tmp_path, tiny_model, data_files, capsys):
+    model, output_dir = truncated_weights(tiny_model, tmp_path), tmp_path / "out"
+    outcome = run_command(["wsd", "--model_name_or_path", model, "--train_file", data_files["wsd"], "--test_file",
+                           data_files["wsd"], "--output_dir", output_dir], capsys)
+    assert_refused(outcome, "wsd", str(model / "model.safetensors"), "truncated")
+    assert not output_dir.exists()
 
 
 # --------------------------------------------------------------------------------------------
