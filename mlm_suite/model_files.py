@@ -54,7 +54,7 @@ def read_json_object(path: Path) -> dict[str, Any]:
     except json.JSONDecodeError as error:
         raise UsageError(f"{path} is not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})") from None
     if not isinstance(value, dict):
-        raise UsageError(f"{path} holds a JSON {type(value).__name__}, not the object a config file holds")
+        raise UsageError(f"{path} holds a JSON {type(value).__name__} where an object of settings belongs")
     return value
 
 
