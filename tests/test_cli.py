@@ -16,6 +16,7 @@ import re
 import socket
 import subprocess
 import sys
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -433,7 +434,8 @@ def test_fetch_distribution_reports_what_it_fetches_and_its_size(tmp_path, monke
         if "broken-pkg==1.0" in command:
             return subprocess.CompletedProcess(command, 1, "", "ERROR: No matching distribution found for broken-pkg==1.0\n")
         folder = Path(command[command.index("-d") + 1])
-        (folder / "fake_pkg-1.0-py3-none-any.whl").write_bytes(b"\0" * 2_500_000)
+        with zipfile.ZipFile(folder / "fake_pkg-1.0-py3-none-any.whl", "w") as wheel:  # a wheel is a zip archive
+            wheel.writestr("fake_pkg/data.bin", b"\0" * 2_500_000)
         return subprocess.CompletedProcess(command, 0, "  Downloading fake_pkg-1.0-py3-none-any.whl (2.5 MB)\n", "")
 
     monkeypatch.setattr(resources.subprocess, "run", fake_pip)

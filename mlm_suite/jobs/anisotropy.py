@@ -22,7 +22,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from transformers import AutoModel, AutoTokenizer  # noqa: E402
+from transformers import AutoModel  # noqa: E402
 
 from mlm_suite.data import resources  # noqa: E402
 from mlm_suite.data.builtin import BUILTIN_DATASETS  # noqa: E402
@@ -31,6 +31,7 @@ from mlm_suite.errors import UsageError  # noqa: E402
 from mlm_suite.jobs.distributed import command_prog  # noqa: E402
 from mlm_suite.jobs.output_folder import claim_output_folder  # noqa: E402
 from mlm_suite.jobs.arguments import check_at_least, check_model_source  # noqa: E402
+from mlm_suite.jobs.model_loading import pretrained_config, pretrained_model, pretrained_tokenizer  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,8 +80,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     sentences = [[word for word, _, _ in split_words(text)] for text in sample]
 
     model_path = args.model_name_or_path or str(resources.converted_minilm_dir())
-    model = AutoModel.from_pretrained(model_path)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = pretrained_model(AutoModel, model_path, config=pretrained_config(model_path))
+    tokenizer = pretrained_tokenizer(model_path)
     embedder = ContextualEmbedder(model, tokenizer, batch_size=args.batch_size)
     results = layerwise_anisotropy(embedder, sentences, n_pairs=args.n_pairs, seed=args.seed)
 

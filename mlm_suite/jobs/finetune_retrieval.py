@@ -12,6 +12,7 @@ docs/finetuning.md::
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -121,6 +122,14 @@ class RetrievalTrainingArguments(FinetuneTrainingArguments):
     )
     per_device_eval_batch_size: int = field(default=128, metadata={"help": "Texts per batch when embedding."})
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.per_device_train_batch_size < 2:
+            raise UsageError(
+                f"--per_device_train_batch_size {self.per_device_train_batch_size}: in-batch-negative training needs "
+                "at least 2 query/document pairs per batch (a query's negatives are the other pairs' documents)"
+            )
+
 
 # --------------------------------------------------------------------------------------------
 # Data
@@ -163,6 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     pairs = first_n(pairs, data_args.max_train_samples)
     limits = {"validation": data_args.max_eval_samples, "test": data_args.max_predict_samples}
     splits = {name: split.limited(limits[name]) for name, split in splits.items()}
+    if training_args.world_size == 1 and len(pairs) % training_args.per_device_train_batch_size == 1:
+        # An epoch's last batch would hold one pair, without negatives: nothing to learn from.
+        training_args.dataloader_drop_last = True
+        print(f"each epoch leaves out one of the {len(pairs)} pairs (a batch of one has no negatives)", file=sys.stderr)
 
     # Model
     model_path = mlm_suite_checkpoint(resolve_model_path(model_args.model_name_or_path, training_args),
