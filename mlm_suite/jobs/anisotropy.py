@@ -72,7 +72,7 @@ def check_flags(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     check_flags(args)
-    claim_output_folder(args.output_dir, args)
+    claim_output_folder(args.output_dir, {"--model_name_or_path": args.model_name_or_path})
     texts = BUILTIN_DATASETS["pang_lee_sentences"].read()
     if not 2 <= args.num_sentences <= len(texts):
         raise UsageError(f"--num_sentences must be between 2 and {len(texts)}, got {args.num_sentences}")

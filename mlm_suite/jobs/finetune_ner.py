@@ -275,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from transformers import AutoConfig, AutoModelForTokenClassification, set_seed
 
     model_args, data_args, training_args = parse_arguments((NerModelArguments, NerDataArguments, NerTrainingArguments), argv)
-    claim_output_folder(training_args.output_dir, model_args)
+    claim_output_folder(training_args.output_dir, model_args.sources())
     # Everything that can fail on bad input happens before the Trainer creates the output folder.
     # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run in --output_dir
     training_args.resume_from_checkpoint = resume_checkpoint(training_args, trains=training_args.do_train)

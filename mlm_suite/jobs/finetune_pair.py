@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_args, data_args, training_args = parse_arguments(
         (ModelArguments, PairDataArguments, PairTrainingArguments), argv
     )
-    claim_output_folder(training_args.output_dir, model_args)
+    claim_output_folder(training_args.output_dir, model_args.sources())
 
     # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run (before the Trainer
     # creates the output folder)

@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_args, data_args, training_args = parse_arguments(
         (RetrievalModelArguments, RetrievalDataArguments, RetrievalTrainingArguments), argv
     )
-    claim_output_folder(training_args.output_dir, model_args)
+    claim_output_folder(training_args.output_dir, model_args.sources())
 
     # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run in --output_dir
     training_args.resume_from_checkpoint = resume_checkpoint(training_args, trains=training_args.do_train)

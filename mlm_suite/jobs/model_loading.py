@@ -67,6 +67,11 @@ class ModelArguments(HubArguments):
         if self.classifier_pooling not in (None, "cls", "mean"):
             raise UsageError(f"--classifier_pooling must be cls or mean, got {self.classifier_pooling!r}")
 
+    def sources(self) -> dict[str, str | None]:
+        """The flags naming what the job reads (its output folder must not overlap them), flag → value."""
+        return {"--model_name_or_path": self.model_name_or_path, "--config_name": self.config_name,
+                "--tokenizer_name": self.tokenizer_name}
+
 
 
 

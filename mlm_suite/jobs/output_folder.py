@@ -108,31 +108,20 @@ def _held_by_this_process(folder: Path) -> bool:
     return any(folder.is_relative_to(held) for held in _held)
 
 
-#: The flags (field names) that name a folder a job reads: its output folder must not overlap them.
-INPUT_FOLDER_FIELDS = ("model_name_or_path", "config_name", "tokenizer_name", "prepared_data", "decay_from_checkpoint")
-
-
-def input_folders(*arguments: object) -> dict[str, str | None]:
-    """``--flag`` → value of each :data:`INPUT_FOLDER_FIELDS` field that the argument objects have."""
-    return {f"--{name}": getattr(args, name) for args in arguments for name in INPUT_FOLDER_FIELDS
-            if getattr(args, name, None)}
-
-
 def claim_output_folder(
     output_dir: str | os.PathLike,
-    *arguments: object,
     inputs: Mapping[str, str | os.PathLike | None] | None = None,
     flag: str = "--output_dir",
 ) -> None:
     """Check that ``output_dir`` overlaps none of the folders the job reads, then lock it for this run.
 
-    The folders read are the :data:`INPUT_FOLDER_FIELDS` of ``arguments`` (the job's argument objects) and
-    ``inputs`` (flag → folder). Only the main process locks (see :func:`is_main_process`). Re-entrant: a folder this
-    process already holds, or one inside it (``mlm-suite seeds`` runs its jobs in subfolders), is not locked again.
+    ``inputs``: the job's flags that name what it reads, flag → value (:func:`check_no_overlap`). Only the main
+    process locks (see :func:`is_main_process`). Re-entrant: a folder this process already holds, or one inside it
+    (``mlm-suite seeds`` runs its jobs in subfolders), is not locked again.
     Raises :class:`~mlm_suite.errors.UsageError` for an overlap, or when a live run (of this or another host) holds
     the folder or a folder above it.
     """
-    check_no_overlap(output_dir, {**input_folders(*arguments), **(inputs or {})}, flag)
+    check_no_overlap(output_dir, inputs or {}, flag)
     folder = Path(output_dir).expanduser().resolve()
     if not is_main_process() or _held_by_this_process(folder):
         return
@@ -209,10 +198,8 @@ def _release_all() -> None:  # claims of jobs whose main was called directly rat
 
 
 __all__ = [
-    "INPUT_FOLDER_FIELDS",
     "check_no_overlap",
     "claim_output_folder",
-    "input_folders",
     "is_main_process",
     "lock_path",
     "output_folders_released",

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     # Everything that can fail on bad input happens before the output folder is created.
     check_flags(args)
-    claim_output_folder(args.output_dir, args)
+    claim_output_folder(args.output_dir, {"--model_name_or_path": args.model_name_or_path})
     if args.train_file:
         split = WSDSplit(train=read_jsonl(args.train_file), test=read_jsonl(args.test_file), dropped_test=0)
         data_name = f"{args.train_file} / {args.test_file}"
