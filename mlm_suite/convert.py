@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import load_file
 
 from mlm_suite.errors import UsageError
+from mlm_suite.model_files import check_tokenizer_files, found_files, read_json_object
 from mlm_suite.model import (
     MlmSuiteConfig,
     MlmSuiteForMaskedLM,
@@ -320,12 +321,20 @@ def convert_bert_checkpoint(
     without mlm_suite installed.
     """
     source, destination = Path(src_dir), Path(dst_dir)
+    if not source.is_dir():
+        what = "is not a folder" if source.exists() else "does not exist"
+        raise UsageError(f"{source} {what}; a BERT checkpoint is a folder holding config.json and its weights")
     config_path = source / "config.json"
     if not config_path.exists():
-        raise UsageError(f"{config_path} does not exist; is {source} a BERT checkpoint folder?")
-    bert_config = _read_json(config_path)
-    if bert_config.get("model_type") not in (None, "bert"):
-        raise UsageError(f"{source} holds a {bert_config['model_type']!r} checkpoint, not a BERT one")
+        raise UsageError(f"{config_path} does not exist; is {source} a BERT checkpoint folder? ({found_files(source)})")
+    bert_config = read_json_object(config_path)
+    model_type = bert_config.get("model_type")
+    architecture = (bert_config.get("architectures") or [None])[0]
+    if model_type not in (None, "bert"):
+        already = " (already an mlm_suite folder: nothing to convert)" if model_type == "mlm_suite" else ""
+        raise UsageError(f"{source} holds a {model_type!r} checkpoint, not a BERT one{already}")
+    if model_type is None and architecture is not None and not str(architecture).startswith("Bert"):
+        raise UsageError(f"{source} holds a {architecture} checkpoint (config.json's architectures), not a BERT one")
     if classifier_pooling not in (None, "cls", "mean"):
         raise UsageError(f"classifier_pooling must be cls or mean, got {classifier_pooling!r}")
     config = config_from_bert(bert_config)
@@ -335,7 +344,6 @@ def convert_bert_checkpoint(
     config.update(pooling)
     weights = convert_bert_state_dict(load_bert_state_dict(source), config.num_hidden_layers)
 
-    architecture = (bert_config.get("architectures") or [None])[0]
     model_class = target_class(architecture, frozenset(name.split(".")[0] for name in weights) & _HEAD_NAMES)
     if model_class is MlmSuiteModel:
         model = MlmSuiteModel(config, add_pooling_layer="pooler.dense.weight" in weights)
@@ -347,6 +355,8 @@ def convert_bert_checkpoint(
             notes.append(f"BERT's pooler ({', '.join(pooler)}) dropped: {model_class.__name__} does not use one")
             weights = {name: t for name, t in weights.items() if not name.startswith("pooler.")}
     load_bert_weights(model, weights, str(source))
+    if (source / "tokenizer.json").exists() or (source / "vocab.txt").exists():
+        check_tokenizer_files(source)  # copied as they are: a damaged one is refused before anything is written
 
     destination.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(destination)

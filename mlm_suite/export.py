@@ -14,6 +14,10 @@ import torch
 
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+# torch's exporter translates operators with opset 18 and later (an older opset is "converted" afterwards and,
+# when that fails, silently stays 18). From 23 on attention becomes ONNX's Attention operator, which onnxruntime's
+# CPU kernel refuses for a padding mask broadcast over the heads.
+OPSET_VERSIONS = range(18, 23)
 
 
 def example_inputs(model: torch.nn.Module, batch_size: int = 2, seq_len: int = 8, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -52,7 +56,14 @@ def output_names(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> lis
 
 
 def export_onnx(model: torch.nn.Module, path: str | Path, opset_version: int | None = None) -> list[str]:
-    """Write ``model`` (eval mode) to an ONNX file with dynamic batch and sequence axes; return its output names."""
+    """Write ``model`` (eval mode) to an ONNX file with dynamic batch and sequence axes; return its output names.
+
+    The weights go beside it, in ``<path>.data``. ``opset_version`` is one of :data:`OPSET_VERSIONS` (default: torch's).
+    """
+    if opset_version is not None and opset_version not in OPSET_VERSIONS:
+        raise ValueError(
+            f"opset_version {opset_version}: the opsets exported are {OPSET_VERSIONS[0]} to {OPSET_VERSIONS[-1]} (OPSET_VERSIONS)"
+        )
     inputs = example_inputs(model)
     names = output_names(model, inputs)
     kwargs = {} if opset_version is None else {"opset_version": opset_version}
@@ -85,4 +96,4 @@ def onnx_difference(model: torch.nn.Module, path: str | Path, batch_size: int = 
     return max(float((expected[name] - torch.from_numpy(value)).abs().max()) for name, value in zip(names, produced))
 
 
-__all__ = ["dynamic_shapes", "example_inputs", "export_onnx", "export_program", "onnx_difference", "output_names"]
+__all__ = ["OPSET_VERSIONS", "dynamic_shapes", "example_inputs", "export_onnx", "export_program", "onnx_difference", "output_names"]

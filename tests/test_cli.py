@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import csv
 import importlib
-import re
 import json
+import os
+import re
+import socket
 import subprocess
 import sys
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -26,6 +29,7 @@ from mlm_suite.data import resources
 from mlm_suite.cli import SUBCOMMANDS, main
 from mlm_suite.errors import FetchError, UsageError, is_user_error
 from mlm_suite.jobs.distributed import command_prog, run_job
+from mlm_suite.jobs.output_folder import claim_output_folder, lock_path, release_output_folder
 from test_run_conventions import finetuning_dataclasses
 from mlm_suite.jobs import arguments
 
@@ -343,6 +347,79 @@ def test_edge_values_pass_the_checks(tmp_path):
                                      "--queries_file", str(existing), "--temperature", "0.01"])
     parse_job("wsd", ["--test_fraction", "0.99", "--max_lemmas", "1"])
     parse_job("anisotropy", ["--num_sentences", "2", "--n_pairs", "1"])
+    parse_job("finetune-ner", ["--max_grad_norm", "0", "--num_train_epochs", "-1", "--max_steps", "3", "--seed", "0",
+                               "--data_seed", str(2**32 - 1), "--warmup_steps", "0", "--dataloader_num_workers", "0"])
+
+
+# --------------------------------------------------------------------------------------------
+# Output folders: claimed by one run at a time, released however the job ends
+# --------------------------------------------------------------------------------------------
+def test_run_job_releases_the_output_folder_however_the_job_ends(tmp_path, capsys):
+    folder = tmp_path / "made" / "for" / "out"
+
+    def job(outcome: BaseException | None):
+        def main(argv):
+            claim_output_folder(folder)
+            record = json.loads(lock_path(folder).read_text())
+            assert (record["pid"], record["host"]) == (os.getpid(), socket.gethostname())
+            if outcome is not None:
+                raise outcome
+            folder.mkdir()
+            return 0
+        return main
+
+    for outcome, status in ((UsageError("bad --flag"), 2), (KeyboardInterrupt(), 130)):
+        with pytest.raises(SystemExit) as exit_info:
+            run_job(job(outcome), [], prog="mlm-suite demo")
+        assert exit_info.value.code == status
+        assert not (tmp_path / "made").exists()  # the lock, and the parents made for it, are gone
+    with pytest.raises(RuntimeError):
+        run_job(job(RuntimeError("a bug")), [], prog="mlm-suite demo")
+    assert not (tmp_path / "made").exists()
+    assert run_job(job(None), [], prog="mlm-suite demo") == 0
+    assert folder.is_dir() and not lock_path(folder).exists()
+    capsys.readouterr()
+
+
+def test_claims_are_re_entrant_and_only_the_main_process_locks(tmp_path, monkeypatch):
+    sweep = tmp_path / "sweep"
+    claim_output_folder(sweep)
+    try:
+        claim_output_folder(sweep)  # the same process again: a job of mlm-suite seeds, the NER baseline
+        claim_output_folder(sweep / "seed_1")
+        assert sorted(path.name for path in tmp_path.iterdir()) == [".sweep.lock"]
+    finally:
+        release_output_folder(sweep)
+    assert not any(tmp_path.iterdir())
+    monkeypatch.setenv("RANK", "1")  # a torchrun or accelerate process other than the main one
+    claim_output_folder(tmp_path / "out")
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("record", "taken_over"),
+    [
+        ("", True),  # the owner died between creating and writing its lock
+        ("{not json", True),
+        ("[4242]", True),
+        (json.dumps({"pid": 1, "host": "another-host"}), False),  # its pid cannot be checked from here
+        (json.dumps({"pid": os.getpid() + 10**7, "host": socket.gethostname()}), True),  # beyond any pid: ended
+    ],
+)
+def test_which_locks_are_stale(record, taken_over, tmp_path, capsys):
+    folder = tmp_path / "out"
+    lock_path(folder).write_text(record)
+    if not taken_over:
+        with pytest.raises(UsageError, match="is in use by process 1 on another-host"):
+            claim_output_folder(folder)
+        assert lock_path(folder).read_text() == record
+        return
+    claim_output_folder(folder)
+    try:
+        assert json.loads(lock_path(folder).read_text())["pid"] == os.getpid()
+        assert "taking over the lock of --output_dir" in capsys.readouterr().err
+    finally:
+        release_output_folder(folder)
 
 
 # --------------------------------------------------------------------------------------------
@@ -357,7 +434,8 @@ def test_fetch_distribution_reports_what_it_fetches_and_its_size(tmp_path, monke
         if "broken-pkg==1.0" in command:
             return subprocess.CompletedProcess(command, 1, "", "ERROR: No matching distribution found for broken-pkg==1.0\n")
         folder = Path(command[command.index("-d") + 1])
-        (folder / "fake_pkg-1.0-py3-none-any.whl").write_bytes(b"\0" * 2_500_000)
+        with zipfile.ZipFile(folder / "fake_pkg-1.0-py3-none-any.whl", "w") as wheel:  # a wheel is a zip archive
+            wheel.writestr("fake_pkg/data.bin", b"\0" * 2_500_000)
         return subprocess.CompletedProcess(command, 0, "  Downloading fake_pkg-1.0-py3-none-any.whl (2.5 MB)\n", "")
 
     monkeypatch.setattr(resources.subprocess, "run", fake_pip)

@@ -357,9 +357,11 @@ def test_early_stopping_in_a_finetuning_job(tiny_model, tmp_path):
 @pytest.mark.slow
 def test_intermediate_stage_equals_finetuning_its_checkpoint(tiny_model, tmp_path):
     """Intermediate data then the task, in one run, is the task trained from the intermediate checkpoint."""
-    files = {name: write_jsonl(tmp_path / f"{name}.jsonl", polarity_rows(*span))
-             for name, span in {"train": (1990, 2020), "dev": (100, 108), "test": (3000, 3008),
-                                "intermediate": (500, 520)}.items()}
+    # the intermediate file is also the second run's training file: both classes (positive before 2000, negative after)
+    files = {name: write_jsonl(tmp_path / f"{name}.jsonl", rows)
+             for name, rows in {"train": polarity_rows(1990, 2020), "dev": polarity_rows(100, 108),
+                                "test": polarity_rows(3000, 3008),
+                                "intermediate": polarity_rows(500, 510) + polarity_rows(2500, 2510)}.items()}
     common = ["--text_column_name", "review", "--label_list", "negative", "positive",
               "--validation_file", str(files["dev"]), *FAST]
     task = ["--train_file", str(files["train"]), "--test_file", str(files["test"])]
@@ -490,8 +492,9 @@ def test_split_and_task_type_helpers():
     assert (train, validation, test) == split_80_10_10(range(50), seed=1) != split_80_10_10(range(50), seed=2)
     assert infer_task_type(["0", "1", "2"], "auto") == "classification"
     assert infer_task_type(["1", "2.5"], "auto") == "regression"
-    assert infer_task_type([0.0, 1.0], "auto") == "regression"
-    assert infer_task_type(["neutral", "0.5"], "auto") == "classification"
+    assert infer_task_type([0.0, 1.0], "auto") == infer_task_type(["1.0", "0"], "auto") == "classification"
+    assert infer_task_type([0.0, 0.5], "auto") == "regression"
+    assert infer_task_type(["neutral", "0.5"], "auto") == infer_task_type(["0.5", "neutral"], "auto") == "classification"
     assert infer_task_type([0.5], "classification") == "classification"
 
 

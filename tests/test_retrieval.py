@@ -140,6 +140,29 @@ def test_in_batch_negatives_loss_equals_a_hand_written_reference(symmetric):
     assert loss.item() == pytest.approx(reference_loss(queries, documents, labels, 20.0, symmetric, 12), rel=1e-5)
 
 
+def test_in_batch_negatives_loss_refuses_a_batch_of_one_document():
+    # One query and its positive: every score is the positive's, the loss is exactly 0 and nothing would train.
+    one_pair = torch.randn(1, 8), torch.randn(1, 8)
+    with pytest.raises(ValueError, match="at least 2 documents"):
+        in_batch_negatives_loss(*one_pair, torch.tensor([0]), 20.0)
+    with_a_hard_negative = torch.randn(2, 8)  # one pair and its hard negative still rank something
+    loss, _ = in_batch_negatives_loss(one_pair[0], with_a_hard_negative, torch.tensor([0]), 20.0)
+    assert loss.item() > 0
+
+
+def test_fine_tuning_leaves_out_a_last_batch_of_one_pair(tiny_model, tmp_path, capsys):
+    from mlm_suite.jobs import finetune_retrieval
+
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", [{"query": f"q {i}", "document": f"d {i}"} for i in range(5)])
+    finetune_retrieval.main(["--model_name_or_path", str(tiny_model), "--train_file", str(pairs), "--num_train_epochs",
+                             "1", "--per_device_train_batch_size", "2", "--output_dir", str(tmp_path / "out")])
+    assert "each epoch leaves out one of the 5 pairs" in capsys.readouterr().err
+    results = json.loads((tmp_path / "out" / "train_results.json").read_text())
+    # two batches of two pairs; the fifth pair alone would have no negatives (the loss would refuse it)
+    assert round(results["train_steps_per_second"] * results["train_runtime"]) == 2
+    assert json.loads((tmp_path / "out" / "training_args.json").read_text())["dataloader_drop_last"] is True
+
+
 def test_model_loss_uses_queries_first_then_documents_and_the_learned_scale():
     config = make_tiny_config(learn_temperature=True, contrastive_symmetric=True)
     torch.manual_seed(0)

@@ -166,3 +166,36 @@ def test_regression_with_a_hidden_score_test_split(tiny_model, tmp_path, capsys)
     rows = predictions(out / "predict_results_test.txt")
     assert [index for index, _ in rows] == ["0", "1"] and all(len(score.split(".")[1]) == 3 for _, score in rows)
     assert "test: no labels (2 examples), predicted only, not scored" in capsys.readouterr().out
+
+
+def test_the_label_set_decides_the_task_and_the_classes():
+    from mlm_suite.data.labels import (
+        are_whole_numbers, check_class_set, check_label, hidden_label_splits, infer_task_type, labels_as,
+    )
+
+    # whole numbers are classes however they are written, one name per class
+    assert infer_task_type([1, "0.0", 1.0], "auto") == "classification"
+    assert are_whole_numbers([1, "0.0", 1.0]) and not are_whole_numbers(["1.0", "pos"])
+    assert labels_as([1, "0.0", 1.0], "classification", "s", whole_numbers=True) == ["1", "0", "1"]
+    assert labels_as(["1.0", "2"], "regression", "s", whole_numbers=True) == [1.0, 2.0]
+    # another split holds a name: every class is named as written
+    assert labels_as(["1.0", "1"], "classification", "s", whole_numbers=False) == ["1.0", "1"]
+    with pytest.raises(UsageError, match=r"the train split, row 1: label 'high' is not a number"):
+        labels_as(["0.5", "high"], "regression", "the train split", whole_numbers=False)
+    for bad in ("nan", " NaN ", float("inf"), "-infinity"):
+        with pytest.raises(UsageError, match=r"f.csv line 3: label .* is (NaN|infinite)"):
+            check_label(bad, "f.csv line 3")
+    check_label("nancy", "f.csv line 3")  # a class name that merely starts like nan
+    # -1 everywhere outside train is hidden; -1 in train makes it a real label
+    assert hidden_label_splits({"train": ["0", "1"], "test": ["-1", -1], "validation": ["-1", "0"]}) == {"test"}
+    assert hidden_label_splits({"train": ["-1", "1"], "test": ["-1", "-1"]}) == set()
+    with pytest.raises(UsageError, match=r"the train split has one class only \('a'\)"):
+        check_class_set({"train": ["a", "a"]})
+    with pytest.raises(UsageError, match=r"the test split has the label\(s\) \['c'\] that the train split never has"):
+        check_class_set({"train": ["a", "b"], "test": ["a", "c"]})
+
+
+def test_a_nan_score_in_a_hub_float_column_names_the_split_and_row():
+    scores = {"train": Dataset.from_dict({"label": [0.5, float("nan"), 4.0]})}
+    with pytest.raises(UsageError, match=r"d\[train\] \(column 'label'\), row 1: label nan is NaN"):
+        hub_split_labels(scores, "label", "d")

@@ -25,6 +25,7 @@ from mlm_suite.analysis.embeddings import (
     accuracy,
     most_frequent_sense_baseline,
 )
+from mlm_suite.data.text_files import open_text
 from mlm_suite.errors import InputIndexError
 
 POS_NAMES = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
@@ -262,7 +263,7 @@ def read_jsonl(path: str | Path) -> list[WSDInstance]:
     Without ``lemma``, the lower-cased target token is the word key.
     """
     instances = []
-    with open(path, encoding="utf-8") as handle:
+    with open_text(path) as handle:
         for line_number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -271,6 +272,8 @@ def read_jsonl(path: str | Path) -> list[WSDInstance]:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
                 raise ValueError(f"{where}: not valid JSON ({error})") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
             missing = [key for key in ("tokens", "target", "sense") if key not in record]
             if missing:
                 raise ValueError(f"{where}: missing field(s) {missing}")
@@ -281,8 +284,12 @@ def read_jsonl(path: str | Path) -> list[WSDInstance]:
                 raise ValueError(f"{where}: 'target' must be an integer, got {target!r}")
             if not 0 <= target < len(tokens):
                 raise InputIndexError(f"{where}: target index {target} is outside the sentence, which has {len(tokens)} tokens")
+            if record["sense"] is None or not str(record["sense"]).strip():
+                raise ValueError(f"{where}: no 'sense' (got {record['sense']!r})")
             lemma = record.get("lemma") or tokens[target].lower()
             instances.append(WSDInstance(tuple(tokens), target, lemma, str(record["sense"])))
+    if not instances:
+        raise ValueError(f"{path}: no instances")
     return instances
 
 

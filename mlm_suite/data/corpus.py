@@ -22,6 +22,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from datasets import Dataset, DatasetDict, Features, IterableDataset, Value
+from datasets.exceptions import DatasetGenerationError
+
+from mlm_suite.data.text_files import open_text
 
 __all__ = [
     "DOCUMENT_FEATURES",
@@ -52,7 +55,7 @@ def iter_documents(path: str | Path, text_column: str = "text") -> Iterator[str]
         ValueError: a JSON line that is not an object with a string ``text_column``, naming file and line.
     """
     path = Path(path)
-    with path.open(encoding="utf-8") as lines:
+    with open_text(path) as lines:
         if is_json_lines(path):
             for number, line in enumerate(lines, start=1):
                 if not line.strip():
@@ -112,13 +115,21 @@ def documents_dataset(
     one file each.
     """
     workers = min(num_proc or 1, len(paths))
-    dataset = Dataset.from_generator(
-        _file_documents,
-        features=DOCUMENT_FEATURES,
-        gen_kwargs=_file_arguments(paths, text_column, held_out=0),
-        num_proc=workers if workers > 1 else None,
-        cache_dir=cache_dir,
-    )
+    try:
+        dataset = Dataset.from_generator(
+            _file_documents,
+            features=DOCUMENT_FEATURES,
+            gen_kwargs=_file_arguments(paths, text_column, held_out=0),
+            num_proc=workers if workers > 1 else None,
+            cache_dir=cache_dir,
+        )
+    except DatasetGenerationError:
+        # The error a worker met arrives wrapped, its type lost across processes: a file the user must fix is found
+        # again here, read in this process, and raised as it is.
+        for path in paths:
+            for _ in iter_documents(path, text_column):
+                pass
+        raise
     return dataset.remove_columns(["shard", "document"])
 
 

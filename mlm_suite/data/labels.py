@@ -1,18 +1,20 @@
 """Labels of the fine-tuning jobs: which rows have one, what a Hub column's class ids are called, the label list.
 
 * whether a split has labels (:func:`split_is_labelled`, :func:`is_missing_label`): a split is labelled on every
-  row or on none (then predicted, not scored);
+  row or on none (then predicted, not scored), a split other than train all -1 is unlabelled
+  (:func:`hidden_label_splits`), and a label is never NaN or infinite (:func:`check_label`);
 * Hub datasets: the names of a ``ClassLabel`` column (:func:`class_label_names`), the labels of each split
   (:func:`hub_split_labels`; -1, :data:`HIDDEN_LABEL`, is a hidden label) and tag sequences (:func:`hub_tag_sequences`);
 * the label list of the model: classes found in the data (:func:`class_names`), checked against ``--label_list``
   (:func:`check_labels_listed`) and a fine-tuned checkpoint's (:func:`resolve_label_list`), ``id2label``/``label2id``
-  for the config (:func:`label_maps`), and classification or regression (:func:`infer_task_type`).
+  for the config (:func:`label_maps`), classification or regression decided from the whole label set
+  (:func:`infer_task_type`, :func:`labels_as`), and a class set that training can learn (:func:`check_class_set`).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from transformers import PretrainedConfig
@@ -40,24 +42,68 @@ def is_missing_label(value: Any) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
-def split_is_labelled(labels: Sequence[Any], source: str, missing: Any = is_missing_label) -> bool:
+def split_is_labelled(
+    labels: Sequence[Any], source: str, missing: Any = is_missing_label, where: Callable[[int], str] | None = None
+) -> bool:
     """True when every row of a split has a label, False when none has (an unlabelled split, to predict only).
 
-    ``missing(label)`` says whether a row's label is absent (default :func:`is_missing_label`). An empty split
-    counts as labelled.
+    ``missing(label)`` says whether a row's label is absent (default :func:`is_missing_label`); ``where(row)`` names
+    a row in the message (default ``row <n>``). An empty split counts as labelled.
 
     Raises:
-        UsageError: some rows have labels and others not, naming ``source`` (the split), the count and the value.
+        UsageError: some rows have labels and others not, naming ``source`` (the split), the count, the first row
+            without one and its value.
     """
-    absent = [label for label in labels if missing(label)]
+    absent = [row for row, label in enumerate(labels) if missing(label)]
     if not absent:
         return True
     if len(absent) == len(labels):
         return False
+    first = absent[0]
+    place = where(first) if where is not None else f"row {first}"
     raise UsageError(
-        f"{source}: {len(absent)} of {len(labels)} rows have no label (label {absent[0]!r}) and the others have "
-        "labels; label every row of a split, or none (an unlabelled split is predicted, not scored)"
+        f"{source}: {len(absent)} of {len(labels)} rows have no label (label {labels[first]!r}), the first on {place}, "
+        "and the others have labels; label every row of a split, or none (an unlabelled split is predicted, not scored)"
     )
+
+
+def label_number(label: Any) -> float | None:
+    """The number a label holds (a JSON number, or a text such as ``"2"``, ``"1.0"``, ``"nan"``), else None."""
+    if isinstance(label, bool):
+        return None
+    if isinstance(label, (int, float)):
+        return float(label)
+    if isinstance(label, str):
+        try:
+            return float(label)
+        except ValueError:
+            return None
+    return None
+
+
+def check_label(label: Any, where: str) -> None:
+    """Refuse a label that is NaN or infinite (``where`` names the file and line, or the split and row): it is
+    neither a class nor a score to learn."""
+    number = label_number(label)
+    if number is not None and not math.isfinite(number):
+        raise UsageError(
+            f"{where}: label {label!r} is {'NaN' if math.isnan(number) else 'infinite'}; a label is a class name or a "
+            "finite number (leave every label of a split empty to predict it without scoring)"
+        )
+
+
+def is_hidden_label(label: Any) -> bool:
+    """Whether a label is -1 (:data:`HIDDEN_LABEL`), as a number or a text such as ``"-1"``."""
+    return label_number(label) == HIDDEN_LABEL
+
+
+def hidden_label_splits(labels: Mapping[str, Sequence[Any] | None]) -> set[str]:
+    """The splits other than ``train`` whose labels are all -1 while ``train`` has no -1: hidden labels, as in
+    GLUE's test splits (to predict, not score). -1 among other values, or in ``train`` too, is a real label."""
+    if any(is_hidden_label(label) for label in labels.get("train") or ()):
+        return set()
+    return {split for split, values in labels.items()
+            if split != "train" and values and all(is_hidden_label(label) for label in values)}
 
 
 def hub_split_labels(raw: Mapping[str, Any], column_name: str, dataset_name: str) -> dict[str, list[Any] | None]:
@@ -65,26 +111,30 @@ def hub_split_labels(raw: Mapping[str, Any], column_name: str, dataset_name: str
 
     A ``ClassLabel`` column gives class names; -1 (:data:`HIDDEN_LABEL`, how ``datasets`` stores a hidden
     label) or None is no label and is never mapped to a name. Another column gives its values, None being no
-    label; a split other than ``train`` whose values are all -1 when ``train`` has no -1 (GLUE's STS-B test
-    split, a float column) is unlabelled too, whereas -1 among other values is a real label there.
+    label; a split whose values are all -1 is unlabelled as :func:`hidden_label_splits` says (GLUE's STS-B test
+    split, a float column).
 
     Raises:
-        UsageError: a split with labels on some rows only (:func:`split_is_labelled`), or a class id out of range.
+        UsageError: a split with labels on some rows only (:func:`split_is_labelled`), a class id out of range, a
+            NaN or infinite value (:func:`check_label`).
     """
     found: dict[str, list[Any] | None] = {}
-    train_has_minus_one = (
-        "train" in raw and class_label_names(raw["train"], column_name) is None
-        and HIDDEN_LABEL in list(raw["train"][column_name])
-    )
+    plain = {split: list(dataset[column_name]) for split, dataset in raw.items()
+             if class_label_names(dataset, column_name) is None}
+    hidden = hidden_label_splits(plain)
     for split, dataset in raw.items():
         source = f"{dataset_name}[{split}] (column {column_name!r})"
-        values = list(dataset[column_name])
         names = class_label_names(dataset, column_name)
         if names is None:
-            all_hidden = (split != "train" and bool(values) and not train_has_minus_one
-                          and all(value == HIDDEN_LABEL for value in values))
-            found[split] = values if split_is_labelled(values, source) and not all_hidden else None
+            values = plain[split]
+            if not split_is_labelled(values, source) or split in hidden:
+                found[split] = None
+                continue
+            for row, value in enumerate(values):
+                check_label(value, f"{source}, row {row}")
+            found[split] = values
             continue
+        values = list(dataset[column_name])
         if not split_is_labelled(values, source, lambda value: value is None or value == HIDDEN_LABEL):
             found[split] = None
             continue
@@ -158,25 +208,61 @@ def label_maps(labels: Sequence[str]) -> tuple[dict[int, str], dict[str, int]]:
     return dict(enumerate(labels)), {label: index for index, label in enumerate(labels)}
 
 
-def infer_task_type(labels: Sequence[Any], requested: str) -> str:
-    """``classification`` or ``regression``: as requested, else inferred from the label values.
+def are_whole_numbers(labels: Sequence[Any]) -> bool:
+    """Whether every label is a whole number, however written (``1``, ``1.0``, ``"1"``, ``"1.0"``)."""
+    numbers = [label_number(label) for label in labels]
+    return all(number is not None and number.is_integer() for number in numbers)
 
-    Floats (JSON numbers with a fraction or exponent, CSV cells like ``"2.5"``) mean regression;
-    integers and any other strings mean classes.
+
+def infer_task_type(labels: Sequence[Any], requested: str) -> str:
+    """``classification`` or ``regression``: as requested, else inferred from the whole label set at once.
+
+    Numbers (JSON numbers, CSV cells like ``"2.5"``) mean regression unless every one is a whole number
+    (``1``, ``"1.0"``): those are classes, as are labels among which any is not a number.
     """
     if requested != "auto":
         return requested
-    for label in labels:
-        if isinstance(label, float):
-            return "regression"
-        if isinstance(label, str):
-            try:
-                float(label)
-            except ValueError:
-                return "classification"
-            if not re.fullmatch(r"[+-]?\d+", label.strip()):
-                return "regression"
-    return "classification"
+    if are_whole_numbers(labels) or any(label_number(label) is None for label in labels):
+        return "classification"
+    return "regression"
+
+
+def labels_as(labels: Sequence[Any], task_type: str, source: str, whole_numbers: bool) -> list[Any]:
+    """The labels of ``source`` (a split) as the task reads them: scores (floats) for a regression, else class names,
+    each written as one integer (``1``, ``"1.0"`` → ``"1"``) when ``whole_numbers`` (:func:`are_whole_numbers` of
+    the whole label set), else as in the file.
+
+    Raises:
+        UsageError: a regression label that is not a number, naming ``source``, the row and the value.
+    """
+    if task_type == "regression":
+        scores = [label_number(label) for label in labels]
+        for row, (label, score) in enumerate(zip(labels, scores)):
+            if score is None:
+                raise UsageError(f"{source}, row {row}: label {label!r} is not a number; a regression needs numeric "
+                                 "scores (or pass --task_type classification)")
+        return scores
+    if whole_numbers:
+        return [str(int(label_number(label))) for label in labels]
+    return [str(label) for label in labels]
+
+
+def check_class_set(labels: Mapping[str, Sequence[str]]) -> None:
+    """The classes of the training split (``labels["train"]``) are at least two, and every other split's classes are
+    among them: a class the model never saw in training cannot be predicted, and would be scored as an error.
+
+    Raises:
+        UsageError: one class in training, or a class of another split that training lacks (naming it and the split).
+    """
+    trained = set(labels["train"])
+    if len(trained) < 2:
+        raise UsageError(f"the train split has one class only ({next(iter(trained), None)!r}) in {len(labels['train'])} "
+                         "rows: a classifier needs examples of at least two classes")
+    for split, values in labels.items():
+        unseen = sorted(set(values) - trained)
+        if unseen:
+            raise UsageError(f"the {split} split has the label(s) {unseen} that the train split never has: a class the "
+                             f"model would never train on (classes in training: {class_names(trained)})")
 
 
 def check_labels_listed(labels: Sequence[Any], label_list: Sequence[str], source: str) -> None:
@@ -197,15 +283,22 @@ def class_names(labels: Sequence[Any]) -> list[str]:
 
 __all__ = [
     "HIDDEN_LABEL",
+    "are_whole_numbers",
+    "check_class_set",
+    "check_label",
     "check_labels_listed",
     "class_label_names",
     "class_names",
     "has_placeholder_labels",
+    "hidden_label_splits",
     "hub_split_labels",
     "hub_tag_sequences",
     "infer_task_type",
+    "is_hidden_label",
     "is_missing_label",
     "label_maps",
+    "label_number",
+    "labels_as",
     "resolve_label_list",
     "split_is_labelled",
 ]

@@ -38,6 +38,7 @@ from transformers import PreTrainedTokenizerBase
 
 from mlm_suite.data.corpus import documents_dataset, hold_out
 from mlm_suite.data.pretraining import document_rows, most_frequent_token
+from mlm_suite.errors import UsageError
 
 __all__ = [
     "METADATA_FILE",
@@ -172,19 +173,37 @@ def load_prepared(path: str | Path) -> PreparedData:
     """Open a prepared folder (the training rows memory-mapped, nothing read into memory).
 
     Raises:
-        ValueError: ``path`` is not a prepared folder, or one of another format version.
+        UsageError: ``path`` is not a prepared folder, one of another format version, or a damaged one: unreadable
+            metadata, a missing or truncated Arrow shard, fewer rows than its metadata records (naming the part and
+            saying to prepare the data again).
     """
     path = Path(path)
     metadata_file = path / METADATA_FILE
     if not metadata_file.is_file():
-        raise ValueError(f"--prepared_data {path}: not a folder written by mlm-suite prepare-data (no {METADATA_FILE})")
-    metadata = json.loads(metadata_file.read_text(encoding="utf-8"))
-    if metadata.get("format") != FORMAT_VERSION:
-        raise ValueError(
-            f"--prepared_data {path} has format {metadata.get('format')!r}; this mlm-suite reads format "
+        raise UsageError(f"--prepared_data {path}: not a folder written by mlm-suite prepare-data (no {METADATA_FILE})")
+    try:
+        metadata = json.loads(metadata_file.read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise _damaged(metadata_file, error) from None
+    if not isinstance(metadata, dict) or metadata.get("format") != FORMAT_VERSION:
+        found = metadata.get("format") if isinstance(metadata, dict) else None
+        raise UsageError(
+            f"--prepared_data {path} has format {found!r}; this mlm-suite reads format "
             f"{FORMAT_VERSION}: prepare the data again"
         )
-    return PreparedData(path, metadata, Dataset.load_from_disk(str(path / "train")), Dataset.load_from_disk(str(path / "validation")))
+    splits = {}
+    for split, recorded in (("train", "train_rows"), ("validation", "validation_documents")):
+        try:
+            splits[split] = Dataset.load_from_disk(str(path / split))
+        except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+            raise _damaged(path / split, error) from None
+        if len(splits[split]) != metadata.get(recorded):
+            raise _damaged(path / split, f"{len(splits[split]):,} rows where {METADATA_FILE} records {metadata.get(recorded)}")
+    return PreparedData(path, metadata, splits["train"], splits["validation"])
+
+
+def _damaged(part: Path, what: object) -> UsageError:
+    return UsageError(f"--prepared_data {part} is damaged or incomplete ({what}): run mlm-suite prepare-data again")
 
 
 def check_tokenizer(prepared: PreparedData, tokenizer: PreTrainedTokenizerBase, source: str) -> None:

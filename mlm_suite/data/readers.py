@@ -1,6 +1,7 @@
 """Reading local and Hub data for the jobs: files → rows, Hub (or saved) datasets → splits, fixed-seed splits.
 
-Every reader of the jobs' input files lives here, so a data format is read the same way everywhere:
+Every reader of the jobs' input files lives here, so a data format is read the same way everywhere (and every file
+is opened by :func:`mlm_suite.data.text_files.open_text`: UTF-8, a BOM allowed, anything else refused in one line):
 
 * rows of files: CoNLL column files (:func:`read_conll`), JSON lines (:func:`read_json_lines`), CSV/TSV or
   JSON-lines records (:func:`read_numbered_records`, :func:`read_records`, :func:`column`), documents for
@@ -26,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from mlm_suite.data.labels import hub_split_labels, split_is_labelled
+from mlm_suite.data.labels import check_label, hidden_label_splits, hub_split_labels, split_is_labelled
 from mlm_suite.data.tagging import Locator, line_locator
 from mlm_suite.data.corpus import HELD_OUT_SEED, hold_out
+from mlm_suite.data.text_files import open_text
 from mlm_suite.errors import UsageError
 
 
@@ -60,7 +62,7 @@ def read_conll(
     tokens: list[str] = []
     tags: list[str] = []
     numbers: list[int] = []
-    with open(path, encoding="utf-8") as handle:
+    with open_text(path) as handle:
         for line_number, line in enumerate(handle, start=1):
             columns = line.split()
             if not columns:
@@ -87,7 +89,7 @@ def read_conll(
 def read_json_lines(path: str | Path) -> list[tuple[int, Any]]:
     """The JSON values of a JSON-lines file with their 1-based line numbers (blank lines skipped)."""
     records = []
-    with open(path, encoding="utf-8") as handle:
+    with open_text(path) as handle:
         for line_number, line in enumerate(handle, start=1):
             if line.strip():
                 try:
@@ -98,7 +100,12 @@ def read_json_lines(path: str | Path) -> list[tuple[int, Any]]:
 
 
 def read_numbered_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """Rows of a JSON-lines (``.json``/``.jsonl``) or CSV/TSV file as dictionaries, with the line each starts on."""
+    """Rows of a JSON-lines (``.json``/``.jsonl``) or CSV/TSV file as dictionaries, with the line each ends on.
+
+    Raises:
+        UsageError: a JSON line that is not an object, a CSV row with more or fewer fields than the header (an
+            unquoted comma in a text), a file the csv module cannot parse; each naming the file and line.
+    """
     path = Path(path)
     if path.suffix in (".json", ".jsonl"):
         records = read_json_lines(path)
@@ -107,10 +114,29 @@ def read_numbered_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
                 raise UsageError(f"{path} line {line}: expected a JSON object, got {type(record).__name__}")
         return records
     if path.suffix in (".csv", ".tsv"):
-        with open(path, encoding="utf-8", newline="") as handle:
-            reader = csv.DictReader(handle, delimiter="\t" if path.suffix == ".tsv" else ",")
-            return [(reader.line_num, record) for record in reader]
+        return _read_delimited(path, "\t" if path.suffix == ".tsv" else ",")
     raise UsageError(f"{path}: unsupported file type {path.suffix!r}; use .json/.jsonl (JSON lines), .csv or .tsv")
+
+
+def _read_delimited(path: Path, delimiter: str) -> list[tuple[int, dict[str, Any]]]:
+    """The rows of a CSV/TSV file under its header (blank lines skipped), as ``csv.DictReader`` reads them, except
+    that a row whose fields do not match the header is an error rather than padded or kept under a ``None`` key."""
+    records = []
+    with open_text(path, newline="") as handle:
+        reader = csv.reader(handle, delimiter=delimiter)
+        try:
+            header = next(reader, [])
+            for row in reader:
+                if not row:
+                    continue
+                if len(row) != len(header):
+                    quote = "quote the text cells that hold the delimiter" if len(row) > len(header) else "fill in every field"
+                    raise UsageError(f"{path} line {reader.line_num}: {len(row)} fields but the header has "
+                                     f"{len(header)} ({', '.join(header)}); {quote}")
+                records.append((reader.line_num, dict(zip(header, row))))
+        except csv.Error as error:
+            raise UsageError(f"{path} line {reader.line_num}: not valid CSV ({error})") from None
+    return records
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
@@ -160,7 +186,15 @@ def read_ner_file(path: str, text_column: str, label_column: str) -> Source:
     """
     if not path.endswith((".json", ".jsonl")):
         sentences, lines = read_conll(path, with_lines=True)
-        return Source(path, sentences, line_locator(path, lines))
+    else:
+        sentences, lines = _tagged_json_lines(path, text_column, label_column)
+    if not sentences:
+        raise UsageError(f"{path}: no examples (no tagged sentences in the file)")
+    return Source(path, sentences, line_locator(path, lines))
+
+
+def _tagged_json_lines(path: str, text_column: str, label_column: str) -> tuple[list[Sentence], list[list[int]]]:
+    """The sentences of a JSON-lines file of token and tag lists, and each token's line."""
     sentences, lines = [], []
     for line, record in read_json_lines(path):
         if not isinstance(record, dict):
@@ -175,7 +209,7 @@ def read_ner_file(path: str, text_column: str, label_column: str) -> Source:
             raise ValueError(f"{path} line {line}: tags must be strings such as 'B-PER' or 'NN', got {tags}")
         sentences.append((tokens, tags))
         lines.append([line] * len(tokens))
-    return Source(path, sentences, line_locator(path, lines))
+    return sentences, lines
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,15 +341,24 @@ def read_examples(
     also be absent altogether).
 
     Raises:
-        UsageError: labels on some rows only, naming the file (the ``role`` split), the count and the value.
+        UsageError: a file without rows; labels on some rows only, naming the file (the ``role`` split), the count
+            and the first line without one; a NaN or infinite label, naming the file, line and value.
     """
-    records = read_records(path)
+    numbered = read_numbered_records(path)
+    if not numbered:
+        raise UsageError(f"{path}: no examples (the {role} file has no rows)")
+    lines = [line for line, _ in numbered]
+    records = [record for _, record in numbered]
     columns = {name: column(records, name, path) for name in text_columns}
-    if labels_optional and records and not any(label_column in record for record in records):
+    if labels_optional and not any(label_column in record for record in records):
         labels: list[Any] = [None] * len(records)
     else:
         labels = column(records, label_column, path)
-        if not split_is_labelled(labels, f"{path} (the {role} split, column {label_column!r})"):
+        source = f"{path} (the {role} split, column {label_column!r})"
+        if split_is_labelled(labels, source, where=lambda row: f"line {lines[row]}"):
+            for line, label in zip(lines, labels):
+                check_label(label, f"{path} line {line} (column {label_column!r})")
+        else:
             labels = [None] * len(records)
     return [
         {**{name: str(columns[name][row]) for name in text_columns}, "label": labels[row]}
@@ -339,7 +382,8 @@ def load_labelled_text_splits(
     """The splits as ``{split: examples}`` and a description, from a Hub dataset, files or ``embedded()``.
 
     ``files`` maps ``train``/``validation``/``test`` to a file or None; a lone training file is split 80/10/10
-    with ``random.Random(seed)``. A Hub (or saved) dataset's splits are :class:`TextSplit` objects whose texts stay
+    with ``random.Random(seed)``; a validation or test file whose labels are all -1 is unlabelled as a Hub split is
+    (:func:`~mlm_suite.data.labels.hidden_label_splits`). A Hub (or saved) dataset's splits are :class:`TextSplit` objects whose texts stay
     in Arrow (only the labels are read into lists); its validation and test roles are the splits
     ``validation_split_name``/``test_split_name``, and ``load_kwargs`` go to ``load_dataset``.
     """
@@ -365,6 +409,9 @@ def load_labelled_text_splits(
             return dict(zip(SPLITS, split_80_10_10(examples, seed))), f"`{given['train']}`, split 80/10/10 with a fixed seed"
         splits = {role: read_examples(path, text_columns, label_column, role, labels_optional=role != "train")
                   for role, path in given.items()}
+        for role in hidden_label_splits({role: [example["label"] for example in examples]
+                                         for role, examples in splits.items()}):
+            splits[role] = [{**example, "label": None} for example in splits[role]]
         return splits, ", ".join(f"{role}: `{path}`" for role, path in given.items())
     if given:
         raise ValueError("--validation_file/--test_file need a --train_file")

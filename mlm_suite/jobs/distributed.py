@@ -20,6 +20,7 @@ from typing import Any
 import torch.distributed as dist
 
 from mlm_suite.errors import debug_enabled, error_line, is_user_error
+from mlm_suite.jobs.output_folder import output_folders_released
 
 # The job's final barrier, freed with this module when the interpreter exits (see above).
 _final_barrier: dist.Work | None = None
@@ -99,7 +100,8 @@ def run_job(
     ``<prog>: error: <message>`` on stderr and exits with status 2 (``SystemExit``), Ctrl-C prints
     ``<prog>: interrupted`` and exits with 130; other exceptions propagate with their traceback, and so
     does every exception with ``debug`` (default: ``$MLM_SUITE_DEBUG``). ``SystemExit`` (argparse's
-    errors and ``--help``) passes through.
+    errors and ``--help``) passes through. The output folders ``main`` claimed
+    (:func:`~mlm_suite.jobs.output_folder.claim_output_folder`) are released however it ends.
 
     The barrier runs only after success: when ``main`` fails in one process, the launcher stops the
     others, and a barrier here would wait for a process that never arrives.
@@ -107,7 +109,8 @@ def run_job(
     prog = prog or _module_prog(main)
     token = _PROG.set(prog)
     try:
-        result = main(argv)
+        with output_folders_released():  # before the exit below, which may skip every finally
+            result = main(argv)
     except (Exception, KeyboardInterrupt) as error:
         if debug_enabled(debug) or not (is_user_error(error) or isinstance(error, KeyboardInterrupt)):
             raise

@@ -59,6 +59,7 @@ from mlm_suite.jobs.model_loading import (
     load_tokenizer,
     resolve_model_path,
 )
+from mlm_suite.jobs.output_folder import claim_output_folder
 from mlm_suite.data.tagging import NO_SCHEME, check_tags_in, scheme_labels, settle_scheme
 from mlm_suite.evaluation.baseline import compare_with_hf_baseline
 from mlm_suite.evaluation.plots import figures_section
@@ -274,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from transformers import AutoConfig, AutoModelForTokenClassification, set_seed
 
     model_args, data_args, training_args = parse_arguments((NerModelArguments, NerDataArguments, NerTrainingArguments), argv)
+    claim_output_folder(training_args.output_dir, model_args.sources())
     # Everything that can fail on bad input happens before the Trainer creates the output folder.
     # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run in --output_dir
     training_args.resume_from_checkpoint = resume_checkpoint(training_args, trains=training_args.do_train)

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlm_suite.data.builtin import BUILTIN_DATASETS
-from mlm_suite.data.labels import infer_task_type
 from mlm_suite.data.readers import load_intermediate, load_labelled_text_splits
 from mlm_suite.jobs.arguments import check_at_least, parse_arguments
+from mlm_suite.jobs.output_folder import claim_output_folder
 from mlm_suite.jobs.checkpoints import resume_checkpoint
 from mlm_suite.jobs.finetune_training import FinetuneTrainingArguments, run_trainer, save_everything
 from mlm_suite.jobs.model_loading import (
@@ -40,6 +40,7 @@ from mlm_suite.jobs.sequence_classification import (
     limited_splits,
     predict_unlabelled,
     scored_labels,
+    settle_labels,
     text_encoder,
     unlabelled_splits,
     write_card_and_summary,
@@ -91,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_args, data_args, training_args = parse_arguments(
         (ModelArguments, PairDataArguments, PairTrainingArguments), argv
     )
+    claim_output_folder(training_args.output_dir, model_args.sources())
 
     # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run (before the Trainer
     # creates the output folder)
@@ -108,8 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     intermediate = load_intermediate(data_args.intermediate_train_file, text_columns, data_args.label_column_name)
     splits = limited_splits(splits, data_args, text_columns)
     unlabelled = unlabelled_splits(splits, training_args)
+    task_type, splits, intermediate = settle_labels(splits, unlabelled, intermediate, data_args.task_type,
+                                                    training_args.do_train)
     labels = scored_labels(splits, unlabelled)
-    task_type = infer_task_type(labels, data_args.task_type)
 
     # Model
     model_path = resolve_model_path(model_args.model_name_or_path, training_args)

@@ -12,6 +12,7 @@ docs/finetuning.md::
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -20,6 +21,7 @@ from mlm_suite.data.builtin import BUILTIN_DATASETS
 from mlm_suite.data.readers import Pair, RetrievalSplit, first_n, read_retrieval_split, read_training_pairs
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import check_at_least, check_file, check_positive, parse_arguments
+from mlm_suite.jobs.output_folder import claim_output_folder
 from mlm_suite.jobs.checkpoints import resume_checkpoint
 from mlm_suite.jobs.finetune_training import FinetuneTrainingArguments, card_training_summary, early_stopping, run_trainer, save_everything
 from mlm_suite.jobs.model_loading import (
@@ -120,6 +122,14 @@ class RetrievalTrainingArguments(FinetuneTrainingArguments):
     )
     per_device_eval_batch_size: int = field(default=128, metadata={"help": "Texts per batch when embedding."})
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.per_device_train_batch_size < 2:
+            raise UsageError(
+                f"--per_device_train_batch_size {self.per_device_train_batch_size}: in-batch-negative training needs "
+                "at least 2 query/document pairs per batch (a query's negatives are the other pairs' documents)"
+            )
+
 
 # --------------------------------------------------------------------------------------------
 # Data
@@ -152,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_args, data_args, training_args = parse_arguments(
         (RetrievalModelArguments, RetrievalDataArguments, RetrievalTrainingArguments), argv
     )
+    claim_output_folder(training_args.output_dir, model_args.sources())
 
     # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run in --output_dir
     training_args.resume_from_checkpoint = resume_checkpoint(training_args, trains=training_args.do_train)
@@ -161,6 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     pairs = first_n(pairs, data_args.max_train_samples)
     limits = {"validation": data_args.max_eval_samples, "test": data_args.max_predict_samples}
     splits = {name: split.limited(limits[name]) for name, split in splits.items()}
+    if training_args.world_size == 1 and len(pairs) % training_args.per_device_train_batch_size == 1:
+        # An epoch's last batch would hold one pair, without negatives: nothing to learn from.
+        training_args.dataloader_drop_last = True
+        print(f"each epoch leaves out one of the {len(pairs)} pairs (a batch of one has no negatives)", file=sys.stderr)
 
     # Model
     model_path = mlm_suite_checkpoint(resolve_model_path(model_args.model_name_or_path, training_args),

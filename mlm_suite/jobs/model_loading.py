@@ -1,7 +1,10 @@
-"""The model a fine-tuning job starts from: its flags (:class:`ModelArguments`), the default start
-(all-MiniLM-L6-v2 converted once), a folder's config, tokenizer and weights loaded with the Hub flags, a BERT
-checkpoint converted on the fly, ``--max_seq_length`` checked against the model and the layers frozen. See
-docs/finetuning.md."""
+"""The model a job starts from: its flags (:class:`ModelArguments`), the default start (all-MiniLM-L6-v2 converted
+once), a folder's config, tokenizer and weights loaded with the Hub flags, a BERT checkpoint converted on the fly,
+``--max_seq_length`` checked against the model and the layers frozen. See docs/finetuning.md.
+
+Every job loads a model, config or tokenizer from a folder through :func:`pretrained_config`,
+:func:`pretrained_tokenizer` and :func:`pretrained_model`, which check the folder's files first
+(:mod:`mlm_suite.model_files`): a damaged or foreign file is one line naming it, before anything is written."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from transformers import AutoConfig, PretrainedConfig, TrainingArguments
@@ -19,6 +23,7 @@ from mlm_suite.data import resources
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import HubArguments, check_at_least, check_model_source
 from mlm_suite.model import MlmSuiteConfig
+from mlm_suite.model_files import check_config_file, check_tokenizer_files, check_weights_files
 from mlm_suite.training.freezing import freeze_encoder
 
 
@@ -62,6 +67,11 @@ class ModelArguments(HubArguments):
         if self.classifier_pooling not in (None, "cls", "mean"):
             raise UsageError(f"--classifier_pooling must be cls or mean, got {self.classifier_pooling!r}")
 
+    def sources(self) -> dict[str, str | None]:
+        """The flags naming what the job reads (its output folder must not overlap them), flag → value."""
+        return {"--model_name_or_path": self.model_name_or_path, "--config_name": self.config_name,
+                "--tokenizer_name": self.tokenizer_name}
+
 
 
 
@@ -73,6 +83,32 @@ def resolve_model_path(model_name_or_path: str | None, training_args: TrainingAr
         return str(resources.converted_minilm_dir())
 
 
+def pretrained_config(source: str, **pretrained: Any) -> PretrainedConfig:
+    """``AutoConfig.from_pretrained(source, **pretrained)``; a local folder's ``config.json`` is checked first."""
+    if Path(source).is_dir():
+        check_config_file(Path(source))
+    return AutoConfig.from_pretrained(source, **pretrained)
+
+
+def pretrained_tokenizer(source: str, **pretrained: Any) -> Any:
+    """``AutoTokenizer.from_pretrained(source, **pretrained)``; a local folder's tokenizer files are checked first."""
+    from transformers import AutoTokenizer
+
+    folder = Path(source)
+    if folder.is_dir():
+        check_tokenizer_files(folder)
+        if (folder / "config.json").is_file():  # AutoTokenizer reads it too, for the tokenizer's class
+            check_config_file(folder)
+    return AutoTokenizer.from_pretrained(source, **pretrained)
+
+
+def pretrained_model(model_class: Any, path: str, **kwargs: Any) -> Any:
+    """``model_class.from_pretrained(path, **kwargs)``; a local folder's weights are checked first."""
+    if Path(path).is_dir():
+        check_weights_files(Path(path))
+    return model_class.from_pretrained(path, **kwargs)
+
+
 def load_model(model_class: Any, path: str, config: Any, model_args: ModelArguments) -> Any:
     """``model_class`` (a model or ``AutoModelFor*`` class) with ``path``'s weights and ``config``'s labels, or,
     with ``--init random``, the same architecture newly initialised (call ``set_seed`` first). The Hub flags
@@ -82,33 +118,35 @@ def load_model(model_class: Any, path: str, config: Any, model_args: ModelArgume
             return model_class(config)
         remote = {"trust_remote_code": True} if getattr(model_args, "trust_remote_code", False) else {}
         return model_class.from_config(config, **remote)
-    return model_class.from_pretrained(
-        path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes, **model_args.pretrained_kwargs()
+    return pretrained_model(
+        model_class, path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
+        **model_args.pretrained_kwargs(),
     )
 
 
 def load_config(model_path: str, model_args: ModelArguments) -> PretrainedConfig:
     """The config of ``--config_name`` (else of the model), loaded with the Hub flags."""
-    return AutoConfig.from_pretrained(model_args.config_name or model_path, **model_args.pretrained_kwargs())
+    return pretrained_config(model_args.config_name or model_path, **model_args.pretrained_kwargs())
 
 
 def load_tokenizer(model_path: str, model_args: ModelArguments) -> Any:
     """The tokenizer of ``--tokenizer_name`` (else of the model), loaded with the Hub flags."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_path, **model_args.pretrained_kwargs())
+    return pretrained_tokenizer(model_args.tokenizer_name or model_path, **model_args.pretrained_kwargs())
 
 
 def mlm_suite_checkpoint(model_name_or_path: str, **pretrained: Any) -> str:
-    """An mlm_suite folder holding ``model_name_or_path``: the folder itself, or a BERT folder converted.
+    """An mlm_suite folder holding ``model_name_or_path``: the folder itself (its weights checked), or a BERT folder
+    converted.
 
     A BERT checkpoint (``BertModel``, ``BertForMaskedLM``, ``BertForPreTraining``) is converted with
     :func:`~mlm_suite.convert.convert_bert_checkpoint` into a temporary folder, removed when the process exits.
     ``pretrained`` (the Hub flags, :meth:`~mlm_suite.jobs.arguments.HubArguments.pretrained_kwargs`) go to
     ``AutoConfig.from_pretrained``.
     """
-    config = AutoConfig.from_pretrained(model_name_or_path, **pretrained)
+    config = pretrained_config(model_name_or_path, **pretrained)
     if isinstance(config, MlmSuiteConfig):
+        if Path(model_name_or_path).is_dir():
+            check_weights_files(Path(model_name_or_path))
         return model_name_or_path
     if config.model_type != "bert":
         raise ValueError(
@@ -167,5 +205,8 @@ __all__ = [
     "load_model",
     "load_tokenizer",
     "mlm_suite_checkpoint",
+    "pretrained_config",
+    "pretrained_model",
+    "pretrained_tokenizer",
     "resolve_model_path",
 ]

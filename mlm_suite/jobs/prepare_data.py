@@ -16,8 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import AutoTokenizer
-
 from mlm_suite.data.corpus import HELD_OUT_SEED
 from mlm_suite.data.masking import check_mlm_tokenizer
 from mlm_suite.data.packing import MIN_PACKING_LENGTH, check_row_layout
@@ -25,6 +23,8 @@ from mlm_suite.data.prepared import prepare_data
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs import arguments
 from mlm_suite.jobs.arguments import HubArguments, check_at_least, check_file, check_model_source, check_within
+from mlm_suite.jobs.model_loading import pretrained_tokenizer
+from mlm_suite.jobs.output_folder import claim_output_folder
 
 @dataclass
 class PrepareDataArguments:
@@ -74,7 +74,8 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[PrepareDataArguments
 
 def main(argv: list[str] | None = None) -> int:
     args, hub_args = parse_arguments(argv)  # PrepareDataArguments checks its flags
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name, **hub_args.pretrained_kwargs())
+    claim_output_folder(args.output_dir, {"--tokenizer_name": args.tokenizer_name})
+    tokenizer = pretrained_tokenizer(args.tokenizer_name, **hub_args.pretrained_kwargs())
     check_mlm_tokenizer(tokenizer)
     if not tokenizer.is_fast:
         raise UsageError(f"a fast tokenizer is needed (word ids, batched encoding); {type(tokenizer).__name__} is not")

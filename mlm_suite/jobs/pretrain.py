@@ -42,6 +42,7 @@ from mlm_suite.jobs.pretraining_setup import (
     describe_controls, describe_new_weights, load_tokenizer, open_corpus_source, resolve_controls, resolve_job_defaults,
 )  # fmt: skip
 from mlm_suite.jobs import arguments
+from mlm_suite.jobs.output_folder import claim_output_folder
 from mlm_suite.jobs.checkpoints import resume_checkpoint
 from mlm_suite.jobs.arguments import (
     HubArguments,
@@ -317,6 +318,12 @@ class PretrainingArguments(HubArguments):
     # parse_arguments (resolve_job_defaults) and shown by describe_configuration and the model card.
     defaults_applied: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
+    def sources(self) -> dict[str, str | None]:
+        """The flags naming what the job reads (its output folder must not overlap them), flag → value."""
+        return {"--model_name_or_path": self.model_name_or_path, "--config_name": self.config_name,
+                "--tokenizer_name": self.tokenizer_name, "--prepared_data": self.prepared_data,
+                "--decay_from_checkpoint": self.decay_from_checkpoint}
+
     def __post_init__(self) -> None:
         # Data
         if self.train_file and self.dataset_name:
@@ -436,6 +443,7 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
 
     # Everything that can fail on bad input happens before the Trainer creates the output folder.
     check_arguments(args, training_args)
+    claim_output_folder(training_args.output_dir, args.sources())
     resolve_controls(args, training_args)  # schedules of masks, rows, learning rate
 
     # Detecting last checkpoint

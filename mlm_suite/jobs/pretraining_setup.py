@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 from datasets import Dataset
-from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase, TrainingArguments
+from transformers import PreTrainedTokenizerBase, TrainingArguments
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining
 from mlm_suite.data import resources
@@ -32,6 +32,7 @@ from mlm_suite.data.streaming import split_for_processes
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import GIVEN, apply_defaults
+from mlm_suite.jobs.model_loading import pretrained_config, pretrained_tokenizer
 from mlm_suite.cards import default_source
 from mlm_suite.training.controls import DEFAULT_LR_DECAY, UNBOUNDED_STEPS, WSD, lr_schedule_summary, rows_per_step
 from mlm_suite.training.schedules import check_row_sampling
@@ -376,7 +377,7 @@ def load_tokenizer(args: Any, train_texts: list[str], resumed: str | None = None
         tokenizer = train_wordpiece_tokenizer(train_texts, vocab_size=args.vocab_size or DEFAULT_TRAINED_VOCAB_SIZE)
     else:
         source = args.tokenizer_name or args.model_name_or_path or str(resources.minilm_dir())
-        tokenizer = AutoTokenizer.from_pretrained(source, **args.pretrained_kwargs())
+        tokenizer = pretrained_tokenizer(source, **args.pretrained_kwargs())
     check_mlm_tokenizer(tokenizer)
     if not tokenizer.is_fast:
         raise ValueError(f"a fast tokenizer is needed (word ids, batched encoding); {type(tokenizer).__name__} is not")
@@ -453,14 +454,14 @@ def build_config(args: Any, tokenizer: PreTrainedTokenizerBase, checkpoint: str 
     """The model's configuration: ``--config_name``'s, else ``checkpoint``'s (an mlm_suite folder), else a preset sized
     to ``tokenizer``."""
     if args.config_name:
-        config = AutoConfig.from_pretrained(args.config_name, **args.pretrained_kwargs())
+        config = pretrained_config(args.config_name, **args.pretrained_kwargs())
         if not isinstance(config, MlmSuiteConfig):
             raise ValueError(
                 f"--config_name {args.config_name} holds a {config.model_type!r} config; pretraining builds mlm_suite "
                 "models (a BERT model: pass its folder as --model_name_or_path)"
             )
     elif checkpoint:
-        config = AutoConfig.from_pretrained(checkpoint, **args.pretrained_kwargs())
+        config = pretrained_config(checkpoint, **args.pretrained_kwargs())
     else:
         config = MlmSuiteConfig.preset(
             args.config_preset,

@@ -8,13 +8,16 @@ from __future__ import annotations
 import argparse
 
 from mlm_suite.jobs.distributed import command_prog
+from mlm_suite.model import PRESETS
+from mlm_suite.jobs.output_folder import claim_output_folder
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=command_prog(), description=__doc__.split("\n\n")[0])
     parser.add_argument("--output_dir", default="outputs/quickstart")
-    parser.add_argument("--preset", default="mini")
+    parser.add_argument("--preset", default="mini", choices=PRESETS)
     args = parser.parse_args(argv)
+    claim_output_folder(args.output_dir)
 
     import torch
     from transformers import AutoModelForMaskedLM, AutoTokenizer

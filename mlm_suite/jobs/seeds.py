@@ -29,6 +29,7 @@ from mlm_suite.cards import seed_summary_card
 from mlm_suite.jobs.commands import SUBCOMMANDS
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.distributed import command_prog, running_as
+from mlm_suite.jobs.output_folder import claim_output_folder
 from mlm_suite.evaluation.plots import figures_section, plot_seed_scores
 from mlm_suite.training.trainer import JobTrainer
 
@@ -68,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"{reserved} is set per run by mlm-suite seeds; leave it out of the job's flags")
     if len(set(args.seeds)) != len(args.seeds):
         raise UsageError(f"--seeds has repeats: {args.seeds}")
+    claim_output_folder(args.output_dir)  # each run's folder inside it is then this process's too
 
     metric = args.metric or JOB_METRICS[args.job]
     job_main = importlib.import_module(SUBCOMMANDS[args.job][0]).main

@@ -18,9 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mlm_suite.data.labels import (
+    are_whole_numbers,
+    check_class_set,
     check_labels_listed,
     class_names,
+    infer_task_type,
     label_maps,
+    labels_as,
     resolve_label_list,
     split_is_labelled,
 )
@@ -135,6 +139,31 @@ def unlabelled_splits(splits: Mapping[str, TextSplit], training_args: FinetuneTr
         raise UsageError("the validation split has no labels (all of them -1, null or empty); evaluating during "
                          "training (--eval_strategy, --early_stopping_patience) needs a labelled validation split")
     return unlabelled
+
+
+def settle_labels(
+    splits: Mapping[str, TextSplit], unlabelled: Sequence[str], intermediate: tuple[list[Example], str] | None,
+    requested_task_type: str, training: bool,
+) -> tuple[str, dict[str, TextSplit], tuple[list[Example], str] | None]:
+    """Classification or regression, decided from the labels of every labelled split together (``--task_type``, or
+    :func:`~mlm_suite.data.labels.infer_task_type`), and the splits and intermediate data with their labels as the
+    task reads them (:func:`~mlm_suite.data.labels.labels_as`). A classifier to train needs a train split of two
+    classes or more holding every class of the other splits (:func:`~mlm_suite.data.labels.check_class_set`).
+    """
+    labels = scored_labels(splits, unlabelled)
+    task_type = infer_task_type(labels, requested_task_type)
+    intermediate_labels = [example["label"] for example in intermediate[0]] if intermediate is not None else []
+    whole_numbers = are_whole_numbers(labels + intermediate_labels)
+    settled = {split: examples if split in unlabelled
+               else TextSplit(examples.texts, labels_as(examples.labels, task_type, f"the {split} split", whole_numbers))
+               for split, examples in splits.items()}
+    if task_type == "classification" and training and "train" in settled and "train" not in unlabelled:
+        check_class_set({split: examples.labels for split, examples in settled.items() if split not in unlabelled})
+    if intermediate is not None:
+        examples, description = intermediate
+        as_read = labels_as(intermediate_labels, task_type, "the intermediate data", whole_numbers)
+        intermediate = [{**example, "label": label} for example, label in zip(examples, as_read)], description
+    return task_type, settled, intermediate
 
 
 def scored_labels(splits: Mapping[str, TextSplit], unlabelled: Sequence[str]) -> list[Any]:
@@ -342,6 +371,7 @@ __all__ = [
     "limited_splits",
     "predict_unlabelled",
     "scored_labels",
+    "settle_labels",
     "text_encoder",
     "unlabelled_splits",
     "write_card_and_summary",

@@ -17,13 +17,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from transformers import AutoConfig, AutoModel, AutoTokenizer
+from transformers import AutoModel
 
 from mlm_suite.data import resources
 from mlm_suite.analysis.embeddings import ContextualEmbedder, save_json
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.distributed import command_prog
+from mlm_suite.jobs.output_folder import claim_output_folder
 from mlm_suite.jobs.arguments import check_at_least, check_file, check_model_source, check_within
+from mlm_suite.jobs.model_loading import pretrained_config, pretrained_model, pretrained_tokenizer
 from mlm_suite.analysis.wordnet import WSDSplit, evaluate_wsd, limit_lemmas, read_jsonl, wordnet_wsd_dataset
 
 
@@ -85,6 +87,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     # Everything that can fail on bad input happens before the output folder is created.
     check_flags(args)
+    claim_output_folder(args.output_dir, {"--model_name_or_path": args.model_name_or_path})
     if args.train_file:
         split = WSDSplit(train=read_jsonl(args.train_file), test=read_jsonl(args.test_file), dropped_test=0)
         data_name = f"{args.train_file} / {args.test_file}"
@@ -96,9 +99,10 @@ def main(argv: list[str] | None = None) -> dict:
         split = limit_lemmas(split, args.max_lemmas)
 
     model_path = args.model_name_or_path or str(resources.converted_minilm_dir())
-    check_layers(args.layers, AutoConfig.from_pretrained(model_path).num_hidden_layers, model_path)
-    model = AutoModel.from_pretrained(model_path)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    config = pretrained_config(model_path)
+    check_layers(args.layers, config.num_hidden_layers, model_path)
+    model = pretrained_model(AutoModel, model_path, config=config)
+    tokenizer = pretrained_tokenizer(model_path)
     embedder = ContextualEmbedder(
         model, tokenizer, layers=args.layers, subword_pooling=args.subword_pooling, batch_size=args.batch_size
     )

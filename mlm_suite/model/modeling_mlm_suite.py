@@ -1023,6 +1023,8 @@ def in_batch_negatives_loss(
     Returns:
         ``(loss, scores)`` with ``scores`` ``(num_queries, num_documents)`` in float32.
     """
+    if documents.shape[0] < 2:  # one document is every query's positive: the loss is 0 and nothing trains
+        raise ValueError(f"in-batch negatives need at least 2 documents in the batch, got {documents.shape[0]}")
     scores = F.normalize(queries.float(), dim=-1) @ F.normalize(documents.float(), dim=-1).T * scale
     loss = F.cross_entropy(scores, labels, reduction="sum")
     if symmetric:

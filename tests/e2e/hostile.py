@@ -2,18 +2,25 @@
 
 :func:`run_command` runs ``mlm-suite <command> ...`` in this process through :func:`mlm_suite.cli.main` (what the
 console script calls) and returns an :class:`Outcome`; :func:`assert_refused` checks the rule every user error
-follows: exit status 2, one line on stderr naming the problem, no traceback.
+follows: exit status 2, one line on stderr naming the problem, no traceback. :func:`held_by_another_process` makes
+an output folder busy, as a concurrent run would.
 """
 
 from __future__ import annotations
 
 import csv
+import json
+import socket
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from mlm_suite.cli import main
+from mlm_suite.jobs.output_folder import lock_path
 
 
 @dataclass
@@ -63,3 +70,26 @@ def write_csv(path: Path, header: list[str], rows: list[tuple]) -> Path:
         writer.writerow(header)
         writer.writerows(rows)
     return path
+
+
+@contextmanager
+def held_by_another_process(folder: Path) -> Iterator[int]:
+    """Within the block, a live process of this host holds ``folder``'s lock, as a run writing it would; yields its
+    pid. The lock is gone afterwards."""
+    process = subprocess.Popen(["sleep", "300"])
+    lock = lock_path(folder)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text(json.dumps({"pid": process.pid, "host": socket.gethostname(), "command": ["mlm-suite"]}))
+    try:
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait()
+        lock.unlink(missing_ok=True)
+
+
+def finished_process_id() -> int:
+    """The pid of a process that has ended (and been reaped): what a stale lock holds."""
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
