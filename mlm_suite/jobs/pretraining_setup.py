@@ -441,7 +441,7 @@ def _resumed_tokenizer(checkpoint: str, vocab_size: int) -> PreTrainedTokenizerB
             f"checkpoint {checkpoint} has no tokenizer.json: this run trains its own vocabulary and resumes with the "
             "one saved in the checkpoint; resume from a complete checkpoint, or give its run's tokenizer with --tokenizer_name"
         )
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    tokenizer = pretrained_tokenizer(checkpoint)
     if len(tokenizer) > vocab_size:
         raise UsageError(
             f"checkpoint {checkpoint} has a vocabulary of {len(tokenizer)} tokens, more than the {vocab_size} this run "
