@@ -16,10 +16,10 @@ from transformers import TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
 from mlm_suite.errors import UsageError
+from mlm_suite.training.trainer import TRAINER_STATE_JSON
 
 #: ``--resume_from_checkpoint`` values (any case) meaning the last checkpoint of ``--output_dir``.
 LAST_CHECKPOINT = ("true",)
-TRAINER_STATE = "trainer_state.json"  # written last into a checkpoint folder; its absence: a save cut short
 
 
 def last_checkpoint(folder: str | os.PathLike | None) -> str | None:
@@ -80,9 +80,10 @@ def stage_checkpoint(stage_args: TrainingArguments) -> str | None:
 
 
 def _complete(checkpoint: str | None) -> str | None:
-    if checkpoint is not None and not os.path.isfile(os.path.join(checkpoint, TRAINER_STATE)):
+    # trainer_state.json is written last into a checkpoint folder: its absence means a save cut short.
+    if checkpoint is not None and not os.path.isfile(os.path.join(checkpoint, TRAINER_STATE_JSON)):
         raise UsageError(
-            f"{checkpoint} has no {TRAINER_STATE} (it was cut short while being saved): delete it to resume from "
+            f"{checkpoint} has no {TRAINER_STATE_JSON} (it was cut short while being saved): delete it to resume from "
             "the checkpoint before it, or pass --overwrite_output_dir to train from scratch"
         )
     return checkpoint
