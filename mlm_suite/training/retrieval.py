@@ -141,6 +141,7 @@ class RetrievalTrainer(JobTrainer):
                 with self.compute_loss_context_manager():
                     piece = model(**chunk).embeddings
                 piece.backward(gradient.to(piece.dtype))
+        self._watch_loss(loss)
         return loss.detach()
 
     def prediction_step(

@@ -257,7 +257,8 @@ def _size_differences(model: torch.nn.Module, saved: dict[str, Any]) -> list[str
 def check_resumable_checkpoint(checkpoint: str | os.PathLike, model: torch.nn.Module) -> None:
     """Raise UsageError (one line naming the checkpoint and what is wrong) unless ``model`` can resume from ``checkpoint``.
 
-    Every JSON and safetensors file of the folder must parse (a truncated or corrupt file is named), and the saved
+    Every JSON and safetensors file of the folder must parse (a truncated or corrupt file is named), the optimizer
+    and schedule states must be there (the stock loader would resume without them, silently), and the saved
     weights must be ``model``'s: the same architecture, the same weight names and shapes (another hidden size or
     vocabulary size is named by its configuration field). Checkpoints without ``model.safetensors`` (DeepSpeed,
     sharded FSDP, pickles) are left to the stock loader.
@@ -274,6 +275,15 @@ def check_resumable_checkpoint(checkpoint: str | os.PathLike, model: torch.nn.Mo
     shapes = _tensor_shapes(folder)
     if shapes is None:
         return
+    missing_state = [name for name in (OPTIMIZER_TENSORS, OPTIMIZER_JSON, SCHEDULER_JSON) if not (folder / name).is_file()]
+    stock_state = all((folder / name).is_file() for name in (OPTIMIZER_NAME, SCHEDULER_NAME))
+    if missing_state and not stock_state:
+        # The stock loader would skip a missing state and resume with a fresh optimizer and schedule, silently.
+        raise UsageError(
+            f"checkpoint {folder} has no {missing_state[0]}: the optimizer and learning-rate schedule cannot be "
+            "restored, and the resumed run would differ from an uninterrupted one. Resume from a complete "
+            "checkpoint, or start anew with --overwrite_output_dir"
+        )
     model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper
     config_file = folder / "config.json"
     saved_config = _read_json(config_file) if config_file.is_file() else {}
@@ -550,17 +560,9 @@ class PickleFreeTrainer(transformers.Trainer):
         names = (OPTIMIZER_TENSORS, OPTIMIZER_JSON, SCHEDULER_JSON)
         if checkpoint is None:
             return super()._load_optimizer_and_scheduler(checkpoint)
-        missing = [name for name in names if not os.path.isfile(os.path.join(checkpoint, name))]
-        stock = all(os.path.isfile(os.path.join(checkpoint, name)) for name in (OPTIMIZER_NAME, SCHEDULER_NAME))
-        if missing and (stock or not (self._plain_checkpoints() or self._fsdp2_full_state())):
-            return super()._load_optimizer_and_scheduler(checkpoint)  # a stock or DeepSpeed/FSDP1 checkpoint
-        if missing:
-            # The stock loader would skip a missing state and resume with a fresh optimizer and schedule, silently.
-            raise UsageError(
-                f"checkpoint {checkpoint} has no {missing[0]}: the optimizer and learning-rate schedule cannot be "
-                "restored, and the resumed run would differ from an uninterrupted one. Resume from a complete "
-                "checkpoint, or start anew with --overwrite_output_dir"
-            )
+        if not all(os.path.isfile(os.path.join(checkpoint, name)) for name in names):
+            # A stock or DeepSpeed/FSDP1 checkpoint (an incomplete one of ours: check_resumable_checkpoint)
+            return super()._load_optimizer_and_scheduler(checkpoint)
         tensors = load_file(os.path.join(checkpoint, OPTIMIZER_TENSORS), device="cpu")
         data = _read_json(os.path.join(checkpoint, OPTIMIZER_JSON))
         if self._fsdp2_full_state():
