@@ -8,7 +8,6 @@ for what only a real process shows (the traceback, the exit status, ``python -m`
 
 from __future__ import annotations
 
-import csv
 import importlib
 import json
 import os
@@ -21,10 +20,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import AutoTokenizer
 
-from mlm_suite import MlmSuiteConfig, MlmSuiteModel
 from mlm_suite.data import resources
 from mlm_suite.cli import SUBCOMMANDS, main
 from mlm_suite.errors import FetchError, UsageError, is_user_error
@@ -32,40 +28,6 @@ from mlm_suite.jobs.distributed import command_prog, run_job
 from mlm_suite.jobs.output_folder import claim_output_folder, lock_path, release_output_folder
 from test_run_conventions import finetuning_dataclasses
 from mlm_suite.jobs import arguments
-
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory, minilm_dir) -> Path:
-    """A random 2-layer mlm_suite encoder with learned absolute positions (128 of them), MiniLM tokenizer."""
-    folder = tmp_path_factory.mktemp("cli_tiny_model")
-    tokenizer = AutoTokenizer.from_pretrained(minilm_dir)
-    config = MlmSuiteConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=48, max_position_embeddings=128,
-    )
-    assert config.position_embedding_type == "absolute"
-    torch.manual_seed(0)
-    MlmSuiteModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def data_files(tmp_path_factory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("cli_data")
-    conll = folder / "train.conll"
-    conll.write_text("john B-PER\nlives O\nin O\nparis B-LOC\n\nthe O\ncat O\nsleeps O\n\n", encoding="utf-8")
-    rows = [("a good film", "the plot works", "positive"), ("a dull film", "nothing happens", "negative")] * 5
-    table = folder / "train.csv"
-    with open(table, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["text", "sentence2", "label"])
-        writer.writerows(rows)
-    senses = folder / "wsd.jsonl"
-    records = [{"tokens": ["the", "bank", "was", "closed"], "target": 1, "sense": f"bank.n.0{i % 2 + 1}"} for i in range(4)]
-    senses.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
-    return {"conll": conll, "csv": table, "wsd": senses}
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -169,9 +131,9 @@ def test_bad_flag_is_one_line_exit_2_and_writes_nothing(command, flags, fragment
 @pytest.mark.parametrize(
     "command, data_flags",
     [
-        ("finetune-ner", ["--train_file", "conll"]),
-        ("finetune-cls", ["--train_file", "csv"]),
-        ("finetune-pair", ["--train_file", "csv", "--sentence1_column", "text"]),
+        ("finetune-ner", ["--train_file", "{conll}"]),
+        ("finetune-cls", ["--train_file", "{csv}"]),
+        ("finetune-pair", ["--train_file", "{csv}", "--sentence1_column", "text"]),
     ],
 )
 def test_max_seq_length_beyond_the_models_positions_is_rejected_before_writing(
@@ -179,8 +141,8 @@ def test_max_seq_length_beyond_the_models_positions_is_rejected_before_writing(
 ):
     """Checked before training: a value beyond the positions would fail in the model after the folder exists."""
     output_dir = tmp_path / "out"
-    flags = [data_files[value] if value in data_files else value for value in data_flags]
-    argv = [command, "--model_name_or_path", str(tiny_model), *map(str, flags), "--max_seq_length", "100000",
+    flags = [flag.format(**data_files) for flag in data_flags]
+    argv = [command, "--model_name_or_path", str(tiny_model), *flags, "--max_seq_length", "100000",
             "--output_dir", str(output_dir), "--max_steps", "1", "--report_to", "none"]
     status, _, err = run_cli(argv, capsys)
     assert status == 2

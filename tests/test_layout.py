@@ -19,7 +19,7 @@ def test_every_module_imports():
 
 def test_concerns_are_packages_not_loose_modules():
     loose = sorted(path.stem for path in PACKAGE.glob("*.py"))
-    assert loose == ["__init__", "cli", "convert", "errors", "export"]
+    assert loose == ["__init__", "cli", "convert", "errors", "export", "model_files"]
     packages = sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py"))
     assert packages == ["analysis", "cards", "data", "evaluation", "jobs", "model", "training"]
 

@@ -23,7 +23,6 @@ import transformers.trainer as hf_trainer_module
 from safetensors import safe_open
 from transformers import AutoTokenizer, TrainingArguments
 
-from mlm_suite.errors import UsageError
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteModel
 from mlm_suite.data import resources
 from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, pretrain
@@ -310,17 +309,6 @@ def test_optimizer_scheduler_and_rng_states_round_trip_through_safetensors_and_j
         for name, value in entries.items():
             torch.testing.assert_close(loaded["state"][index][name], value, rtol=0, atol=0)
     assert other.lr_scheduler.state_dict() == trainer.lr_scheduler.state_dict()
-
-
-@pytest.mark.parametrize("lost", ["optimizer.safetensors", "optimizer.json", "scheduler.json"])
-def test_a_checkpoint_that_lost_a_state_file_is_refused_not_resumed_with_a_fresh_optimizer(tmp_path, lost):
-    trainer = _trainer(tmp_path, 0)
-    checkpoint = tmp_path / "checkpoint"
-    checkpoint.mkdir()
-    trainer._save_optimizer_and_scheduler(str(checkpoint))
-    (checkpoint / lost).unlink()
-    with pytest.raises(UsageError, match=rf"checkpoint {checkpoint} has no {lost}: the optimizer and learning-rate"):
-        _trainer(tmp_path, 1)._load_optimizer_and_scheduler(str(checkpoint))
 
 
 def test_split_optimizer_state_refuses_what_json_cannot_hold():

@@ -137,7 +137,7 @@ def test_a_damaged_file_is_named(tmp_path, data_files, pretrain_checkpoint, caps
     assert folder_files(checkpoint) == folder_files(pretrain_checkpoint)  # nothing written into the checkpoint
 
 
-@pytest.mark.parametrize("name", ["optimizer.safetensors", "scheduler.json"])
+@pytest.mark.parametrize("name", ["optimizer.safetensors", "optimizer.json", "scheduler.json"])
 def test_a_missing_state_file_is_named(tmp_path, data_files, pretrain_checkpoint, capsys, name):
     checkpoint = damaged_copy(pretrain_checkpoint, tmp_path)
     (checkpoint / name).unlink()

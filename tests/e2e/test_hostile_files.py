@@ -152,6 +152,15 @@ def test_pretrain_empty_tokenizer_folder(tmp_path, data_files, capsys):
     assert not output_dir.exists()
 
 
+def test_prepare_data_empty_tokenizer_folder(tmp_path, data_files, capsys):
+    empty, output_dir = tmp_path / "tokenizer", tmp_path / "prepared"
+    empty.mkdir()
+    outcome = run_command(["prepare-data", "--tokenizer_name", empty, "--train_file", data_files["text"],
+                           "--max_seq_length", "32", "--output_dir", output_dir], capsys)
+    assert_refused(outcome, "prepare-data", f"{empty} holds no tokenizer", "tokenizer.json", "vocab.txt")
+    assert not output_dir.exists()
+
+
 # --------------------------------------------------------------------------------------------
 # convert-bert
 # --------------------------------------------------------------------------------------------
