@@ -381,8 +381,10 @@ class PickleFreeTrainer(transformers.Trainer):
         self._nonfinite_loss = torch.zeros(2, device=self.args.device)
         self._empty_steps, self._empty_steps_logged = 0, 0
         self._resumed_loss = (0.0, 0)
+        self._first_step, self._running_loss = 0, None  # the Trainer's own names for these vary across versions
         if resume_from_checkpoint:
             state = _read_json(os.path.join(resume_from_checkpoint, TRAINER_STATE_JSON))
+            self._first_step = int(state.get("global_step", 0))
             record = state.get("stateful_callbacks", {}).get(TRAIN_LOSS_STATE, {}).get("attributes", {})
             self._resumed_loss = (float(record.get("loss_sum", 0.0)), int(record.get("counted_steps", 0)))
         output = super().train(resume_from_checkpoint, *args, **kwargs)
@@ -428,6 +430,7 @@ class PickleFreeTrainer(transformers.Trainer):
         return num_items_in_batch
 
     def _maybe_log_save_evaluate(self, *args: Any, **kwargs: Any) -> None:
+        self._running_loss = args[0] if args else kwargs["tr_loss"]  # the steps' loss sum since the last log
         if self.control.should_log or self.control.should_save or self.control.should_evaluate:
             self._refuse_nonfinite_loss()  # the host waits for the device here anyway
         self._log_window = self.state.global_step - self._globalstep_last_logged
@@ -436,15 +439,15 @@ class PickleFreeTrainer(transformers.Trainer):
     def _loss_total(self) -> tuple[float, int]:
         """The sum of the step losses trained so far (the resumed checkpoint's included) and the steps it covers."""
         loss_sum, counted = self._resumed_loss
-        unlogged = float(self._tr_loss.item()) if getattr(self, "_tr_loss", None) is not None else 0.0
-        steps = self.state.global_step - self._initial_global_step - int(self._empty_steps)
+        unlogged = float(self._running_loss.item()) if self._running_loss is not None else 0.0
+        steps = self.state.global_step - self._first_step - int(self._empty_steps)
         return loss_sum + self._total_loss_scalar + unlogged, counted + steps
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
         if "train_runtime" in logs:  # the end-of-training metrics: _total_loss_scalar holds every step now
             self._refuse_nonfinite_loss()
             loss_sum, counted = self._resumed_loss
-            steps = self.state.global_step - self._initial_global_step - int(self._empty_steps)
+            steps = self.state.global_step - self._first_step - int(self._empty_steps)
             logs["train_loss"] = (loss_sum + self._total_loss_scalar) / max(counted + steps, 0.001)
         elif "loss" in logs:
             empty = int(self._empty_steps) - self._empty_steps_logged
