@@ -401,14 +401,11 @@ class PickleFreeTrainer(transformers.Trainer):
         self._nonfinite_loss = torch.where(fresh, found, self._nonfinite_loss)
 
     def _refuse_nonfinite_loss(self) -> None:
-        """Raise UsageError if a training loss was non-finite (every process calls it at the same points)."""
+        """Raise UsageError if this process's training loss was non-finite (with several processes, the launcher then
+        stops the others: no collective here, whose work could outlive the run)."""
         if self._nonfinite_loss is None:
             return
-        found = self._nonfinite_loss
-        if self.args.world_size > 1:
-            found = self.accelerator.gather(found.unsqueeze(0))  # (processes, 2)
-            found = found[found[:, 0].argmax()]
-        step, loss = found.tolist()
+        step, loss = self._nonfinite_loss.tolist()
         if step:
             raise UsageError(
                 f"training stopped at step {int(step)}: the loss became {loss} (not finite), so the weights are no "
