@@ -48,7 +48,12 @@ def flatten_sequences(
     return batch
 
 
-def flatten_batch(batch: Mapping[str, torch.Tensor], max_length_multiple: int | None = None) -> dict:
+def flatten_batch(
+    batch: Mapping[str, torch.Tensor],
+    max_length_multiple: int | None = None,
+    labels_per_row: bool = False,
+    masked_lm_positions: bool = True,
+) -> dict:
     """A padded ``(batch, seq)`` batch → a flattened one (see the module).
 
     Args:
@@ -56,10 +61,14 @@ def flatten_batch(batch: Mapping[str, torch.Tensor], max_length_multiple: int | 
             ``position_ids``, ``document_ids``, ``labels``, ``next_sentence_label``.
         max_length_multiple: round ``max_length_q`` up to a multiple of this, so that
             ``torch.compile`` sees few distinct values (it is only an upper bound for the layout).
+        labels_per_row: ``labels`` hold one target (or one row of targets) per sequence, as a
+            classifier's do, and are kept as they are; otherwise one per token, flattened.
+        masked_lm_positions: with per-token ``labels``, add the flat indices of the labelled tokens
+            (the MLM heads' sparse prediction reads them instead of searching the labels).
 
     Raises:
-        ValueError: a ``next_sentence_label`` per row when rows hold several documents, or keys
-            the flattened form cannot carry.
+        ValueError: a ``next_sentence_label`` (or per-row ``labels``) per row when rows hold several
+            documents, or keys the flattened form cannot carry.
     """
     unknown = set(batch) - {*_PER_TOKEN, "attention_mask", "position_ids", "document_ids", "next_sentence_label"}
     if unknown:
@@ -81,17 +90,20 @@ def flatten_batch(batch: Mapping[str, torch.Tensor], max_length_multiple: int | 
         positions = torch.arange(token_index.numel(), device=input_ids.device) - cu_seq_lens.long()[segment_of_token]
     else:  # the column, as BERT gives (with left padding it counts the pads)
         positions = torch.arange(columns, device=input_ids.device).repeat(rows)[token_index]
-    flat = {key: batch[key].reshape(-1)[token_index][None] for key in _PER_TOKEN if key in batch}
+    per_token = [key for key in _PER_TOKEN if key in batch and not (key == "labels" and labels_per_row)]
+    flat = {key: batch[key].reshape(-1)[token_index][None] for key in per_token}
     flat.update(position_ids=positions[None], **offsets)
-    if "labels" in flat:
+    if "labels" in flat and masked_lm_positions:
         flat["masked_lm_positions"] = (flat["labels"][0] != IGNORE_INDEX).nonzero().squeeze(1)
-    if "next_sentence_label" in batch:
-        if lengths.numel() != rows:
-            raise ValueError(
-                f"next_sentence_label holds one label per row ({rows}), but the rows hold {lengths.numel()} "
-                "sequences: NSP pairs cannot be packed"
-            )
-        flat["next_sentence_label"] = batch["next_sentence_label"]
+    row_labels = {"next_sentence_label": "NSP pairs", "labels": "classified sequences"}
+    for key, what in row_labels.items():
+        if key in batch and key not in flat:
+            if lengths.numel() != rows:
+                raise ValueError(
+                    f"{key} holds one label per row ({rows}), but the rows hold {lengths.numel()} "
+                    f"sequences: {what} cannot be packed"
+                )
+            flat[key] = batch[key]
     return flat
 
 

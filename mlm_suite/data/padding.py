@@ -20,6 +20,8 @@ import torch
 from transformers import BatchEncoding, PreTrainedTokenizerBase
 from transformers.utils import PaddingStrategy, to_py_obj
 
+from mlm_suite.data.flattening import flatten_batch
+
 __all__ = ["DataCollatorForPadding", "DataCollatorForTokenLabels"]
 
 # The per-token keys tokenizer.pad pads besides the main input and the attention mask, with their pad values
@@ -241,6 +243,9 @@ class DataCollatorForPadding(_FastPadding):
     ``Trainer`` ``data_collator``. The arguments are those of the transformers collator; ``padding`` other than
     ``True`` / ``"longest"``, a ``max_length`` or ``return_tensors`` other than ``"pt"`` hand every batch to it.
 
+    With ``flatten=True`` the batch is flattened instead (:func:`mlm_suite.data.flattening.flatten_batch`, the
+    ``labels`` one per sequence), so that a GPU step reads no tensor values to lay the tokens out.
+
     Returns:
         a ``BatchEncoding`` of int64 ``(B, L)`` tensors (the padded inputs) and the stacked other keys.
     """
@@ -250,19 +255,21 @@ class DataCollatorForPadding(_FastPadding):
     max_length: int | None = None
     pad_to_multiple_of: int | None = None
     return_tensors: str = "pt"
+    flatten: bool = False
 
-    def __call__(self, features: Sequence[Mapping[str, Any]]) -> BatchEncoding:
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> BatchEncoding | dict[str, Any]:
         padded = self._pad(features)
         if padded is None:
-            return self._transformers_collator()(features)
-        batch = _batch_encoding(padded[0])
-        if "label" in batch:
-            batch["labels"] = batch["label"]
-            del batch["label"]
-        if "label_ids" in batch:
-            batch["labels"] = batch["label_ids"]
-            del batch["label_ids"]
-        return batch
+            batch = self._transformers_collator()(features)
+        else:
+            batch = _batch_encoding(padded[0])
+            if "label" in batch:
+                batch["labels"] = batch["label"]
+                del batch["label"]
+            if "label_ids" in batch:
+                batch["labels"] = batch["label_ids"]
+                del batch["label_ids"]
+        return flatten_batch(batch, labels_per_row=True) if self.flatten else batch
 
     def _transformers_collator(self) -> Any:
         from transformers import DataCollatorWithPadding
@@ -278,7 +285,8 @@ class DataCollatorForTokenLabels(_FastPadding):
 
     As :class:`DataCollatorForPadding`, but the per-token labels (the ``label`` feature if the first feature has
     one, else ``labels``; the key is kept) are padded too, with ``label_pad_token_id``, to the padded length of
-    the inputs on the tokenizer's padding side, and are returned as int64.
+    the inputs on the tokenizer's padding side, and are returned as int64. With ``flatten=True`` the batch is
+    flattened instead (:func:`mlm_suite.data.flattening.flatten_batch`, labels of the real tokens end to end).
     """
 
     tokenizer: PreTrainedTokenizerBase
@@ -287,14 +295,17 @@ class DataCollatorForTokenLabels(_FastPadding):
     pad_to_multiple_of: int | None = None
     label_pad_token_id: int = -100
     return_tensors: str = "pt"
+    flatten: bool = False
 
-    def __call__(self, features: Sequence[Mapping[str, Any]], return_tensors: str | None = None) -> BatchEncoding:
+    def __call__(
+        self, features: Sequence[Mapping[str, Any]], return_tensors: str | None = None
+    ) -> BatchEncoding | dict[str, Any]:
         if return_tensors is not None and return_tensors != self.return_tensors:
             return self._transformers_collator()(features, return_tensors=return_tensors)
         batch = self._pad_with_labels(features)
         if batch is None:
-            return self._transformers_collator()(features)
-        return batch
+            batch = self._transformers_collator()(features)
+        return flatten_batch(batch, masked_lm_positions=False) if self.flatten else batch
 
     def _transformers_collator(self) -> Any:
         from transformers import DataCollatorForTokenClassification

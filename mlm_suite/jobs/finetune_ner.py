@@ -49,6 +49,7 @@ from mlm_suite.jobs.finetune_training import (
     run_trainer,
     save_everything,
     save_metrics,
+    trains_flattened,
 )
 from mlm_suite.jobs.model_loading import (
     ModelArguments,
@@ -262,7 +263,9 @@ def build_trainer(model, args, tokenizer, datasets: Mapping[str, Any], scheme: s
         train_dataset=datasets.get("train"),
         eval_dataset=datasets.get("validation"),
         processing_class=tokenizer,
-        data_collator=DataCollatorForTokenLabels(tokenizer),  # DataCollatorForTokenClassification's batches, faster
+        # The CRF scores whole sequences: it trains on padded rows.
+        data_collator=DataCollatorForTokenLabels(tokenizer, flatten=trains_flattened(model, args) and not model.config.use_crf),
+        eval_data_collator=DataCollatorForTokenLabels(tokenizer),  # DataCollatorForTokenClassification's batches, faster
         compute_metrics=ner_compute_metrics(id2label, scheme, mode, memory),
         preprocess_logits_for_metrics=make_preprocess_logits(model),
         callbacks=early_stopping(args, main_metric(scheme)) + [memory],

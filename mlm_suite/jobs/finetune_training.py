@@ -37,7 +37,8 @@ class FinetuneTrainingArguments(JobTrainingArguments):
     predict unless told otherwise (``--do_train False`` ...), batch size 32, a linear warmup over
     the first 10 % of the steps (post-norm encoders can collapse to a constant prediction when
     fine-tuned at full learning rate from the first step), no intermediate checkpoints
-    (``--save_strategy steps`` brings them back) and logging every 10 steps.
+    (``--save_strategy steps`` brings them back) and logging every 10 steps. Training batches are flattened on
+    a GPU (``--flatten_batches``); evaluation batches stay padded.
     Each job subclasses it to set its own ``output_dir``, epochs and learning rate.
     """
 
@@ -59,11 +60,24 @@ class FinetuneTrainingArguments(JobTrainingArguments):
     early_stopping_threshold: float = field(
         default=0.0, metadata={"help": "Smallest gain of the validation score that counts as an improvement."}
     )
+    flatten_batches: bool | None = field(
+        default=None,
+        metadata={
+            # A bare --flatten_batches means true; the parser's optional bools would demand a value.
+            "nargs": "?",
+            "const": True,
+            "help": "train on flattened batches (every sequence end to end with its offsets, as "
+            "DataCollatorWithFlattening makes them): no padding, no host synchronisation, and with --torch_compile "
+            "no graph break. Default: on when training on a GPU, off on CPU (where it buys nothing)"
+        },
+    )
 
     def __post_init__(self) -> None:
         check_at_least("early_stopping_patience", self.early_stopping_patience, 1)
         check_non_negative("early_stopping_threshold", self.early_stopping_threshold)
         super().__post_init__()
+        if self.flatten_batches is None:
+            self.flatten_batches = self.device.type == "cuda"
 
 
 # --------------------------------------------------------------------------------------------
@@ -85,6 +99,14 @@ def run_trainer(trainer: Trainer, datasets: Mapping[str, Any], args: TrainingArg
     if args.do_predict and "test" in datasets:
         metrics[f"{prefix}test"] = trainer.predict(datasets["test"], metric_key_prefix=f"{prefix}test").metrics
     return metrics
+
+
+def trains_flattened(model: Any, args: FinetuneTrainingArguments) -> bool:
+    """Whether the training batches are flattened: ``--flatten_batches``, for mlm_suite models (others read
+    padded batches only)."""
+    from mlm_suite.model import MlmSuitePreTrainedModel
+
+    return bool(args.flatten_batches) and isinstance(model, MlmSuitePreTrainedModel)
 
 
 def early_stopping(args: FinetuneTrainingArguments, metric: str) -> list[TrainerCallback]:
@@ -142,4 +164,5 @@ __all__ = [
     "run_trainer",
     "save_everything",
     "save_metrics",
+    "trains_flattened",
 ]

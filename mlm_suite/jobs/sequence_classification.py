@@ -47,7 +47,13 @@ from mlm_suite.jobs.arguments import (
     validation_split_name_field,
 )
 from mlm_suite.jobs.checkpoints import stage_checkpoint
-from mlm_suite.jobs.finetune_training import FinetuneTrainingArguments, card_training_summary, early_stopping, run_trainer
+from mlm_suite.jobs.finetune_training import (
+    FinetuneTrainingArguments,
+    card_training_summary,
+    early_stopping,
+    run_trainer,
+    trains_flattened,
+)
 from mlm_suite.jobs.model_loading import ModelArguments
 from mlm_suite.cards import CardDataset, FinetunedCard, card_base_model, card_scores, label_table, markdown_table
 from mlm_suite.training.trainer import JobTrainer
@@ -249,7 +255,8 @@ def build_trainer(
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
-        data_collator=DataCollatorForPadding(tokenizer),  # DataCollatorWithPadding's batches, faster
+        data_collator=DataCollatorForPadding(tokenizer, flatten=trains_flattened(model, args)),
+        eval_data_collator=DataCollatorForPadding(tokenizer),  # DataCollatorWithPadding's batches, faster
         compute_metrics=regression_metrics if task_type == "regression" else classification_metrics,
         callbacks=early_stopping(args, "pearson" if task_type == "regression" else "accuracy"),
         keep_predictions=True,  # for the confusion matrices

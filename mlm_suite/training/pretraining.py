@@ -73,8 +73,7 @@ class PretrainingTrainer(ScheduledRowsMixin, JobTrainer):
     """
 
     def __init__(self, *args, eval_data_collator: DataCollatorForMaskedLM, head_warmup_steps: int = 0, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.eval_data_collator = eval_data_collator
+        super().__init__(*args, eval_data_collator=eval_data_collator, **kwargs)
         self.head_warmup_steps = head_warmup_steps
 
     def training_step(self, model, inputs, num_items_in_batch=None):
@@ -86,14 +85,6 @@ class PretrainingTrainer(ScheduledRowsMixin, JobTrainer):
             for parameter in self.model.encoder.parameters():
                 parameter.grad = None
         return loss
-
-    def get_eval_dataloader(self, eval_dataset=None):
-        training_collator = self.data_collator
-        self.data_collator = self.eval_data_collator
-        try:
-            return super().get_eval_dataloader(eval_dataset)
-        finally:
-            self.data_collator = training_collator
 
 
 def final_evaluation(trainer: Trainer) -> dict[str, float]:

@@ -669,11 +669,13 @@ class JobTrainer(PickleFreeTrainer):
     The card's usage snippet loads :meth:`card_model_id` (the Hub repository when pushing, else
     ``--hub_model_id``, else the output folder); ``push_to_hub(license=..., tags=..., ...)`` updates its front
     matter. With ``keep_predictions=True`` it keeps what each evaluation scored (:attr:`kept_predictions`), for
-    the job's plots.
+    the job's plots. An ``eval_data_collator`` collates evaluation and prediction batches instead of
+    ``data_collator`` (which then collates training batches only).
     """
 
-    def __init__(self, *args: Any, keep_predictions: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, keep_predictions: bool = False, eval_data_collator: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.eval_data_collator = eval_data_collator
         self.step_rate = StepRateCallback()
         self.add_callback(self.step_rate)
         #: The card :meth:`create_model_card` writes, handed over by :meth:`publish`.
@@ -682,6 +684,25 @@ class JobTrainer(PickleFreeTrainer):
         #: (``"eval"``, ``"test"``, ...), as ``compute_metrics`` saw them (gathered from every process), so a job
         #: can plot what it scored without predicting again.
         self.kept_predictions: dict[str, EvalPrediction] | None = {} if keep_predictions else None
+
+    # ---- batches -----------------------------------------------------------------------------
+    def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
+        with self._evaluation_collator():
+            return super().get_eval_dataloader(eval_dataset)
+
+    def get_test_dataloader(self, test_dataset: Any) -> Any:
+        with self._evaluation_collator():
+            return super().get_test_dataloader(test_dataset)
+
+    @contextlib.contextmanager
+    def _evaluation_collator(self) -> Iterator[None]:
+        training_collator = self.data_collator
+        if self.eval_data_collator is not None:
+            self.data_collator = self.eval_data_collator
+        try:
+            yield
+        finally:
+            self.data_collator = training_collator
 
     # ---- loss normalisation ------------------------------------------------------------------
     def _learnable_items(self, batch_samples: list, num_items_in_batch: Any) -> Any:
