@@ -391,6 +391,41 @@ def test_cuda_varlen_equals_the_grid_in_bf16_and_hf_bert_in_fp32():
     torch.testing.assert_close(grid, reference, atol=1e-1, rtol=1e-1)
 
 
+@pytest.mark.parametrize(
+    "head", (MlmSuiteForSequenceClassification, MlmSuiteForPairClassification, MlmSuiteForTokenClassification),
+    ids=lambda head: head.__name__,
+)
+def test_flattened_finetuning_step_equals_the_padded_one(head):
+    """The fine-tuning collators' flattened batches (labels per row, or per token) train as the padded ones."""
+    torch.manual_seed(0)
+    model = head(config()).train()
+    batch = padded_batch()
+    per_row = head is not MlmSuiteForTokenClassification
+    if per_row:
+        batch["labels"] = torch.tensor([0, 2, 1, 2])
+    else:
+        batch["labels"] = batch["labels"].clamp(max=2).masked_fill(batch["labels"] < 0, -100)
+    flat = flatten_batch(batch, labels_per_row=per_row, masked_lm_positions=False)
+    assert "masked_lm_positions" not in flat
+    losses, grads = [], []
+    for inputs in (batch, flat):
+        model.zero_grad()
+        loss = model(**inputs, num_items_in_batch=torch.tensor(7)).loss
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append({name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None})
+    torch.testing.assert_close(losses[1], losses[0])
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_flatten_batch_refuses_row_labels_of_packed_rows():
+    batch = {"input_ids": torch.ones(1, 4, dtype=torch.long), "position_ids": torch.tensor([[0, 1, 0, 1]]),
+             "labels": torch.tensor([1])}
+    with pytest.raises(ValueError, match="classified sequences cannot be packed"):
+        flatten_batch(batch, labels_per_row=True)
+
+
 @cuda
 def test_cuda_flattened_training_step_has_no_host_synchronisation():
     torch.manual_seed(0)
