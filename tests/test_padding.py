@@ -17,6 +17,7 @@ from transformers import (
 
 from mlm_suite.data import resources
 from mlm_suite.data import DataCollatorForPadding, DataCollatorForTokenLabels
+from mlm_suite.data.flattening import flatten_batch
 from mlm_suite.data.padding import real_positions
 
 BATCH_SIZES = (1, 7, 32)
@@ -190,6 +191,23 @@ def test_token_batches_equal_data_collator_for_token_classification(side_tokeniz
         assert_same_batch(got, theirs(batch))
     assert list(got.keys())[-1] == label_name and got[label_name].dtype == torch.int64
     assert (got[label_name][got["attention_mask"] == 0] == -100).all()
+
+
+@pytest.mark.parametrize("label", ["int", "multi"])
+def test_flattening_collators_flatten_their_padded_batch(tokenizer, sentences, tweets, label):
+    """``flatten=True``: the padded batch laid end to end, sequence labels kept per row, token labels per token."""
+    rows = sentence_rows(tokenizer, sentences, label=label, pairs=True)[:5]
+    flat = DataCollatorForPadding(tokenizer, flatten=True)(rows)
+    expected = flatten_batch(DataCollatorForPadding(tokenizer)(rows), labels_per_row=True)
+    assert flat.keys() == expected.keys() and flat["labels"].shape[0] == 5 and flat["cu_seq_lens_q"].shape == (6,)
+    for key, value in expected.items():
+        assert torch.equal(flat[key], value) if isinstance(value, torch.Tensor) else flat[key] == value, key
+    rows = tweet_rows(tokenizer, tweets)[:5]
+    flat = DataCollatorForTokenLabels(tokenizer, flatten=True)(rows)
+    padded = DataCollatorForTokenLabels(tokenizer)(rows)
+    real = padded["attention_mask"].bool()
+    assert torch.equal(flat["labels"][0], padded["labels"][real]) and "masked_lm_positions" not in flat
+    assert torch.equal(flat["input_ids"][0], padded["input_ids"][real]) and flat["max_length_q"] == real.sum(1).max()
 
 
 def test_token_label_variants_equal_data_collator_for_token_classification(side_tokenizer, tweets):
