@@ -115,6 +115,7 @@ def test_unknown_flag_shows_a_one_line_usage_not_every_trainer_flag(capsys, tmp_
         ("wsd", ["--train_file", "{missing}"], ["give both --train_file and --test_file"]),
         ("anisotropy", ["--num_sentences", "1"], ["--num_sentences must be at least 2, got 1"]),
         ("anisotropy", ["--batch_size", "0"], ["--batch_size must be at least 1"]),
+        ("finetune-ner", ["--use_crf", "--flatten_batches"], ["--flatten_batches cannot be combined with --use_crf"]),
     ],
 )
 def test_bad_flag_is_one_line_exit_2_and_writes_nothing(command, flags, fragments, tmp_path, data_files, capsys):
@@ -271,6 +272,7 @@ def parse_job(command: str, argv: list[str]) -> None:
         ("finetune-pair", ["--coherence_eval_pairs", "1"], "--coherence_eval_pairs must be at least 2"),
         ("finetune-ner", ["--early_stopping_patience", "0"], "--early_stopping_patience must be at least 1"),
         ("finetune-retrieval", ["--mini_batch_size", "0"], "--mini_batch_size must be at least 1"),
+        ("finetune-retrieval", ["--flatten_batches", "false"], "finetune-retrieval always trains on flattened batches"),
         ("finetune-retrieval", ["--temperature", "0"], "--temperature must be positive"),
         ("finetune-retrieval", ["--classifier_pooling", "cls"], "--classifier_pooling is for classification heads"),
         ("finetune-retrieval", ["--corpus_file", "{existing}"], "--corpus_file and --queries_file go together"),

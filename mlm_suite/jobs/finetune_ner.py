@@ -278,6 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from transformers import AutoConfig, AutoModelForTokenClassification, set_seed
 
     model_args, data_args, training_args = parse_arguments((NerModelArguments, NerDataArguments, NerTrainingArguments), argv)
+    if model_args.use_crf and training_args.flatten_batches and "flatten_batches" in training_args.flags_given:
+        raise UsageError("--flatten_batches cannot be combined with --use_crf: the CRF scores each sequence as a whole")
     claim_output_folder(training_args.output_dir, model_args.sources())
     # Everything that can fail on bad input happens before the Trainer creates the output folder.
     # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run in --output_dir

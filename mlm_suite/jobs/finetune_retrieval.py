@@ -123,6 +123,10 @@ class RetrievalTrainingArguments(FinetuneTrainingArguments):
     per_device_eval_batch_size: int = field(default=128, metadata={"help": "Texts per batch when embedding."})
 
     def __post_init__(self) -> None:
+        if self.flatten_batches is False:
+            raise UsageError("--flatten_batches false: finetune-retrieval always trains on flattened batches "
+                             "(its queries and documents end to end, whatever the device)")
+        self.flatten_batches = True
         super().__post_init__()
         if self.per_device_train_batch_size < 2:
             raise UsageError(
