@@ -93,6 +93,21 @@ def test_split_name_field() -> Any:
     )
 
 
+def flatten_batches_field() -> Any:
+    """``--flatten_batches`` of the jobs that train on flattened batches; None until the job sees the device."""
+    return field(
+        default=None,
+        metadata={
+            # A bare --flatten_batches means true; the parser's optional bools would demand a value.
+            "nargs": "?",
+            "const": True,
+            "help": "train on flattened batches (every sequence end to end with its offsets, as "
+            "DataCollatorWithFlattening makes them): no padding, no host synchronisation, and with --torch_compile "
+            "no graph break. Default: on when training on a GPU, off on CPU (where it buys nothing)"
+        },
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Checks of one value, called by the argument dataclasses' __post_init__ (None: not given, never checked)
 # --------------------------------------------------------------------------------------------
@@ -326,6 +341,7 @@ __all__ = [
     "check_seed",
     "check_within",
     "feed_the_device",
+    "flatten_batches_field",
     "given_flags",
     "gpu_loader_workers",
     "overwrite_cache_field",

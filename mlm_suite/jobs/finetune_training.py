@@ -19,7 +19,7 @@ from typing import Any
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from mlm_suite.cards import initialisation, training_summary
-from mlm_suite.jobs.arguments import JobTrainingArguments, check_at_least, check_non_negative
+from mlm_suite.jobs.arguments import JobTrainingArguments, check_at_least, check_non_negative, flatten_batches_field
 from mlm_suite.jobs.model_loading import ModelArguments
 from mlm_suite.jobs.checkpoints import stage_checkpoint
 from mlm_suite.training.controls import early_stopping_callback
@@ -60,17 +60,7 @@ class FinetuneTrainingArguments(JobTrainingArguments):
     early_stopping_threshold: float = field(
         default=0.0, metadata={"help": "Smallest gain of the validation score that counts as an improvement."}
     )
-    flatten_batches: bool | None = field(
-        default=None,
-        metadata={
-            # A bare --flatten_batches means true; the parser's optional bools would demand a value.
-            "nargs": "?",
-            "const": True,
-            "help": "train on flattened batches (every sequence end to end with its offsets, as "
-            "DataCollatorWithFlattening makes them): no padding, no host synchronisation, and with --torch_compile "
-            "no graph break. Default: on when training on a GPU, off on CPU (where it buys nothing)"
-        },
-    )
+    flatten_batches: bool | None = flatten_batches_field()
 
     def __post_init__(self) -> None:
         check_at_least("early_stopping_patience", self.early_stopping_patience, 1)

@@ -53,6 +53,7 @@ from mlm_suite.jobs.arguments import (
     check_non_negative,
     check_positive,
     check_within,
+    flatten_batches_field,
     overwrite_cache_field,
     preprocessing_num_workers_field,
     validation_split_name_field,
@@ -157,17 +158,7 @@ class PretrainingArguments(HubArguments):
         default=False, metadata={"help": "pack documents into full rows; position ids restart per document"}
     )
     max_seq_length: int = field(default=64, metadata={"help": "longest row, special tokens included"})
-    flatten_batches: bool | None = field(
-        default=None,
-        metadata={
-            # A bare --flatten_batches means true; the parser's optional bools would demand a value.
-            "nargs": "?",
-            "const": True,
-            "help": "train on flattened batches (every sequence end to end with its offsets, as "
-            "DataCollatorWithFlattening makes them): no padding, no host synchronisation, and with --torch_compile "
-            "no graph break. Default: on when training on a GPU, off on CPU (where it buys nothing)"
-        },
-    )
+    flatten_batches: bool | None = flatten_batches_field()
     tokenizer_name: str | None = field(
         default=None,
         metadata={"help": "tokenizer folder (default: --model_name_or_path's, else a trained one)"},

@@ -73,6 +73,25 @@ def test_training_step_does_not_synchronise(job, recorder, tiny_model, data_file
     assert not recorder.found, f"{job}: host synchronisations in a training step:\n{recorder.report()}"
 
 
+def test_recorder_names_a_planted_scalar_read_in_a_job(recorder, monkeypatch, tiny_model, data_files, tmp_path):
+    """A step that reads its loss on the host fails the check, named by the line that read it."""
+    from mlm_suite.model import MlmSuiteForSequenceClassification
+
+    loss_of = MlmSuiteForSequenceClassification._classification_loss
+
+    def read_on_the_host(model, *args, **kwargs):
+        loss = loss_of(model, *args, **kwargs)
+        loss.item()
+        return loss
+
+    monkeypatch.setattr(MlmSuiteForSequenceClassification, "_classification_loss", read_on_the_host)
+    argv = [str(flag) for flag in JOBS["finetune-cls"](tiny_model, data_files)]
+    assert cli.main([*argv, *GPU_DEFAULTS, *QUIET, "--output_dir", str(tmp_path / "out")]) == 0
+    assert recorder.found and {str(sync).split(" at ")[0] for sync in recorder.found} == {"aten._local_scalar_dense.default"}
+    assert all(sync.frame.endswith("read_on_the_host") for sync in recorder.found), recorder.report()
+    assert len(recorder.found) == recorder.steps_watched  # one read per watched step, none from the others
+
+
 def test_recorder_catches_a_scalar_read():
     found = []
     loss = torch.ones(3, requires_grad=True).sum()
