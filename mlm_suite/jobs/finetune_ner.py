@@ -263,8 +263,7 @@ def build_trainer(model, args, tokenizer, datasets: Mapping[str, Any], scheme: s
         train_dataset=datasets.get("train"),
         eval_dataset=datasets.get("validation"),
         processing_class=tokenizer,
-        # The CRF scores whole sequences: it trains on padded rows.
-        data_collator=DataCollatorForTokenLabels(tokenizer, flatten=trains_flattened(model, args) and not model.config.use_crf),
+        data_collator=DataCollatorForTokenLabels(tokenizer, flatten=trains_flattened(model, args)),
         eval_data_collator=DataCollatorForTokenLabels(tokenizer),  # DataCollatorForTokenClassification's batches, faster
         compute_metrics=ner_compute_metrics(id2label, scheme, mode, memory),
         preprocess_logits_for_metrics=make_preprocess_logits(model),

@@ -93,10 +93,12 @@ def run_trainer(trainer: Trainer, datasets: Mapping[str, Any], args: TrainingArg
 
 def trains_flattened(model: Any, args: FinetuneTrainingArguments) -> bool:
     """Whether the training batches are flattened: ``--flatten_batches``, for mlm_suite models (others read
-    padded batches only)."""
-    from mlm_suite.model import MlmSuitePreTrainedModel
+    padded batches only) and heads without a CRF (which scores whole padded sequences)."""
+    from mlm_suite.model import MlmSuiteConfig
 
-    return bool(args.flatten_batches) and isinstance(model, MlmSuitePreTrainedModel)
+    config = model.config
+    mlm_suite_model = config.model_type == MlmSuiteConfig.model_type
+    return bool(args.flatten_batches) and mlm_suite_model and not getattr(config, "use_crf", False)
 
 
 def early_stopping(args: FinetuneTrainingArguments, metric: str) -> list[TrainerCallback]:
