@@ -237,3 +237,26 @@ def test_step_counts_that_cannot_train_are_refused_while_parsing(tmp_path, flags
     with pytest.raises(UsageError, match=message):
         parse_arguments(["--output_dir", str(tmp_path / "out"), "--use_cpu", "true", *flags])
     assert not (tmp_path / "out").exists()
+
+
+def test_finetuning_flattens_training_batches_on_a_gpu_only_unless_told(monkeypatch):
+    from mlm_suite.jobs.finetune_cls import ClassificationTrainingArguments
+
+    assert ClassificationTrainingArguments(output_dir="unused").flatten_batches is False  # CPU
+    assert ClassificationTrainingArguments(output_dir="unused", flatten_batches=True).flatten_batches is True
+    monkeypatch.setattr(ClassificationTrainingArguments, "device", property(lambda self: torch.device("cuda")))
+    assert ClassificationTrainingArguments(output_dir="unused").flatten_batches is True
+    assert ClassificationTrainingArguments(output_dir="unused", flatten_batches=False).flatten_batches is False
+
+
+def test_only_mlm_suite_heads_without_a_crf_train_on_flattened_batches():
+    from mlm_suite.jobs.finetune_training import trains_flattened
+
+    def model(model_type: str = "mlm_suite", **config) -> SimpleNamespace:
+        return SimpleNamespace(config=SimpleNamespace(model_type=model_type, **config))
+
+    flatten, pad = SimpleNamespace(flatten_batches=True), SimpleNamespace(flatten_batches=False)
+    assert trains_flattened(model(), flatten) and trains_flattened(model(use_crf=False), flatten)
+    assert not trains_flattened(model(), pad)
+    assert not trains_flattened(model(use_crf=True), flatten)  # the CRF scores whole padded sequences
+    assert not trains_flattened(model("bert"), flatten)  # HF BERT reads padded batches only
