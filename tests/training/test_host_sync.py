@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from host_sync import HostSyncRecorder, recording_host_syncs
 
 from mlm_suite import cli
+from tests.training.host_sync import HostSyncRecorder, recording_host_syncs
 
 STEPS = 4
 # What the jobs set by themselves on a GPU (feed_the_device, --flatten_batches' default), given as flags on CPU.
@@ -22,12 +22,13 @@ QUIET = ["--max_steps", str(STEPS), "--logging_steps", "1000", "--save_strategy"
 
 JOBS = {
     "pretrain": lambda model, data: [
-        "pretrain", "--train_file", data["text"], "--validation_file", data["text"], "--tokenizer_name", model, "--config_name", model,
-        "--per_device_train_batch_size", "4", "--max_seq_length", "32", "--do_eval", "false",
+        "pretrain", "--train_file", data["text"], "--validation_file", data["text"], "--tokenizer_name", model,
+        "--config_name", model, "--per_device_train_batch_size", "4", "--max_seq_length", "32", "--do_eval", "false",
     ],
     "pretrain_nsp": lambda model, data: [
-        "pretrain", "--train_file", data["documents"], "--validation_file", data["documents"], "--tokenizer_name", model,
-        "--config_name", model, "--objective", "mlm_nsp", "--per_device_train_batch_size", "4", "--max_seq_length", "32", "--do_eval", "false",
+        "pretrain", "--objective", "mlm_nsp", "--train_file", data["documents"], "--validation_file", data["documents"],
+        "--tokenizer_name", model, "--config_name", model, "--per_device_train_batch_size", "4",
+        "--max_seq_length", "32", "--do_eval", "false",
     ],
     "finetune-cls": lambda model, data: [
         "finetune-cls", "--model_name_or_path", model, "--train_file", data["csv"],
@@ -42,8 +43,8 @@ JOBS = {
         "--per_device_train_batch_size", "2", "--do_eval", "false", "--do_predict", "false",
     ],
     "finetune-retrieval": lambda model, data: [
-        "finetune-retrieval", "--model_name_or_path", model, "--train_file", data["pairs"], "--document_column", "passage",
-        "--per_device_train_batch_size", "4", "--do_eval", "false",
+        "finetune-retrieval", "--model_name_or_path", model, "--train_file", data["pairs"],
+        "--document_column", "passage", "--per_device_train_batch_size", "4", "--do_eval", "false",
     ],
 }
 
@@ -65,8 +66,9 @@ def recorder(monkeypatch) -> HostSyncRecorder:
 @pytest.mark.parametrize("job", sorted(JOBS))
 def test_training_step_does_not_synchronise(job, recorder, tiny_model, data_files, tmp_path):
     documents = tmp_path / "documents.txt"  # NSP draws pairs from documents of several sentences
-    documents.write_text("\n\n".join("\n".join(f"the {animal} saw the {thing} ." for thing in ("door", "sky", "tree"))
-                                     for animal in ("cat", "dog", "bird", "fox")), encoding="utf-8")
+    sentences = ("the {} saw the door .", "the {} saw the sky .", "the {} saw the tree .")
+    animals = ("cat", "dog", "bird", "fox")
+    documents.write_text("\n\n".join("\n".join(s.format(a) for s in sentences) for a in animals), encoding="utf-8")
     argv = [str(flag) for flag in JOBS[job](tiny_model, {**data_files, "documents": documents})]
     assert cli.main([*argv, *GPU_DEFAULTS, *QUIET, "--output_dir", str(tmp_path / "out")]) == 0
     assert recorder.steps_watched >= STEPS - 2
@@ -87,7 +89,7 @@ def test_recorder_names_a_planted_scalar_read_in_a_job(recorder, monkeypatch, ti
     monkeypatch.setattr(MlmSuiteForSequenceClassification, "_classification_loss", read_on_the_host)
     argv = [str(flag) for flag in JOBS["finetune-cls"](tiny_model, data_files)]
     assert cli.main([*argv, *GPU_DEFAULTS, *QUIET, "--output_dir", str(tmp_path / "out")]) == 0
-    assert recorder.found and {str(sync).split(" at ")[0] for sync in recorder.found} == {"aten._local_scalar_dense.default"}
+    assert recorder.found and {sync.op for sync in recorder.found} == {"aten._local_scalar_dense.default"}
     assert all(sync.frame.endswith("read_on_the_host") for sync in recorder.found), recorder.report()
     assert len(recorder.found) == recorder.steps_watched  # one read per watched step, none from the others
 
