@@ -1,11 +1,13 @@
 """No host-device synchronisation inside a plain training step, on every job's default GPU path, checked on CPU.
 
 Each job runs in process for a few steps with its GPU defaults forced by its own flags (flattened batches, no NaN
-filter), logging, evaluation and saving off, under :class:`host_sync.HostSyncRecorder`. See
-docs/performance.md#no-host-synchronisation-in-a-training-step.
+filter), logging, evaluation and saving off, under :class:`host_sync.HostSyncRecorder`; the fine-tuning jobs'
+flattened training scores as their padded one. See docs/performance.md#no-host-synchronisation-in-a-training-step.
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
@@ -103,3 +105,20 @@ def test_recorder_catches_a_scalar_read():
         torch.ones(2).tolist()
     assert [sync.op for sync in found] == ["aten._local_scalar_dense.default", "aten.index.Tensor", "Tensor.tolist"]
     assert all("test_host_sync.py" in sync.frame for sync in found)
+
+
+@pytest.mark.parametrize("job, data", [("finetune-ner", "conll"), ("finetune-cls", "csv")])
+def test_flattened_training_scores_as_padded_training(job, data, tiny_model, data_files, tmp_path):
+    """The GPU default (flattened training batches, padded evaluation batches) trains the model padding would."""
+    scores = []
+    for flatten in ("true", "false"):
+        output_dir = tmp_path / flatten
+        argv = [job, "--model_name_or_path", str(tiny_model), "--train_file", str(data_files[data]),
+                "--validation_file", str(data_files[data]), "--do_predict", "false", "--flatten_batches", flatten,
+                "--max_steps", "4", "--per_device_train_batch_size", "4", "--report_to", "none",
+                "--output_dir", str(output_dir)]
+        assert cli.main(argv) == 0
+        results = json.loads((output_dir / "all_results.json").read_text(encoding="utf-8"))
+        scores.append({key: value for key, value in results.items() if key in ("eval_loss", "eval_f1", "eval_accuracy")})
+    assert scores[0].keys() == scores[1].keys() and "eval_loss" in scores[0]
+    assert scores[0] == pytest.approx(scores[1], rel=1e-3)
