@@ -1,16 +1,17 @@
-"""Token-budget batches (``mlm-suite pretrain --max_tokens_per_batch N``): whole sequences packed into micro-batches
-of at most ``N`` tokens, which the collator flattens and pads to exactly ``N`` (one static shape for
-``torch.compile``, and for a CUDA-graph step). See docs/pretraining.md#token-budget-batches.
+"""Token-budget batches (``mlm-suite pretrain --max_tokens_per_batch N``): whole sequences packed into micro-batches of
+at most ``N`` tokens, which the collator flattens and pads to exactly ``N`` (one static shape for
+``torch.compile``). See docs/pretraining.md#token-budget-batches.
 
-The packing is best-fit decreasing over the rows in their epoch's seeded order (longest first, the order breaking
-ties between rows of equal length), then the micro-batches are drawn in a seeded order. Which rows of a length share
-a batch changes every epoch, but the number of batches depends only on the multiset of lengths: every epoch has the
-same length, as the Trainer's step counting and a resumed run's skipping need.
+The rows of an epoch are dealt longest first, each to the batch with the fewest tokens so far (the epoch's seeded
+order breaking ties between rows of equal length), into about as few batches as the tokens need. Every
+batch therefore holds rows of every length, as a random batch would, rather than long rows with long and short with
+short; which rows of a length share a batch changes every epoch, but the number of batches depends only on the
+multiset of lengths: every epoch has the same length, as the Trainer's step counting and a resumed run's skipping need.
 """
 
 from __future__ import annotations
 
-import bisect
+import heapq
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,9 +32,9 @@ def row_lengths(rows: Any) -> list[int]:
 
 
 def token_budget_batches(lengths: Sequence[int], order: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """The rows ``order`` lists, packed whole into batches of at most ``max_tokens`` tokens (best-fit decreasing).
+    """The rows ``order`` lists, packed whole into batches of at most ``max_tokens`` tokens (see the module).
 
-    Every row appears in exactly one batch; rows of equal length are placed in ``order``'s order.
+    Every row appears in exactly one batch; rows of equal length are dealt in ``order``'s order.
 
     Raises:
         ValueError: a row longer than ``max_tokens``.
@@ -41,18 +42,22 @@ def token_budget_batches(lengths: Sequence[int], order: Sequence[int], max_token
     by_length = sorted(order, key=lambda index: -lengths[index])  # stable: ties keep ``order``
     if by_length and lengths[by_length[0]] > max_tokens:
         raise ValueError(f"row {by_length[0]} has {lengths[by_length[0]]} tokens, more than the budget of {max_tokens}")
-    batches: list[list[int]] = []
-    open_room: list[tuple[int, int]] = []  # (tokens left, batch number), sorted
+    fewest = max(1, -(-sum(lengths[index] for index in by_length) // max_tokens))
+    count, extra = fewest, 1
+    while (batches := _deal(lengths, by_length, max_tokens, count)) is None:
+        count = min(len(by_length), fewest + extra)  # one batch per row always fits
+        extra *= 2
+    return batches
+
+
+def _deal(lengths: Sequence[int], by_length: Sequence[int], max_tokens: int, count: int) -> list[list[int]] | None:
+    """``by_length`` dealt into ``count`` batches, each row to the batch with the fewest tokens; None if one overflows."""
+    batches: list[list[int]] = [[] for _ in range(count)]
+    loads = [(0, number) for number in range(count)]  # (tokens, batch number), a heap
     for index in by_length:
-        length = lengths[index]
-        slot = bisect.bisect_left(open_room, (length, -1))  # the fullest batch the row still fits in
-        if slot == len(open_room):
-            batches.append([index])
-            room, number = max_tokens - length, len(batches) - 1
-        else:
-            room, number = open_room.pop(slot)
-            batches[number].append(index)
-            room -= length
-        if room > 0:
-            bisect.insort(open_room, (room, number))
+        tokens, number = heapq.heappop(loads)
+        if tokens + lengths[index] > max_tokens:
+            return None
+        batches[number].append(index)
+        heapq.heappush(loads, (tokens + lengths[index], number))
     return batches
