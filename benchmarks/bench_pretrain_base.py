@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     batch_sizes, steps, warmup = ([8], 4, 4) if quick else (args.batch_sizes, args.steps, args.warmup)
 
     tokenizer = AutoTokenizer.from_pretrained(resources.minilm_dir())  # bert-base-uncased's vocabulary
-    documents = variable_rows(tokenizer, 2000 if quick else 20000)
+    documents = variable_rows(tokenizer, 600 if quick else 20000)
     mean_length = sum(min(LONGEST, len(ids)) for ids in tokenizer(documents)["input_ids"]) / len(documents)
     with tempfile.TemporaryDirectory() as folder:
         corpus = Path(folder) / "rows.txt"

@@ -4,7 +4,7 @@
 #   scripts/gpu_check.sh [REPORT.md]              # default outputs/gpu_check/report.md; at most 9 minutes on an H100/H200
 #   scripts/gpu_check.sh --dry-run [REPORT.md]    # every stage on CPU with tiny models and a few steps (no GPU needed)
 #
-# GPU_CHECK_SECONDS (default 540) bounds the whole check: a stage gets at most what is left. GPU_CHECK_WORK
+# GPU_CHECK_SECONDS (default 540; a dry run 5 times that) bounds the whole check: a stage gets at most what is left. GPU_CHECK_WORK
 # (default the report's folder) receives each stage's log and the trained models. GPU_CHECK_STAGES names the
 # stages to run (default: tests base pretrain finetune feed; bench, the model step against HF BERT, on request);
 # GPU_CHECK_PRETRAIN_MINUTES the mini job's pretraining budget (default 1).
@@ -31,14 +31,15 @@
 #                 lengths 16..128, batch 256 (HF BERT vs mlm_suite padded, flattened, flattened + compiled)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-dry_run=0
+dry_run=0 slowdown=1
 if [ "${1:-}" = "--dry-run" ]; then
     dry_run=1
+    slowdown=5  # time limits are sized for the GPU machine; a shared CPU runs the stages far slower
     shift
 fi
 report=${1:-outputs/gpu_check/report.md}
 work=${GPU_CHECK_WORK:-$(dirname "$report")}  # logs and the trained models
-deadline=$((SECONDS + ${GPU_CHECK_SECONDS:-540}))  # stages are cut short to end by then
+deadline=$((SECONDS + ${GPU_CHECK_SECONDS:-$((540 * slowdown))}))  # stages are cut short to end by then
 stages=${GPU_CHECK_STAGES:-tests base pretrain finetune feed}  # a rerun can pick some
 pretrain_minutes=${GPU_CHECK_PRETRAIN_MINUTES:-1}
 mkdir -p "$work" "$(dirname "$report")"
@@ -50,7 +51,6 @@ python=${PYTHON:-python3}
 # ---- set-up ---------------------------------------------------------------------------------------------
 # What differs in a dry run: the device, the model sizes and the number of steps.
 if [ "$dry_run" -eq 1 ]; then
-    slowdown=5  # stage time limits are sized for the GPU machine; a shared CPU runs the tests far slower
     device_flags=(--use_cpu true)
     mini_job=(--config_overrides num_hidden_layers=2,hidden_size=64,num_attention_heads=2,intermediate_size=128
               --per_device_train_batch_size 16 --max_seq_length 64)
@@ -59,7 +59,6 @@ if [ "$dry_run" -eq 1 ]; then
     feed_flags=(--device cpu --quick)
     pretrain_minutes=0.1
 else
-    slowdown=1
     device_flags=(--bf16 true)
     mini_job=(--config_preset mini --per_device_train_batch_size 128 --max_seq_length 128)
     finetune_flags=()
