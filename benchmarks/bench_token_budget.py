@@ -1,6 +1,6 @@
 """Token-budget batches against row batches: the same held-out MLM loss after the same steps and tokens?
 
-    python benchmarks/bench_token_budget.py --markdown outputs/token_budget/table.md   # ~3 min on 2 CPU cores (OMP_NUM_THREADS=1)
+    python benchmarks/bench_token_budget.py --markdown outputs/token_budget/table.md   # 2 seeds, ~5 min on 2 CPU cores (OMP_NUM_THREADS=1)
     python benchmarks/bench_token_budget.py --steps 50 --seeds 0                       # a quick look
 
 Every run is ``mlm-suite pretrain`` in this process on a small repetitive corpus (documents of 1 to 5 template
