@@ -42,7 +42,8 @@ TINY_OVERRIDES = "num_hidden_layers=2,hidden_size=64,num_attention_heads=2,inter
 def variable_rows(tokenizer, count: int, seed: int = 0) -> list[str]:
     """``count`` documents of SHORTEST..LONGEST tokens with [CLS] and [SEP]: pieces of the embedded reviews."""
     rng = random.Random(seed)
-    ids = [token for _, text in resources.pang_lee_reviews() for token in tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]]
+    texts = [text for _, text in resources.pang_lee_reviews()]
+    ids = [token for row in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] for token in row]
     documents, start = [], 0
     for _ in range(count):
         length = rng.randint(SHORTEST - 2, LONGEST - 2)

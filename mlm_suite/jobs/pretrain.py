@@ -38,9 +38,9 @@ from mlm_suite.training.pretraining import (
 )  # fmt: skip
 from mlm_suite.training.schedules import row_schedule
 from mlm_suite.jobs.pretraining_setup import (
-    DEFAULT_TRAINED_VOCAB_SIZE, batch_description, batch_size_warmup, build_config, build_model, check_arguments, check_token_budget,
-    describe_configuration, describe_controls, describe_new_weights, load_tokenizer, open_corpus_source, resolve_controls,
-    resolve_job_defaults,
+    DEFAULT_TRAINED_VOCAB_SIZE, batch_description, batch_size_warmup, build_config, build_model, check_arguments,
+    check_token_budget, describe_configuration, describe_controls, describe_new_weights, load_tokenizer,
+    open_corpus_source, resolve_controls, resolve_job_defaults,
 )  # fmt: skip
 from mlm_suite.jobs import arguments
 from mlm_suite.jobs.output_folder import claim_output_folder
@@ -173,7 +173,7 @@ class PretrainingArguments(HubArguments):
         default=None,
         metadata={
             "help": "token-budget batches: pack whole rows into flattened micro-batches of at most N tokens, padded "
-            "to exactly N, so that every step has the same shape (--torch_compile compiles once; implies "
+            "to exactly N, so that every step has the same number of tokens (for --torch_compile; implies "
             "--flatten_batches; --per_device_train_batch_size is then unused). N >= --max_seq_length"
         },
     )
@@ -567,7 +567,7 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
         mlm_probability=args.mlm_probability, eval_mlm_probability=args.eval_mlm_probability,
         defaults_applied=args.defaults_applied,
         max_steps=None if training_args.max_steps == UNBOUNDED_STEPS else training_args.max_steps,
-        rows_per_step=batch_description(args, training_args) if args.max_tokens_per_batch else rows_per_step(training_args),
+        rows_per_step=rows_per_step(training_args) if args.max_tokens_per_batch is None else batch_description(args, training_args),
         learning_rate=training_args.learning_rate,
         adam_beta2=training_args.adam_beta2, lr_schedule=lr_schedule,
         weight_decay=training_args.weight_decay, max_seq_length=args.max_seq_length, packing=args.packing,

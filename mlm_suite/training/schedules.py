@@ -1,6 +1,6 @@
 """The ``Trainer`` side of scheduled rows (``mlm-suite pretrain``'s masking-rate schedules, batch-size warmup and
-token-budget batches): a training loader that deals each optimizer step its rows, tagged with the step's masking rate. The schedules
-themselves are in :mod:`mlm_suite.data.schedules`; see docs/pretraining.md.
+token-budget batches): a training loader that deals each optimizer step its rows, tagged with the step's masking rate.
+The schedules themselves are in :mod:`mlm_suite.data.schedules`; see docs/pretraining.md.
 """
 
 from __future__ import annotations
