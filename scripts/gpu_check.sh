@@ -1,35 +1,47 @@
 #!/usr/bin/env bash
-# GPU acceptance check: the CUDA tests, the model step's speed, and the jobs as a user runs them, in one report.
+# GPU acceptance check: the CUDA tests, BERT-base pretraining as a user runs it, and the jobs, in one report.
 #
-#   scripts/gpu_check.sh [REPORT.md]          # default outputs/gpu_check/report.md; at most 9 minutes on an H100/H200
+#   scripts/gpu_check.sh [REPORT.md]              # default outputs/gpu_check/report.md; at most 9 minutes on an H100/H200
+#   scripts/gpu_check.sh --dry-run [REPORT.md]    # every stage on CPU with tiny models and a few steps (no GPU needed)
 #
-# GPU_CHECK_SECONDS (default 540) bounds the whole check: a stage gets at most what is left. GPU_CHECK_WORK
+# GPU_CHECK_SECONDS (default 540; a dry run 5 times that) bounds the whole check: a stage gets at most what is left. GPU_CHECK_WORK
 # (default the report's folder) receives each stage's log and the trained models. GPU_CHECK_STAGES names the
-# stages to run (default all: tests pretrain finetune feed bench_512 bench_128); GPU_CHECK_PRETRAIN_MINUTES
-# the pretraining budget (default 1.5).
+# stages to run (default: tests base pretrain finetune feed; bench, the model step against HF BERT, on request);
+# GPU_CHECK_PRETRAIN_MINUTES the mini job's pretraining budget (default 1).
 #
 # Needs python with a CUDA build of torch, transformers and accelerate, and no network: the other dependencies
 # come as wheels from $MLM_SUITE_WHEELS and the data from $MLM_SUITE_CACHE (default .gpu/wheels and .gpu/cache,
 # which scripts/gpu_bundle.sh fills on a machine with network). The wheels go into a scratch folder on
 # PYTHONPATH and mlm_suite is installed editable without dependencies, so the machine's own torch stays.
+# A dry run uses the current environment as it is.
 #
 # Stages (each has a time limit; a failed stage is reported and the next one still runs):
 #   1. tests      the CUDA tests (varlen vs the padded grid and HF BERT, no host synchronisation, packed
 #                 documents kept apart) and the device tests
-#   2. pretrain   mlm-suite pretrain for 90 s with the job's GPU defaults (mini preset, 128 rows of 128 tokens,
-#                 bf16): training rows (the whole corpus?), steady rows/s, held-out [MASK] accuracy
-#   3. finetune   mlm-suite finetune-cls from that model: test accuracy and steady rows/s
-#   4. feed       benchmarks/bench_job_throughput.py --device cuda: collator rows/s on this machine's CPU, and
-#                 each job's steady step rate against a bare loop over pre-collated batches
-#   5. bench      benchmarks/bench_speed.py --device cuda --compile: BERT-base MLM step, lengths 16..128, at
-#                 batch 512 and 128 (HF BERT vs mlm_suite padded, flattened, flattened + compiled)
+#   2. base       benchmarks/bench_pretrain_base.py: BERT-base pretraining, rows of 16..128 tokens, bf16, batch 128
+#                 and 256: the job with default flags, --torch_compile and --torch_compile --max_tokens_per_batch,
+#                 each job's tokens/s against the bare step on the same batches and against a run_mlm-style HF
+#                 BertForMaskedLM Trainer job on the same rows
+#   3. pretrain   the mini job: mlm-suite pretrain for 1 min with the job's GPU defaults (mini preset, 128 rows of
+#                 128 tokens, bf16): training rows, steady rows/s, held-out [MASK] accuracy
+#   4. finetune   mlm-suite finetune-cls from that model: test accuracy and steady rows/s
+#   5. feed       benchmarks/bench_job_throughput.py --device cuda: collator rows/s on this machine's CPU, and
+#                 the mini pretraining, finetune-cls and finetune-ner jobs' steady step rate against a bare loop
+#   6. bench      (on request) benchmarks/bench_speed.py --device cuda --compile: the BERT-base MLM model step,
+#                 lengths 16..128, batch 256 (HF BERT vs mlm_suite padded, flattened, flattened + compiled)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+dry_run=0 slowdown=1
+if [ "${1:-}" = "--dry-run" ]; then
+    dry_run=1
+    slowdown=5  # time limits are sized for the GPU machine; a shared CPU runs the stages far slower
+    shift
+fi
 report=${1:-outputs/gpu_check/report.md}
 work=${GPU_CHECK_WORK:-$(dirname "$report")}  # logs and the trained models
-deadline=$((SECONDS + ${GPU_CHECK_SECONDS:-540}))  # stages are cut short to end by then
-stages=${GPU_CHECK_STAGES:-tests pretrain finetune feed bench_512 bench_128}  # a rerun can pick some
-pretrain_minutes=${GPU_CHECK_PRETRAIN_MINUTES:-1.5}
+deadline=$((SECONDS + ${GPU_CHECK_SECONDS:-$((540 * slowdown))}))  # stages are cut short to end by then
+stages=${GPU_CHECK_STAGES:-tests base pretrain finetune feed}  # a rerun can pick some
+pretrain_minutes=${GPU_CHECK_PRETRAIN_MINUTES:-1}
 mkdir -p "$work" "$(dirname "$report")"
 wheels=${MLM_SUITE_WHEELS:-.gpu/wheels}
 export MLM_SUITE_CACHE=${MLM_SUITE_CACHE:-$PWD/.gpu/cache}
@@ -37,17 +49,33 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 python=${PYTHON:-python3}
 
 # ---- set-up ---------------------------------------------------------------------------------------------
-if ! $python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
-    echo "gpu_check: $python's torch sees no CUDA device" >&2
-    exit 2
+# What differs in a dry run: the device, the model sizes and the number of steps.
+if [ "$dry_run" -eq 1 ]; then
+    device_flags=(--use_cpu true)
+    mini_job=(--config_overrides num_hidden_layers=2,hidden_size=64,num_attention_heads=2,intermediate_size=128
+              --per_device_train_batch_size 16 --max_seq_length 64)
+    finetune_flags=(--max_steps 5 --max_predict_samples 64)
+    base_flags=(--quick)
+    feed_flags=(--device cpu --quick)
+    pretrain_minutes=0.1
+else
+    device_flags=(--bf16 true)
+    mini_job=(--config_preset mini --per_device_train_batch_size 128 --max_seq_length 128)
+    finetune_flags=()
+    base_flags=(--batch_sizes 128 256)
+    feed_flags=(--device cuda --steps 100)
+    if ! $python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
+        echo "gpu_check: $python's torch sees no CUDA device (scripts/gpu_check.sh --dry-run runs on CPU)" >&2
+        exit 2
+    fi
+    if ! $python -c "import datasets, evaluate, seqeval, torchdata, pytest" 2>/dev/null; then
+        scratch=$(mktemp -d)
+        $python -m pip install -q --no-index --no-deps --target "$scratch" "$wheels"/*.whl || exit 1
+        export PYTHONPATH="$scratch${PYTHONPATH:+:$PYTHONPATH}"
+    fi
+    # Installed, not run from the source tree: the model-card templates are package data of the installed package.
+    $python -m pip install -q --no-deps --no-build-isolation -e . || exit 1
 fi
-if ! $python -c "import datasets, evaluate, seqeval, torchdata, pytest" 2>/dev/null; then
-    scratch=$(mktemp -d)
-    $python -m pip install -q --no-index --no-deps --target "$scratch" "$wheels"/*.whl || exit 1
-    export PYTHONPATH="$scratch${PYTHONPATH:+:$PYTHONPATH}"
-fi
-# Installed, not run from the source tree: the model-card templates are package data of the installed package.
-$python -m pip install -q --no-deps --no-build-isolation -e . || exit 1
 
 failures=0
 : >"$work/stages.txt"
@@ -58,6 +86,7 @@ run() {
     shift 2
     local started=$SECONDS
     case " $stages " in *" $name "*) ;; *) return 1 ;; esac
+    limit=$((limit * slowdown))
     if [ $((deadline - SECONDS)) -lt "$limit" ]; then
         limit=$((deadline - SECONDS))
     fi
@@ -85,7 +114,8 @@ run() {
 import platform, subprocess, torch, transformers, accelerate
 import mlm_suite
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-print(f"{torch.cuda.get_device_name()} · torch {torch.__version__} (CUDA {torch.version.cuda}) · transformers "
+device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (dry run)"
+print(f"{device} · torch {torch.__version__} (CUDA {torch.version.cuda}) · transformers "
       f"{transformers.__version__} · accelerate {accelerate.__version__} · Python {platform.python_version()} · "
       f"mlm_suite at {commit or 'an uncommitted tree'}")
 EOF
@@ -93,15 +123,20 @@ EOF
 
 # ---- 1. tests -----------------------------------------------------------------------------------------------
 section "CUDA tests"
-if run tests 120 $python -m pytest -q -p no:cacheprovider tests/test_flattened_compile_export.py tests/test_devices.py -k "cuda or test_devices"; then
+if run tests 90 $python -m pytest -q -p no:cacheprovider tests/test_flattened_compile_export.py tests/test_devices.py -k "cuda or test_devices"; then
     echo "\`pytest tests/test_flattened_compile_export.py tests/test_devices.py -k 'cuda or test_devices'\`: $(tail -n 1 "$work/tests.log")" >>"$report"
 fi
 
-# ---- 2. pretraining with the job's GPU defaults ---------------------------------------------------------------
+# ---- 2. BERT-base pretraining: the job against its bare step and an HF Trainer job ---------------------------
+section "BERT-base pretraining, rows of 16..128 tokens, bf16 (bench_pretrain_base.py)"
+if run base 270 $python benchmarks/bench_pretrain_base.py "${base_flags[@]}" --markdown "$work/base.md"; then
+    cat "$work/base.md" >>"$report"
+fi
+
+# ---- 3. the mini job with the job's GPU defaults ---------------------------------------------------------------
 section "pretrain: $pretrain_minutes min, mini preset, 128 rows x 128 tokens, bf16, the job's GPU defaults"
-if run pretrain 150 $python -m mlm_suite.jobs.pretrain --output_dir "$work/pretrain" --config_preset mini \
-    --per_device_train_batch_size 128 --max_seq_length 128 --bf16 true --max_train_minutes "$pretrain_minutes" \
-    --max_eval_samples 1024 --fill_mask_probes 4 --disable_tqdm true; then
+if run pretrain 90 $python -m mlm_suite.jobs.pretrain --output_dir "$work/pretrain" "${mini_job[@]}" "${device_flags[@]}" \
+    --max_train_minutes "$pretrain_minutes" --max_eval_samples 1024 --fill_mask_probes 4 --disable_tqdm true; then
     $python - "$work/pretrain" >>"$report" <<'EOF'
 import json, sys
 folder = sys.argv[1]
@@ -114,10 +149,10 @@ print(f"- held-out [MASK] accuracy {results['eval_mask_accuracy']:.4f} (most-fre
 EOF
 fi
 
-# ---- 3. fine-tuning ------------------------------------------------------------------------------------------
+# ---- 4. fine-tuning ------------------------------------------------------------------------------------------
 section "finetune-cls: sentiment, from that model, bf16"
-if run finetune 100 $python -m mlm_suite.jobs.finetune_cls --model_name_or_path "$work/pretrain" \
-    --output_dir "$work/finetune_cls" --bf16 true --disable_tqdm true; then
+if run finetune 60 $python -m mlm_suite.jobs.finetune_cls --model_name_or_path "$work/pretrain" \
+    --output_dir "$work/finetune_cls" "${device_flags[@]}" "${finetune_flags[@]}" --disable_tqdm true; then
     $python - "$work/finetune_cls" >>"$report" <<'EOF'
 import json, sys
 results = json.load(open(f"{sys.argv[1]}/all_results.json"))
@@ -126,22 +161,21 @@ print(f"- steady {results.get('train_steady_samples_per_second', 0):,.0f} rows/s
 EOF
 fi
 
-# ---- 4. feeding the GPU ----------------------------------------------------------------------------------------
-section "Feeding the GPU (bench_job_throughput.py --device cuda)"
-if run feed 170 $python benchmarks/bench_job_throughput.py --device cuda --steps 200 \
+# ---- 5. feeding the GPU: the mini job, finetune-cls and finetune-ner against a bare loop ------------------------
+section "Feeding the GPU (bench_job_throughput.py)"
+if run feed 100 $python benchmarks/bench_job_throughput.py "${feed_flags[@]}" \
     --finetune_model "$work/pretrain" --markdown "$work/feed.md"; then
     cat "$work/feed.md" >>"$report"
 fi
 
-# ---- 5. the model step --------------------------------------------------------------------------------------
-section "Model step: BERT-base MLM, bf16, lengths 16..128 (bench_speed.py --device cuda --compile)"
-for batch in 512 128; do
-    if run "bench_$batch" 100 $python benchmarks/bench_speed.py --device cuda --compile --no-modernbert \
-        --workloads mlm-base-var --batch_size "$batch" --reps 5 --warmup 2 --markdown "$work/bench_$batch.md"; then
-        printf 'Batch %s:\n\n' "$batch" >>"$report"
-        sed -n '1,/^$/p' "$work/bench_$batch.md" >>"$report"
+# ---- 6. the model step (on request: GPU_CHECK_STAGES=bench) -------------------------------------------------------
+if [ "$dry_run" -eq 0 ] && [[ " $stages " == *" bench "* ]]; then
+    section "Model step: BERT-base MLM, bf16, lengths 16..128 (bench_speed.py --device cuda --compile)"
+    if run bench 100 $python benchmarks/bench_speed.py --device cuda --compile --no-modernbert \
+        --workloads mlm-base-var --batch_size 256 --reps 5 --warmup 2 --markdown "$work/bench.md"; then
+        sed -n '1,/^$/p' "$work/bench.md" >>"$report"
     fi
-done
+fi
 
 printf '\nStages: %s\n' "$(paste -sd ';' "$work/stages.txt" | sed 's/;/; /g')" >>"$report"
 rm -f "$work/stages.txt"

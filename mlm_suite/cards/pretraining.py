@@ -82,7 +82,7 @@ def pretraining_card(
     eval_mlm_probability: float,
     defaults_applied: Mapping[str, str],
     max_steps: int | None,
-    rows_per_step: int,
+    rows_per_step: int | str,  # a token-budget run's batch in words
     learning_rate: float,
     adam_beta2: float,
     lr_schedule: str,

@@ -107,4 +107,30 @@ def flatten_batch(
     return flat
 
 
-__all__ = ["flatten_batch", "flatten_sequences", "sequence_offsets"]
+def pad_flattened(batch: dict[str, Any], tokens: int, pad_token_id: int, pad_token_type_id: int = 0) -> dict[str, Any]:
+    """A flattened batch padded to exactly ``tokens`` tokens, so that every batch has the static shape ``(1, tokens)``.
+
+    The padding is laid out as extra sequences of at most ``max_length_q`` tokens each (the bound stays true); they
+    are never labelled, so the loss and ``num_items_in_batch`` count the real masked tokens only.
+    """
+    total = batch["input_ids"].shape[1]
+    if total > tokens:
+        raise ValueError(f"a flattened batch of {total} tokens does not fit in {tokens}")
+    room = tokens - total
+    if room == 0:
+        return batch
+    chunk = max(1, batch["max_length_q"])
+    lengths = torch.tensor([chunk] * (room // chunk) + ([room % chunk] if room % chunk else []))  # (pad sequences,)
+    padded = dict(batch)
+    fill = {"input_ids": pad_token_id, "token_type_ids": pad_token_type_id, "labels": IGNORE_INDEX}
+    for key, value in fill.items():
+        if key in batch:
+            padded[key] = F.pad(batch[key], (0, room), value=value)
+    pad_positions = torch.cat([torch.arange(length) for length in lengths.tolist()])  # (room,)
+    padded["position_ids"] = torch.cat([batch["position_ids"], pad_positions[None].to(batch["position_ids"])], dim=1)
+    cu_seq_lens = torch.cat([batch["cu_seq_lens_q"], (total + lengths.cumsum(0)).to(torch.int32)])
+    padded.update(cu_seq_lens_q=cu_seq_lens, cu_seq_lens_k=cu_seq_lens)
+    return padded
+
+
+__all__ = ["flatten_batch", "flatten_sequences", "pad_flattened", "sequence_offsets"]

@@ -22,7 +22,7 @@ import torch
 from transformers import PreTrainedTokenizerBase, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from mlm_suite.data.chunking import WORD_ID_SENTINEL
-from mlm_suite.data.flattening import flatten_batch
+from mlm_suite.data.flattening import flatten_batch, pad_flattened
 from mlm_suite.data.padding import column_values, real_positions, scatter_rows
 
 __all__ = [
@@ -146,6 +146,9 @@ class DataCollatorForMaskedLM:
             positions, so the model reads no tensor values to lay it out (``torch.compile``
             without graph breaks, no host synchronisation on CUDA). ``pad_to_multiple_of`` then
             rounds the longest-sequence bound ``max_length_q`` instead of the padded length.
+        pad_to_tokens: with ``flatten``, pad every batch to exactly this many tokens with unlabelled
+            padding sequences (:func:`~mlm_suite.data.flattening.pad_flattened`): one static shape for
+            ``torch.compile`` whatever the batch holds.
 
     A feature is a mapping with ``input_ids`` and optionally ``attention_mask``,
     ``token_type_ids``, ``position_ids`` (padded and returned), ``next_sentence_label``
@@ -177,6 +180,7 @@ class DataCollatorForMaskedLM:
     max_span_length: int = 10
     process_rank: int | None = None
     flatten: bool = False
+    pad_to_tokens: int | None = None
     epoch: int = field(default=0, init=False)
     _special_ids: torch.Tensor = field(init=False, repr=False)
     _replacement_cdf: torch.Tensor = field(init=False, repr=False)
@@ -207,6 +211,8 @@ class DataCollatorForMaskedLM:
             raise ValueError(f"max_span_length must be at least 1, got {self.max_span_length}")
         if self.pad_to_multiple_of is not None and self.pad_to_multiple_of < 1:
             raise ValueError(f"pad_to_multiple_of must be a positive integer, got {self.pad_to_multiple_of}")
+        if self.pad_to_tokens is not None and not (self.flatten and self.pad_to_tokens >= 1):
+            raise ValueError(f"pad_to_tokens pads a flattened batch (flatten=True) to a positive size, got {self.pad_to_tokens}")
 
         special = set(tokenizer.all_special_ids)
         special.update(index for index, token in tokenizer.added_tokens_decoder.items() if token.special)
@@ -306,7 +312,12 @@ class DataCollatorForMaskedLM:
         for key in _SCALAR_PASSTHROUGH:
             if key in features[0]:
                 batch[key] = torch.tensor([int(feature[key]) for feature in features], dtype=torch.long)
-        return flatten_batch(batch, self.pad_to_multiple_of) if self.flatten else batch
+        if not self.flatten:
+            return batch
+        flat = flatten_batch(batch, self.pad_to_multiple_of)
+        if self.pad_to_tokens is None:
+            return flat
+        return pad_flattened(flat, self.pad_to_tokens, self.tokenizer.pad_token_id, self.tokenizer.pad_token_type_id)
 
     def _probabilities(self, features: Sequence[Mapping[str, Any]]) -> float | np.ndarray:
         """``mlm_probability``, or ``(B,)`` rates when the features carry their own (a masking-rate schedule)."""

@@ -21,7 +21,7 @@ is therefore masked at the rate of the step it is trained in: no lag, no shared 
 micro-batches already trained by iterating the same deterministic sampler from the start of the epoch (the Trainer's
 ``skip_first_batches``), so it trains on the same rows, with the same rates and masks, as the uninterrupted run.
 
-The sampler has two layouts:
+The sampler has three layouts:
 
 * **per epoch** (no batch-size warmup): exactly the batches the Trainer would draw itself: each data epoch is a
   permutation seeded by ``seed + epoch`` (accelerate's ``SeedableRandomSampler``), cut into micro-batches of
@@ -32,6 +32,11 @@ The sampler has two layouts:
   gradient_accumulation_steps`` micro-batches (so ``--max_steps`` or ``--max_train_minutes`` is needed); each row
   still carries its data epoch, so its mask changes with every pass over the data. A step's rows are split evenly:
   micro-batch ``m`` of process ``p`` is the ``(m × processes + p)``-th block of ``rows(s)`` rows of the step.
+* **token budget** (``max_tokens``, no batch-size warmup): each data epoch's permutation packed into micro-batches of
+  at most ``max_tokens`` tokens (:func:`~mlm_suite.data.token_budget.token_budget_batches`), drawn in the order of
+  the permutation's rank of their first row; batch ``b`` goes to process ``b mod processes``, and when the batches
+  do not divide evenly the first ones are dealt again (as accelerate's ``even_batches``), so every process takes the
+  same number of steps.
 
 The loss stays a mean over the labelled tokens of the whole step whatever its row count: the Trainer divides the
 summed token losses by ``num_items_in_batch``, the labelled tokens of all the step's micro-batches (and processes).
@@ -47,6 +52,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, Dataset
 
+from mlm_suite.data.token_budget import token_budget_batches
 from mlm_suite.errors import UsageError
 
 __all__ = [
@@ -250,6 +256,8 @@ class ScheduledBatchSampler:
         warmup: a :class:`BatchSizeWarmup`: the stream layout.
         max_steps: with a warmup, the optimizer steps of the run (the length of its single epoch).
         drop_last, even_batches: the Trainer's ``dataloader_drop_last`` and accelerate's ``even_batches``.
+        max_tokens, lengths: the token-budget layout: micro-batches of at most ``max_tokens`` tokens of rows of
+            ``lengths`` tokens (``batch_size`` is then unused).
     """
 
     def __init__(
@@ -266,11 +274,17 @@ class ScheduledBatchSampler:
         max_steps: int | None = None,
         drop_last: bool = False,
         even_batches: bool = True,
+        max_tokens: int | None = None,
+        lengths: Sequence[int] | None = None,
     ) -> None:
         if num_rows < 1:
             raise ValueError("no training rows to sample")
         if warmup is not None and not (max_steps and max_steps > 0):
             raise UsageError("--batch_size_warmup_tokens needs --max_steps (or --max_train_minutes)")
+        if max_tokens is not None and (warmup is not None or lengths is None or len(lengths) != num_rows):
+            raise ValueError("a token budget needs the length of every row and no batch-size warmup")
+        self.max_tokens = max_tokens
+        self.lengths = lengths
         self.num_rows = num_rows
         self.batch_size = batch_size
         self.gradient_accumulation_steps = gradient_accumulation_steps
@@ -289,12 +303,22 @@ class ScheduledBatchSampler:
     # ---------------------------------------------------------------- layout
     def _epoch_batches(self, order: Sequence[int]) -> Any:
         """This process's micro-batches of one data epoch in ``order``, as accelerate deals them."""
+        if self.max_tokens is not None:
+            return self._token_budget_batches(order)
         batches = BatchSampler(order, self.batch_size, self.drop_last)
         if self.num_processes == 1:
             return batches
         from accelerate.data_loader import BatchSamplerShard
 
         return BatchSamplerShard(batches, self.num_processes, self.process_index, False, self.even_batches)
+
+    def _token_budget_batches(self, order: Sequence[int]) -> list[list[int]]:
+        rank = {row: position for position, row in enumerate(order)}
+        batches = token_budget_batches(self.lengths, order, self.max_tokens)
+        batches.sort(key=lambda batch: rank[batch[0]])  # batch[0], its longest row: no bias by the batch's row count
+        share = -(-len(batches) // self.num_processes)
+        # Round-robin, wrapping round to the first batches when they do not divide evenly.
+        return [batches[(self.process_index + k * self.num_processes) % len(batches)] for k in range(share)]
 
     def __len__(self) -> int:
         if self.warmup is not None:

@@ -38,8 +38,9 @@ from mlm_suite.training.pretraining import (
 )  # fmt: skip
 from mlm_suite.training.schedules import row_schedule
 from mlm_suite.jobs.pretraining_setup import (
-    DEFAULT_TRAINED_VOCAB_SIZE, batch_size_warmup, build_config, build_model, check_arguments, describe_configuration,
-    describe_controls, describe_new_weights, load_tokenizer, open_corpus_source, resolve_controls, resolve_job_defaults,
+    DEFAULT_TRAINED_VOCAB_SIZE, batch_description, batch_size_warmup, build_config, build_model, check_arguments,
+    check_token_budget, describe_configuration, describe_controls, describe_new_weights, load_tokenizer,
+    open_corpus_source, resolve_controls, resolve_job_defaults,
 )  # fmt: skip
 from mlm_suite.jobs import arguments
 from mlm_suite.jobs.output_folder import claim_output_folder
@@ -159,6 +160,14 @@ class PretrainingArguments(HubArguments):
     )
     max_seq_length: int = field(default=64, metadata={"help": "longest row, special tokens included"})
     flatten_batches: bool | None = flatten_batches_field()
+    max_tokens_per_batch: int | None = field(
+        default=None,
+        metadata={
+            "help": "token-budget batches: pack whole rows into flattened micro-batches of at most N tokens, padded "
+            "to exactly N, so that every step has the same number of tokens (for --torch_compile; implies "
+            "--flatten_batches; --per_device_train_batch_size is then unused). N >= --max_seq_length"
+        },
+    )
     tokenizer_name: str | None = field(
         default=None,
         metadata={"help": "tokenizer folder (default: --model_name_or_path's, else a trained one)"},
@@ -347,6 +356,18 @@ class PretrainingArguments(HubArguments):
         check_within("nsp_probability", self.nsp_probability, 0.0, 1.0, high_open=False)
         if self.objective == "mlm_nsp" and self.packing:
             raise UsageError("--packing cannot be combined with --objective mlm_nsp: NSP pairs are rows of their own")
+        if self.max_tokens_per_batch is not None:
+            check_token_budget(self.max_tokens_per_batch, self.max_seq_length)
+            if self.flatten_batches is False:
+                raise UsageError("--max_tokens_per_batch makes flattened batches; drop --flatten_batches false")
+            conflicts = (
+                ("--objective mlm_nsp", self.objective == "mlm_nsp", "NSP labels one pair per row, which flattened batches lose"),
+                ("--streaming", self.streaming, "the budget packs rows by their lengths, which a stream does not know ahead"),
+                ("--batch_size_warmup_tokens", self.batch_size_warmup_tokens, "the budget fixes the tokens of every step"),
+            )  # fmt: skip
+            for flag, given, reason in conflicts:
+                if given:
+                    raise UsageError(f"--max_tokens_per_batch cannot be combined with {flag}: {reason}")
         # Tokenizer and model
         for name in ("model_name_or_path", "config_name", "tokenizer_name"):
             check_model_source(name, getattr(self, name))
@@ -463,6 +484,7 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
         tokenizer, args.mlm_probability, seed=training_args.seed, masking=args.masking,
         mask_replace_prob=args.mask_replace_prob, random_replace_prob=args.random_replace_prob,
         seed_per_rank=args.masking_seed_per_rank, flatten=args.flatten_batches,
+        max_tokens_per_batch=args.max_tokens_per_batch, max_seq_length=args.max_seq_length,
     )  # fmt: skip
     callbacks = [MaskingEpochCallback(train_collator)]
     callbacks += early_stopping_callback(
@@ -494,7 +516,7 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
         preprocess_logits_for_metrics=preprocess_logits_for_mlm_metrics,
         callbacks=callbacks,
         head_warmup_steps=args.head_warmup_steps,
-        row_schedule=row_schedule(mask_schedule, warmup, budget, training_args.max_steps),
+        row_schedule=row_schedule(mask_schedule, warmup, budget, training_args.max_steps, args.max_tokens_per_batch),
     )
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     rows_read = trainer.state.global_step * rows_per_step(training_args)
@@ -536,7 +558,8 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
         mlm_probability=args.mlm_probability, eval_mlm_probability=args.eval_mlm_probability,
         defaults_applied=args.defaults_applied,
         max_steps=None if training_args.max_steps == UNBOUNDED_STEPS else training_args.max_steps,
-        rows_per_step=rows_per_step(training_args), learning_rate=training_args.learning_rate,
+        rows_per_step=rows_per_step(training_args) if args.max_tokens_per_batch is None else batch_description(args, training_args),
+        learning_rate=training_args.learning_rate,
         adam_beta2=training_args.adam_beta2, lr_schedule=lr_schedule,
         weight_decay=training_args.weight_decay, max_seq_length=args.max_seq_length, packing=args.packing,
         seed=training_args.seed, max_train_minutes=args.max_train_minutes, head_warmup_steps=args.head_warmup_steps,

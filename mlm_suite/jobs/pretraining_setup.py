@@ -43,12 +43,14 @@ __all__ = [
     "FROM_SCRATCH",
     "NEW_MODEL_OPTIONS",
     "apply_config_overrides",
+    "batch_description",
     "build_config",
     "build_model",
     "describe_configuration",
     "describe_new_weights",
     "load_tokenizer",
     "check_arguments",
+    "check_token_budget",
     "describe_controls",
     "extend_context",
     "open_corpus_source",
@@ -91,10 +93,19 @@ def resolve_job_defaults(args: Any, training_args: Any, continued_defaults: Mapp
     if args.streaming and "dataloader_num_workers" not in named:
         training_args.dataloader_num_workers = 0  # a stream's workers each need a shard of their own
     if args.flatten_batches is None:
-        args.flatten_batches = training_args.device.type == "cuda"
+        args.flatten_batches = training_args.device.type == "cuda" or args.max_tokens_per_batch is not None
     warmup_ratio = getattr(args, "warmup_ratio", None)  # TrainingArguments' own before transformers 5.15
     if warmup_ratio is not None:
         training_args.warmup_steps = warmup_ratio
+
+
+def check_token_budget(max_tokens_per_batch: int, max_seq_length: int) -> None:
+    """Raise UsageError unless a batch of ``max_tokens_per_batch`` tokens holds the longest row."""
+    if max_tokens_per_batch < max_seq_length:
+        raise UsageError(
+            f"--max_tokens_per_batch {max_tokens_per_batch} is below --max_seq_length {max_seq_length}: a batch must "
+            "hold the longest row"
+        )
 
 
 def check_arguments(args: Any, training_args: TrainingArguments) -> None:
@@ -106,7 +117,7 @@ def check_arguments(args: Any, training_args: TrainingArguments) -> None:
     varies = MaskRateSchedule.parse(args.mlm_probability_schedule, args.mlm_probability, args.mlm_probability_end).varies
     if args.batch_size_warmup_tokens and training_args.max_steps <= 0:
         raise UsageError("--batch_size_warmup_tokens needs --max_steps (or --max_train_minutes): the run is one stream")
-    if varies or args.batch_size_warmup_tokens:
+    if varies or args.batch_size_warmup_tokens or args.max_tokens_per_batch is not None:
         check_row_sampling(training_args)
     if args.decay_from_checkpoint:
         if training_args.resume_from_checkpoint:
@@ -150,6 +161,11 @@ def resolve_controls(args: Any, training_args: TrainingArguments) -> None:
         )
     if args.batch_size_warmup_tokens:
         applied["batch-size warmup"] = batch_size_warmup(args, training_args).describe()
+    if args.max_tokens_per_batch is not None:
+        applied["token-budget batches"] = (
+            f"whole rows packed into flattened micro-batches of at most {args.max_tokens_per_batch:,} tokens, padded to "
+            f"exactly {args.max_tokens_per_batch:,}"
+        )
     if args.decay_from_checkpoint:
         _resolve_decay_run(args, training_args)
     elif training_args.lr_scheduler_type == WSD:
@@ -241,6 +257,14 @@ def _resolve_decay_run(args: Any, training_args: TrainingArguments) -> None:
     args.schedules_applied["learning-rate schedule"] = _lr_schedule_summary(args, training_args)
 
 
+def batch_description(args: Any, training_args: TrainingArguments) -> str:
+    """A step's batch in words: rows of ``--max_seq_length`` tokens, or micro-batches of a token budget."""
+    if args.max_tokens_per_batch is None:
+        return f"{rows_per_step(training_args)} x {args.max_seq_length} tokens"
+    micro_batches = training_args.world_size * training_args.gradient_accumulation_steps
+    return f"{micro_batches} x {args.max_tokens_per_batch:,} tokens (token budget)"
+
+
 def describe_controls(args: Any) -> str:
     """Lines the job prints after its configuration when a control is on (empty otherwise)."""
     if not args.schedules_applied:
@@ -263,8 +287,8 @@ def describe_configuration(args: Any, training_args: TrainingArguments) -> str:
     warmup = training_args.warmup_steps
     lines.append(
         f"  warmup {f'{warmup:g} of the steps' if 0 < warmup < 1 else f'{warmup:g} steps'}, weight_decay "
-        f"{training_args.weight_decay:g}, adam_beta2 {training_args.adam_beta2:g}, batch {rows_per_step(training_args)} "
-        f"x {args.max_seq_length} tokens, eval masks {args.eval_mlm_probability:g}"
+        f"{training_args.weight_decay:g}, adam_beta2 {training_args.adam_beta2:g}, batch {batch_description(args, training_args)}, "
+        f"eval masks {args.eval_mlm_probability:g}"
     )
     if args.model_name_or_path or args.config_name:
         ignored = [f"--{name}" for name in NEW_MODEL_OPTIONS if args.defaults_applied.get(name) == GIVEN]
@@ -310,6 +334,8 @@ def open_corpus_source(args: Any, training_args: TrainingArguments) -> CorpusSou
                     f"{prepared.metadata[flag]}: drop the flag or prepare the data again"
                 )
             setattr(args, flag, prepared.metadata[flag])
+        if args.max_tokens_per_batch is not None:
+            check_token_budget(args.max_tokens_per_batch, args.max_seq_length)
         # Folders prepared before packed rows carried the tokenizer's word ids still train token masking.
         if args.masking != "token" and "word_ids" not in prepared.train.column_names:
             raise UsageError(

@@ -39,9 +39,19 @@ def training_collator(
     random_replace_prob: float = 0.1,
     seed_per_rank: bool = False,
     flatten: bool = False,
+    max_tokens_per_batch: int | None = None,
+    max_seq_length: int | None = None,
 ) -> DataCollatorForMaskedLM:
     """The training masks: ``mlm_probability`` (and its replacement split), a function of ``(seed, epoch, example
-    index)`` (and of the process rank with ``seed_per_rank``); flattened batches with ``flatten``."""
+    index)`` (and of the process rank with ``seed_per_rank``); flattened batches with ``flatten``. With
+    ``max_tokens_per_batch`` every batch is flattened and padded to exactly that many tokens, and ``max_length_q`` is
+    ``max_seq_length``: one shape for every step."""
+    if max_tokens_per_batch is not None:
+        flatten = True
+        # Rounding to a multiple of the longest row makes the longest-sequence bound that row length in every batch.
+        multiple = max_seq_length
+    else:
+        multiple = 8 if flatten else None  # rounds max_length_q: fewer torch.compile shapes
     return DataCollatorForMaskedLM(
         tokenizer,
         mlm_probability=mlm_probability,
@@ -51,7 +61,8 @@ def training_collator(
         seed=seed,
         process_rank=None if seed_per_rank else 0,
         flatten=flatten,
-        pad_to_multiple_of=8 if flatten else None,  # rounds max_length_q: fewer torch.compile shapes
+        pad_to_multiple_of=multiple,
+        pad_to_tokens=max_tokens_per_batch,
     )
 
 

@@ -1,6 +1,6 @@
-"""The ``Trainer`` side of scheduled rows (``mlm-suite pretrain``'s masking-rate schedules and batch-size warmup): a
-training loader that deals each optimizer step its rows, tagged with the step's masking rate. The schedules
-themselves are in :mod:`mlm_suite.data.schedules`; see docs/pretraining.md.
+"""The ``Trainer`` side of scheduled rows (``mlm-suite pretrain``'s masking-rate schedules, batch-size warmup and
+token-budget batches): a training loader that deals each optimizer step its rows, tagged with the step's masking rate.
+The schedules themselves are in :mod:`mlm_suite.data.schedules`; see docs/pretraining.md.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 from transformers import TrainingArguments
 
 from mlm_suite.data.schedules import BatchSizeWarmup, MaskRateSchedule, ScheduledBatchSampler, TaggedRows
+from mlm_suite.data.token_budget import row_lengths
 from mlm_suite.errors import UsageError
 from mlm_suite.training.controls import RowProgressCallback, TimeBudgetCallback
 
@@ -26,13 +27,15 @@ def check_row_sampling(training_args: TrainingArguments) -> None:
     config = training_args.accelerator_config
     if getattr(config, "split_batches", False) or getattr(config, "dispatch_batches", None):
         raise UsageError(
-            "masking-rate schedules and batch-size warmup deal rows to each process themselves: drop split_batches "
+            "masking-rate schedules, batch-size warmup and --max_tokens_per_batch deal rows to each process themselves: "
+            "drop split_batches "
             "and dispatch_batches from --accelerator_config"
         )
     strategy = getattr(training_args, "train_sampling_strategy", "random")
     if getattr(training_args, "group_by_length", False) or strategy != "random":
         raise UsageError(
-            "masking-rate schedules and batch-size warmup draw the rows in a seeded random order: drop "
+            "masking-rate schedules, batch-size warmup and --max_tokens_per_batch draw the rows in a seeded random "
+            "order: drop "
             "--group_by_length / --train_sampling_strategy"
         )
 
@@ -40,11 +43,13 @@ def check_row_sampling(training_args: TrainingArguments) -> None:
 @dataclass
 class RowSchedule:
     """What the training loader needs to tag rows: the masking-rate schedule (None: the collator's constant rate),
-    the batch-size warmup (None: none) and where the schedule's total steps come from (a time budget's plan)."""
+    the batch-size warmup (None: none), where the schedule's total steps come from (a time budget's plan) and the
+    token budget of a micro-batch (None: ``per_device_train_batch_size`` rows)."""
 
     mask_schedule: MaskRateSchedule | None = None
     warmup: BatchSizeWarmup | None = None
     total_steps: Callable[[], int] | None = None
+    max_tokens_per_batch: int | None = None
 
 
 def row_schedule(
@@ -52,13 +57,15 @@ def row_schedule(
     warmup: BatchSizeWarmup | None,
     budget: TimeBudgetCallback | None = None,
     max_steps: int = -1,
+    max_tokens_per_batch: int | None = None,
 ) -> RowSchedule | None:
-    """The :class:`RowSchedule` of a run, or None when neither the masking rate varies nor the batch size warms up.
-    With a time ``budget`` the schedule's total steps are its plan (``max_steps`` until there is one)."""
-    if not mask_schedule.varies and warmup is None:
+    """The :class:`RowSchedule` of a run, or None when the masking rate does not vary, the batch size does not warm
+    up and no token budget is set. With a time ``budget`` the schedule's total steps are its plan (``max_steps`` until
+    there is one)."""
+    if not mask_schedule.varies and warmup is None and max_tokens_per_batch is None:
         return None
     total = (lambda: budget.planned_steps or max_steps) if budget is not None else None
-    return RowSchedule(mask_schedule if mask_schedule.varies else None, warmup, total)
+    return RowSchedule(mask_schedule if mask_schedule.varies else None, warmup, total, max_tokens_per_batch)
 
 
 class ScheduledRowsMixin:
@@ -103,6 +110,8 @@ class ScheduledRowsMixin:
             max_steps=args.max_steps,
             drop_last=args.dataloader_drop_last,
             even_batches=args.accelerator_config.even_batches,
+            max_tokens=schedule.max_tokens_per_batch,
+            lengths=row_lengths(dataset) if schedule.max_tokens_per_batch else None,
         )
         workers = args.dataloader_num_workers
         loader = DataLoader(
