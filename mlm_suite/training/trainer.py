@@ -18,7 +18,7 @@ import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -41,9 +41,10 @@ from transformers.utils import (
 )
 
 from mlm_suite.data.streaming import ProcessStream
-from mlm_suite.cards import JobCard, render_card
+from mlm_suite.cards import JobCard, TrainedModelCard, markdown_table, render_card
 from mlm_suite.errors import UsageError
 from mlm_suite.training.controls import StepRateCallback, rows_per_step
+from mlm_suite.training.throughput import UNKNOWN, model_flops_utilisation, peak_tflops, real_tokens
 
 TRAINING_ARGS_JSON = "training_args.json"
 OPTIMIZER_TENSORS = "optimizer.safetensors"
@@ -351,18 +352,25 @@ class PickleFreeTrainer(transformers.Trainer):
             self.add_callback(StreamProgressCallback())
         self._stream_rng_checkpoint: str | None = None  # RNG states a resumed stream run restores at its first step
 
-    def floating_point_ops(self, inputs: dict[str, Any]) -> int:
-        """The stock count (6 × tokens × non-embedding parameters), with the parameters counted once.
+    def flops_per_token(self) -> int:
+        """Training FLOPs per token: 6 × the non-embedding parameters (forward and backward), 0 for a model that
+        cannot count them. The Trainer's FLOP count and the model FLOPs utilisation both use it.
 
-        The stock Trainer walks every module and parameter of the model at every step to count them, which costs
-        milliseconds of host time per step; the count does not change during training.
+        Counted once: the stock Trainer walks every module and parameter of the model at every step to count them,
+        which costs milliseconds of host time per step; the count does not change during training.
         """
-        main_input = getattr(self.model, "main_input_name", "input_ids")
-        if main_input not in inputs or not hasattr(self.model, "num_parameters"):
+        if not hasattr(self.model, "num_parameters"):
             return 0
         if self._non_embedding_parameters is None:
             self._non_embedding_parameters = self.model.num_parameters(exclude_embeddings=True)
-        return 6 * inputs[main_input].numel() * self._non_embedding_parameters
+        return 6 * self._non_embedding_parameters
+
+    def floating_point_ops(self, inputs: dict[str, Any]) -> int:
+        """The stock count (:meth:`flops_per_token` × the main input's tokens, padding included)."""
+        main_input = getattr(self.model, "main_input_name", "input_ids")
+        if main_input not in inputs:
+            return 0
+        return inputs[main_input].numel() * self.flops_per_token()
 
     # ---- resuming, and what a run reports ---------------------------------------------------
     def _check_checkpoint(self, checkpoint: Any, model: Any) -> None:
@@ -670,18 +678,40 @@ class JobTrainer(PickleFreeTrainer):
     ``--hub_model_id``, else the output folder); ``push_to_hub(license=..., tags=..., ...)`` updates its front
     matter. With ``keep_predictions=True`` it keeps what each evaluation scored (:attr:`kept_predictions`), for
     the job's plots.
+
+    What the run delivers goes into its end-of-training metrics and its card (:mod:`mlm_suite.training.throughput`):
+    ``train_tokens_per_second``, the real (non-pad) tokens of the steady steps, and, for a Trainer whose
+    :attr:`reports_mfu` is set, ``train_mfu`` against ``peak_tflops`` (default: the device's listed peak).
     """
 
-    def __init__(self, *args: Any, keep_predictions: bool = False, **kwargs: Any) -> None:
+    #: Whether the end-of-training metrics include the model FLOPs utilisation (``train_mfu``).
+    reports_mfu: ClassVar[bool] = False
+
+    def __init__(self, *args: Any, keep_predictions: bool = False, peak_tflops: float | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.step_rate = StepRateCallback()
         self.add_callback(self.step_rate)
+        self.peak_tflops = peak_tflops
+        self._real_tokens: torch.Tensor | int = 0  # this train() call's, summed on the device: read once, at the end
+        self._steps_fetched = 0
+        #: The card's throughput rows (name -> value), from the end-of-training metrics.
+        self.throughput: dict[str, str] = {}
         #: The card :meth:`create_model_card` writes, handed over by :meth:`publish`.
         self.model_card: JobCard | None = None
         #: With ``keep_predictions``: the predictions and labels of the latest evaluation per metric key prefix
         #: (``"eval"``, ``"test"``, ...), as ``compute_metrics`` saw them (gathered from every process), so a job
         #: can plot what it scored without predicting again.
         self.kept_predictions: dict[str, EvalPrediction] | None = {} if keep_predictions else None
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        self._real_tokens, self._steps_fetched = 0, 0
+        return super().train(*args, **kwargs)
+
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
+        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        self._real_tokens = self._real_tokens + sum(real_tokens(batch) for batch in batch_samples)
+        self._steps_fetched += 1
+        return batch_samples, num_items_in_batch
 
     # ---- loss normalisation ------------------------------------------------------------------
     def _learnable_items(self, batch_samples: list, num_items_in_batch: Any) -> Any:
@@ -713,7 +743,27 @@ class JobTrainer(PickleFreeTrainer):
             if steady is not None:
                 logs["train_steady_steps_per_second"] = round(steady, 3)
                 logs["train_steady_samples_per_second"] = round(steady * rows, 3)
+                logs.update(self._throughput(steady))
         super().log(logs, *args, **kwargs)
+
+    def _throughput(self, steady_steps_per_second: float) -> dict[str, float | str]:
+        """``train_tokens_per_second`` (and ``train_mfu``) at the steady step rate, and the card's rows for them."""
+        if not self._steps_fetched:
+            return {}
+        # Every process counts its own batches; the processes' batches are alike, so the run's is world_size times.
+        tokens_per_step = float(self._real_tokens) * self.args.world_size / self._steps_fetched
+        tokens_per_second = steady_steps_per_second * tokens_per_step
+        metrics: dict[str, float | str] = {"train_tokens_per_second": round(tokens_per_second, 1)}
+        self.throughput = {"real (non-pad) tokens per second, steady steps": f"{tokens_per_second:,.0f}"}
+        if self.reports_mfu:
+            peak, source = peak_tflops(self.args.device, self.peak_tflops)
+            mfu = model_flops_utilisation(tokens_per_second, self.flops_per_token(), peak, self.args.world_size)
+            metrics["train_mfu"] = mfu if mfu == UNKNOWN else round(mfu, 4)
+            self.throughput["model FLOPs utilisation"] = (
+                f"unknown (no dense bf16 peak known for {source}; give --peak_tflops)" if mfu == UNKNOWN
+                else f"{mfu:.1%} of {peak:g} TFLOP/s per device ({source}), 6 × non-embedding parameters per token"
+            )
+        return metrics
 
     def evaluation_loop(
         self,
@@ -766,6 +816,8 @@ class JobTrainer(PickleFreeTrainer):
     def publish(self, card: JobCard) -> None:
         """Write ``card`` as the model card; with ``--push_to_hub``, then upload the output folder (every process
         calls this, last: ``push_to_hub`` saves the model again on all of them and uploads what the folder holds)."""
+        if isinstance(card, TrainedModelCard) and self.throughput:
+            card = card.with_throughput(markdown_table(self.throughput, ("throughput", "value")))
         self.model_card = card
         if self.args.push_to_hub:
             self.push_to_hub()  # saves the model again, writes the card (create_model_card), uploads the folder
