@@ -752,8 +752,8 @@ class JobTrainer(PickleFreeTrainer):
             return {}
         # Every process counts its own batches; the processes' batches are alike, so the run's is world_size times.
         tokens_per_step = float(self._real_tokens) * self.args.world_size / self._steps_fetched
-        tokens_per_second = steady_steps_per_second * tokens_per_step
-        metrics: dict[str, float | str] = {"train_tokens_per_second": round(tokens_per_second, 1)}
+        tokens_per_second = round(steady_steps_per_second * tokens_per_step, 1)
+        metrics: dict[str, float | str] = {"train_tokens_per_second": tokens_per_second}
         self.throughput = {"real (non-pad) tokens per second, steady steps": f"{tokens_per_second:,.0f}"}
         if self.reports_mfu:
             peak, source = peak_tflops(self.args.device, self.peak_tflops)
