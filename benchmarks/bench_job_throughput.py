@@ -22,9 +22,10 @@ job / bare loop is what the Trainer, the data loading and the callbacks cost; th
 
 **Host overhead per step** (``--overhead``). The same comparison with a near-zero-compute model (one layer,
 hidden 32, four rows of at most 32 tokens), so that the difference *job ms/step − bare loop ms/step* is what the
-job's host code costs per step: the Trainer's loop, the data loader and collator, the callbacks. Each job and its
-bare loop run in pairs, interleaved, ``--repeats`` times; the median difference is reported (two shared cores
-make single runs noisy). The target is at most 1 ms per step.
+job's host code costs per step: the Trainer's loop, the data loader and collator, the callbacks. Both are timed on
+the process's CPU clock (``time.process_time``, one torch thread), so that other processes on shared cores do not
+count; each job and its bare loop run in pairs, interleaved, ``--repeats`` times, and the median difference is
+reported. The target is at most 1 ms per step.
 """
 
 from __future__ import annotations
@@ -146,20 +147,24 @@ def collator_rows(quick: bool, finetune_model: str | None) -> list[tuple[str, st
 # A job against a bare loop over its own pre-collated batches
 # ------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def capture_trainer():
-    """Yields a list that receives the ``JobTrainer`` each job builds (to reuse its model and data loader)."""
+def capture_trainer(clock: Callable[[], float] = time.perf_counter):
+    """Yields a list that receives the ``JobTrainer`` each job builds (to reuse its model and data loader), whose
+    steady step rate is timed on ``clock``."""
     captured: list[JobTrainer] = []
     original = JobTrainer.train
 
     def train(self, *args, **kwargs):
         captured.append(self)
+        self.step_rate.clock = clock
         return original(self, *args, **kwargs)
 
     with mock.patch.object(JobTrainer, "train", train):
         yield captured
 
 
-def bare_loop_steps_per_second(trainer: Trainer, steps: int, warmup: int) -> float:
+def bare_loop_steps_per_second(
+    trainer: Trainer, steps: int, warmup: int, clock: Callable[[], float] = time.perf_counter
+) -> float:
     """Optimizer steps/s of a plain loop with the job's model, optimizer, autocast, clipping and schedule."""
     args, model = trainer.args, trainer.model
     loader = iter(trainer.get_train_dataloader())
@@ -183,7 +188,7 @@ def bare_loop_steps_per_second(trainer: Trainer, steps: int, warmup: int) -> flo
     for index, batch in enumerate(batches):
         if index == warmup:
             synchronise()
-            started = time.perf_counter()
+            started = clock()
         with autocast:
             loss = model(**batch).loss
         loss.backward()
@@ -193,16 +198,18 @@ def bare_loop_steps_per_second(trainer: Trainer, steps: int, warmup: int) -> flo
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
     synchronise()
-    return steps / (time.perf_counter() - started)
+    return steps / (clock() - started)
 
 
-def job_against_bare_loop(name: str, module, flags: list[str], steps: int, warmup: int) -> dict:
-    """One run of the job and one bare loop over its batches: their steps/s and ratio."""
-    with tempfile.TemporaryDirectory() as output, capture_trainer() as trainers:
+def job_against_bare_loop(
+    name: str, module, flags: list[str], steps: int, warmup: int, clock: Callable[[], float] = time.perf_counter
+) -> dict:
+    """One run of the job and one bare loop over its batches, both timed on ``clock``: their steps/s and ratio."""
+    with tempfile.TemporaryDirectory() as output, capture_trainer(clock) as trainers:
         module.main(["--output_dir", output, "--max_steps", str(steps + warmup), *QUIET, *flags])
         trainer = trainers[-1]
         job = trainer.step_rate.steps_per_second()
-        bare = bare_loop_steps_per_second(trainer, steps, warmup)
+        bare = bare_loop_steps_per_second(trainer, steps, warmup, clock)
     return dict(job=name, device=trainer.args.device.type, rows_per_step=rows_per_step(trainer.args), workers=trainer.args.dataloader_num_workers,
                 job_steps=job, bare_steps=bare, ratio=job / bare)  # fmt: skip
 
@@ -227,7 +234,7 @@ def overhead_model(folder: Path) -> Path:
 
 def job_overhead(name: str, module, flags: list[str], steps: int, warmup: int, repeats: int) -> dict:
     """Median over ``repeats`` interleaved pairs (job run, bare loop) of job ms/step − bare loop ms/step."""
-    pairs = [job_against_bare_loop(name, module, flags, steps, warmup) for _ in range(repeats)]
+    pairs = [job_against_bare_loop(name, module, flags, steps, warmup, time.process_time) for _ in range(repeats)]
     job_ms = [1000 / pair["job_steps"] for pair in pairs]
     bare_ms = [1000 / pair["bare_steps"] for pair in pairs]
     return dict(job=name, job_ms=statistics.median(job_ms), bare_ms=statistics.median(bare_ms),
@@ -247,6 +254,7 @@ def overhead_markdown(results: list[dict]) -> str:
 
 def overheads(jobs: list[str] | None, steps: int, warmup: int, repeats: int) -> list[dict]:
     """Each job's host overhead per step on CPU with the near-zero-compute model."""
+    torch.set_num_threads(1)  # the CPU clock then counts one thread's work, as the wall clock would
     results = []
     with tempfile.TemporaryDirectory() as folder:
         model = str(overhead_model(Path(folder)))
