@@ -14,6 +14,7 @@ import contextlib
 import functools
 import glob
 import json
+import math
 import os
 import random
 from collections.abc import Iterator
@@ -337,7 +338,10 @@ class PickleFreeTrainer(transformers.Trainer):
             self._check_checkpoint(training_args.resume_from_checkpoint, model)
         cache_accelerate_package_probe()
         super().__init__(*args, **kwargs)
-        self._nonfinite_loss: torch.Tensor | None = None  # (step, loss) of the first non-finite loss; step 0: none
+        # This train() call's step losses, on the device until a check reads them (None: not training).
+        self._step_losses: torch.Tensor | None = None
+        self._losses_checked = 0  # the steps whose losses a check has read
+        self._nonfinite_loss: tuple[int, float] | None = None  # the first non-finite loss's step and value
         self._empty_steps: int | torch.Tensor = 0  # optimizer steps of this train() call with nothing to predict
         self._empty_steps_logged = 0
         self._log_window = 0  # optimizer steps since the previous logged loss
@@ -386,7 +390,8 @@ class PickleFreeTrainer(transformers.Trainer):
         if resume_from_checkpoint is True:
             resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
         self._check_checkpoint(resume_from_checkpoint, self.model)
-        self._nonfinite_loss = torch.zeros(2, device=self.args.device)
+        self._step_losses = torch.zeros(1024, device=self.args.device)
+        self._losses_checked, self._nonfinite_loss = 0, None
         self._empty_steps, self._empty_steps_logged = 0, 0
         self._resumed_loss = (0.0, 0)
         self._first_step, self._running_loss = 0, None  # the Trainer's own names for these vary across versions
@@ -400,21 +405,29 @@ class PickleFreeTrainer(transformers.Trainer):
         return output._replace(training_loss=output.metrics.get("train_loss", output.training_loss))
 
     def _watch_loss(self, loss: torch.Tensor) -> None:
-        """Keep the first non-finite loss and its step on the device: checked where the host waits anyway."""
-        if self._nonfinite_loss is None:
+        """Add the loss to its step's on the device (one kernel, no synchronisation): checked where the host waits
+        anyway. A sum is non-finite when one of its micro-batches' losses is."""
+        if self._step_losses is None:
             return
-        loss = loss.detach().float().to(self._nonfinite_loss.device)
-        fresh = ~torch.isfinite(loss) & (self._nonfinite_loss[0] == 0)
-        found = torch.stack([torch.full_like(loss, self.state.global_step + 1), loss])
-        self._nonfinite_loss = torch.where(fresh, found, self._nonfinite_loss)
+        index = self.state.global_step - self._first_step
+        if index >= len(self._step_losses):
+            self._step_losses = torch.cat([self._step_losses, torch.zeros_like(self._step_losses)])
+        self._step_losses[index] += loss.detach()
 
     def _refuse_nonfinite_loss(self) -> None:
         """Raise UsageError if this process's training loss was non-finite (with several processes, the launcher then
         stops the others: no collective here, whose work could outlive the run)."""
-        if self._nonfinite_loss is None:
+        if self._step_losses is None:
             return
-        step, loss = self._nonfinite_loss.tolist()
-        if step:
+        if self._nonfinite_loss is None:
+            done = self.state.global_step - self._first_step
+            unread = self._step_losses[self._losses_checked : done].tolist()
+            first = next((index for index, loss in enumerate(unread) if not math.isfinite(loss)), None)
+            if first is not None:
+                self._nonfinite_loss = (self._first_step + self._losses_checked + first + 1, unread[first])
+            self._losses_checked = done
+        if self._nonfinite_loss is not None:
+            step, loss = self._nonfinite_loss
             raise UsageError(
                 f"training stopped at step {int(step)}: the loss became {loss} (not finite), so the weights are no "
                 "longer usable and none were saved from that step on (earlier checkpoints are intact): lower "
