@@ -262,6 +262,7 @@ def overhead_markdown(results: list[dict]) -> str:
 
 def overheads(jobs: list[str] | None, steps: int, warmup: int, repeats: int) -> list[dict]:
     """Each job's host overhead per step on CPU with the near-zero-compute model."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the CPU clock then counts one thread's work, as the wall clock would
     results = []
     with tempfile.TemporaryDirectory() as folder:
@@ -273,6 +274,7 @@ def overheads(jobs: list[str] | None, steps: int, warmup: int, repeats: int) -> 
             data_flags = corpus if module is pretrain else ["--model_name_or_path", model]
             flags = ["--use_cpu", "true", *TINY_ROWS, *data_flags, *flags, "--max_eval_samples", "16"]
             results.append(job_overhead(name, module, flags, steps, warmup, repeats))
+    torch.set_num_threads(threads)
     return results
 
 
