@@ -722,7 +722,8 @@ class JobTrainer(PickleFreeTrainer):
 
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
         batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
-        self._real_tokens = self._real_tokens + sum(real_tokens(batch) for batch in batch_samples)
+        for batch in batch_samples:
+            self._real_tokens = self._real_tokens + real_tokens(batch)
         self._steps_fetched += 1
         return batch_samples, num_items_in_batch
 
