@@ -405,14 +405,14 @@ class PickleFreeTrainer(transformers.Trainer):
         return output._replace(training_loss=output.metrics.get("train_loss", output.training_loss))
 
     def _watch_loss(self, loss: torch.Tensor) -> None:
-        """Add the loss to its step's on the device (one kernel, no synchronisation): checked where the host waits
-        anyway. A sum is non-finite when one of its micro-batches' losses is."""
+        """Add the loss to its step's total on the device (one kernel, no synchronisation), which a check reads where
+        the host waits anyway: a step's total is non-finite when one of its micro-batches' losses is."""
         if self._step_losses is None:
             return
         index = self.state.global_step - self._first_step
         if index >= len(self._step_losses):
             self._step_losses = torch.cat([self._step_losses, torch.zeros_like(self._step_losses)])
-        self._step_losses[index] += loss.detach()
+        self._step_losses[index].add_(loss.detach())  # in place: `+=` on an item would copy it back too
 
     def _refuse_nonfinite_loss(self) -> None:
         """Raise UsageError if this process's training loss was non-finite (with several processes, the launcher then
