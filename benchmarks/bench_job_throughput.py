@@ -3,6 +3,7 @@
     python benchmarks/bench_job_throughput.py                         # CPU: the jobs as their defaults run them
     python benchmarks/bench_job_throughput.py --device cuda           # GPU: the GPU shapes below, bf16
     python benchmarks/bench_job_throughput.py --quick                 # smoke run (tests), a minute on 2 cores
+    python benchmarks/bench_job_throughput.py --overhead              # CPU: each job's host overhead per step
 
 **Collators.** Rows per second of each job's collator in one process (one torch thread), at the batch shapes
 the jobs use: the pretraining masking collator (30 % seeded token masks, padded and flattened) on rows of the
@@ -18,6 +19,13 @@ Then a bare loop trains the job's own model on batches that the job's own data l
 (already on the device), with the same optimizer (``Trainer.get_optimizer_cls_and_kwargs``), the same
 autocast, gradient clipping and learning-rate schedule: the speed of the model step alone. The ratio
 job / bare loop is what the Trainer, the data loading and the callbacks cost; the target is at least 0.85.
+
+**Host overhead per step** (``--overhead``). The same comparison with a near-zero-compute model (one layer,
+hidden 32, four rows of at most 32 tokens), so that the difference *job ms/step − bare loop ms/step* is what the
+job's host code costs per step: the Trainer's loop, the data loader and collator, the callbacks. Both are timed on
+the process's CPU clock (``time.process_time``, one torch thread), so that other processes on shared cores do not
+count; each job and its bare loop run in pairs, interleaved, ``--repeats`` times, and the median difference is
+reported. The target is at most 1 ms per step.
 """
 
 from __future__ import annotations
@@ -39,12 +47,13 @@ from mlm_suite.data import resources
 from mlm_suite.data.chunking import tokenize_for_mlm
 from mlm_suite.data.masking import DataCollatorForMaskedLM
 from mlm_suite.data.padding import DataCollatorForPadding, DataCollatorForTokenLabels
-from mlm_suite.jobs import finetune_cls, finetune_ner, pretrain
+from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, finetune_retrieval, pretrain
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
 from mlm_suite.training.trainer import JobTrainer
 from mlm_suite.training.controls import rows_per_step
 
 TARGET_RATIO = 0.85
+TARGET_OVERHEAD_MS = 1.0
 
 # (job, module, flags) per device; every run adds --output_dir, --max_steps and no evaluation or saving.
 # CPU: the jobs' defaults. GPU: the shapes a GPU user runs (the mini preset at 128 x 128 for pretraining).
@@ -63,6 +72,20 @@ JOBS = {
                                         "--bf16", "true"]),
     ],
 }  # fmt: skip
+# --overhead: near-zero compute, so the job's host work per step is what the step costs. The tiny model of the
+# fine-tuning jobs is made once (overhead_model); pretraining builds its own from these overrides, on a few hundred
+# of the embedded reviews (overhead_corpus: the setup of the full default takes a minute).
+TINY_OVERRIDES = "num_hidden_layers=1,hidden_size=32,num_attention_heads=2,intermediate_size=64"
+TINY_ROWS = ["--per_device_train_batch_size", "4", "--max_seq_length", "32"]
+OVERHEAD_JOBS = [
+    ("pretrain (padded)", pretrain, ["--fill_mask_probes", "0", "--config_overrides", TINY_OVERRIDES]),
+    ("pretrain (flattened)", pretrain, ["--fill_mask_probes", "0", "--config_overrides", TINY_OVERRIDES,
+                                        "--flatten_batches", "true"]),
+    ("finetune-cls", finetune_cls, ["--max_predict_samples", "16"]),
+    ("finetune-pair", finetune_pair, ["--max_predict_samples", "16"]),
+    ("finetune-ner", finetune_ner, ["--max_predict_samples", "16", "--compare_hf", "false"]),
+    ("finetune-retrieval", finetune_retrieval, []),
+]  # fmt: skip
 QUIET = ["--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
          "--logging_steps", "50", "--max_eval_samples", "64"]  # the final evaluation is not timed: keep it short
 
@@ -124,20 +147,24 @@ def collator_rows(quick: bool, finetune_model: str | None) -> list[tuple[str, st
 # A job against a bare loop over its own pre-collated batches
 # ------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def capture_trainer():
-    """Yields a list that receives the ``JobTrainer`` each job builds (to reuse its model and data loader)."""
+def capture_trainer(clock: Callable[[], float] = time.perf_counter):
+    """Yields a list that receives the ``JobTrainer`` each job builds (to reuse its model and data loader), whose
+    steady step rate is timed on ``clock``."""
     captured: list[JobTrainer] = []
     original = JobTrainer.train
 
     def train(self, *args, **kwargs):
         captured.append(self)
+        self.step_rate.clock = clock
         return original(self, *args, **kwargs)
 
     with mock.patch.object(JobTrainer, "train", train):
         yield captured
 
 
-def bare_loop_steps_per_second(trainer: Trainer, steps: int, warmup: int) -> float:
+def bare_loop_steps_per_second(
+    trainer: Trainer, steps: int, warmup: int, clock: Callable[[], float] = time.perf_counter
+) -> float:
     """Optimizer steps/s of a plain loop with the job's model, optimizer, autocast, clipping and schedule."""
     args, model = trainer.args, trainer.model
     loader = iter(trainer.get_train_dataloader())
@@ -161,7 +188,7 @@ def bare_loop_steps_per_second(trainer: Trainer, steps: int, warmup: int) -> flo
     for index, batch in enumerate(batches):
         if index == warmup:
             synchronise()
-            started = time.perf_counter()
+            started = clock()
         with autocast:
             loss = model(**batch).loss
         loss.backward()
@@ -171,17 +198,73 @@ def bare_loop_steps_per_second(trainer: Trainer, steps: int, warmup: int) -> flo
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
     synchronise()
-    return steps / (time.perf_counter() - started)
+    return steps / (clock() - started)
 
 
-def job_against_bare_loop(name: str, module, flags: list[str], steps: int, warmup: int) -> dict:
-    with tempfile.TemporaryDirectory() as output, capture_trainer() as trainers:
+def job_against_bare_loop(
+    name: str, module, flags: list[str], steps: int, warmup: int, clock: Callable[[], float] = time.perf_counter
+) -> dict:
+    """One run of the job and one bare loop over its batches, both timed on ``clock``: their steps/s and ratio."""
+    with tempfile.TemporaryDirectory() as output, capture_trainer(clock) as trainers:
         module.main(["--output_dir", output, "--max_steps", str(steps + warmup), *QUIET, *flags])
         trainer = trainers[-1]
         job = trainer.step_rate.steps_per_second()
-        bare = bare_loop_steps_per_second(trainer, steps, warmup)
+        bare = bare_loop_steps_per_second(trainer, steps, warmup, clock)
     return dict(job=name, device=trainer.args.device.type, rows_per_step=rows_per_step(trainer.args), workers=trainer.args.dataloader_num_workers,
                 job_steps=job, bare_steps=bare, ratio=job / bare)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------
+# Host overhead per step: the jobs with a near-zero-compute model
+# ------------------------------------------------------------------------------------------------
+def overhead_model(folder: Path) -> Path:
+    """A random one-layer mlm_suite encoder of hidden size 32 with MiniLM's tokenizer, saved to ``folder``."""
+    from transformers import AutoTokenizer
+
+    from mlm_suite import MlmSuiteConfig, MlmSuiteModel
+
+    tokenizer = AutoTokenizer.from_pretrained(resources.minilm_dir())
+    config = MlmSuiteConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                            intermediate_size=64, max_position_embeddings=128)  # fmt: skip
+    torch.manual_seed(0)
+    MlmSuiteModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def overhead_corpus(folder: Path) -> list[str]:
+    """Pretraining flags for 300 of the embedded reviews (and 20 held out), written to ``folder``."""
+    reviews = [text for _, text in resources.pang_lee_reviews()][:320]
+    (folder / "train.txt").write_text("\n\n".join(reviews[:300]), encoding="utf-8")
+    (folder / "validation.txt").write_text("\n\n".join(reviews[300:]), encoding="utf-8")
+    return ["--train_file", str(folder / "train.txt"), "--validation_file", str(folder / "validation.txt")]
+
+
+def job_overhead(name: str, module, flags: list[str], steps: int, warmup: int, repeats: int) -> dict:
+    """Median over ``repeats`` interleaved pairs (job run, bare loop) of job ms/step − bare loop ms/step."""
+    pairs = [job_against_bare_loop(name, module, flags, steps, warmup, time.process_time) for _ in range(repeats)]
+    job_ms = [1000 / pair["job_steps"] for pair in pairs]
+    bare_ms = [1000 / pair["bare_steps"] for pair in pairs]
+    return dict(job=name, job_ms=statistics.median(job_ms), bare_ms=statistics.median(bare_ms),
+                overhead_ms=statistics.median(job - bare for job, bare in zip(job_ms, bare_ms)), repeats=repeats)  # fmt: skip
+
+
+def overheads(jobs: list[str] | None, steps: int, warmup: int, repeats: int) -> list[dict]:
+    """Each job's host overhead per step on CPU with the near-zero-compute model."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the CPU clock then counts one thread's work, as the wall clock would
+    results = []
+    with tempfile.TemporaryDirectory() as folder:
+        model = str(overhead_model(Path(folder)))
+        corpus = overhead_corpus(Path(folder))
+        for name, module, flags in OVERHEAD_JOBS:
+            if jobs and not any(name.startswith(job) for job in jobs):
+                continue
+            data_flags = corpus if module is pretrain else ["--model_name_or_path", model]
+            flags = ["--use_cpu", "true", *TINY_ROWS, *data_flags, *flags, "--max_eval_samples", "16"]
+            results.append(job_overhead(name, module, flags, steps, warmup, repeats))
+    torch.set_num_threads(threads)
+    return results
 
 
 # ------------------------------------------------------------------------------------------------
@@ -200,10 +283,25 @@ def markdown(collators: list[tuple[str, str, float]], jobs: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def overhead_markdown(results: list[dict]) -> str:
+    lines = ["| job (1 layer, hidden 32, 4 rows) | job ms/step | bare loop ms/step | overhead ms/step (median of pairs) | ≤ 1 ms |",
+             "|---|---:|---:|---:|---|"]  # fmt: skip
+    lines += [
+        f"| {r['job']} | {r['job_ms']:.2f} | {r['bare_ms']:.2f} | {r['overhead_ms']:.2f} | "
+        f"{'yes' if r['overhead_ms'] <= TARGET_OVERHEAD_MS else 'no'} |"
+        for r in results
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--jobs", nargs="+", choices=[name for name, _, _ in JOBS["cpu"]], help="only these jobs")
+    parser.add_argument("--jobs", nargs="+", choices=[name for name, _, _ in JOBS["cpu"]] + ["finetune-pair", "finetune-retrieval"],
+                        help="only these jobs")
+    parser.add_argument("--overhead", action="store_true",
+                        help="each job's host overhead per step with a near-zero-compute model (CPU)")
+    parser.add_argument("--repeats", type=int, default=5, help="--overhead: interleaved job/bare loop pairs per job")
     parser.add_argument("--steps", type=int, help="timed steps per job (default: CPU 200, GPU 300)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps first (allocations, workers, compile)")
     parser.add_argument("--finetune_model", help="--model_name_or_path of the fine-tuning jobs (default: theirs)")
@@ -215,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--device cuda: no CUDA device is visible")
     steps = args.steps or (8 if args.quick else 300 if args.device == "cuda" else 200)
     warmup = 2 if args.quick else args.warmup
+    if args.overhead:
+        return report(overhead_markdown(overheads(args.jobs, steps, warmup, 1 if args.quick else args.repeats)), args.markdown)
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the collators: one loader process's worth of CPU
@@ -228,11 +328,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.finetune_model and module is not pretrain:
             device_flags += ["--model_name_or_path", args.finetune_model]
         jobs.append(job_against_bare_loop(name, module, [*device_flags, *flags], steps, warmup))
-    table = markdown(collators, jobs)
+    return report(markdown(collators, jobs), args.markdown)
+
+
+def report(table: str, markdown_path: str | None) -> int:
+    """Print ``table``, and write it to ``markdown_path`` if given."""
     print(table)
-    if args.markdown:
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(table, encoding="utf-8")
+    if markdown_path:
+        Path(markdown_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(markdown_path).write_text(table, encoding="utf-8")
     return 0
 
 

@@ -130,3 +130,13 @@ def test_job_throughput_compares_a_job_with_a_bare_loop_over_its_own_batches(tmp
     table = throughput.markdown([("pretrain masking (padded)", "4 x ≤16", 123.0)], [result])
     assert "| pretrain | cpu | 4 | 0 |" in table and "| pretrain masking (padded) | 4 x ≤16 | 123 |" in table
     sys.modules.pop("bench_job_throughput", None)
+
+
+def test_job_overhead_is_the_job_ms_per_step_minus_the_bare_loops(tmp_path):
+    """bench_job_throughput.py --overhead: a job with the near-zero-compute model against its bare loop."""
+    throughput = load_benchmark("bench_job_throughput")
+    [result] = throughput.overheads(["finetune-cls"], steps=8, warmup=1, repeats=1)
+    assert result["job"] == "finetune-cls" and result["job_ms"] > 0 and result["bare_ms"] > 0
+    assert result["overhead_ms"] == pytest.approx(result["job_ms"] - result["bare_ms"])
+    assert f"| finetune-cls | {result['job_ms']:.2f} | {result['bare_ms']:.2f} |" in throughput.overhead_markdown([result])
+    sys.modules.pop("bench_job_throughput", None)

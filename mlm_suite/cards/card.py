@@ -39,17 +39,27 @@ class TrainedModelCard(JobCard):
     """The card of a model a job trained: the metadata fields below are its front matter, not placeholders.
 
     ``base_model``: the checkpoint trained from, a folder or a Hub id (None: from scratch or a random
-    initialisation); ``dataset``: the data trained on and scored; ``scores``: the headline results.
+    initialisation); ``dataset``: the data trained on and scored; ``scores``: the headline results;
+    ``throughput``: what the run delivered (markdown, set by the trainer: :meth:`with_throughput`), shown after the
+    training section.
     """
 
     pipeline_tag: str | None = None
     base_model: str | os.PathLike | None = None
     dataset: CardDataset | None = None
     scores: Sequence[CardScore] = ()
+    throughput: str = ""
 
     def sections(self) -> dict[str, object]:
         metadata = {field.name for field in dataclasses.fields(TrainedModelCard)}
-        return {name: value for name, value in super().sections().items() if name not in metadata}
+        sections = {name: value for name, value in super().sections().items() if name not in metadata}
+        if self.throughput:
+            sections["training"] = f"{sections['training']}\n\n{self.throughput}"
+        return sections
+
+    def with_throughput(self, throughput: str) -> TrainedModelCard:
+        """This card with ``throughput`` (markdown) after its training section."""
+        return dataclasses.replace(self, throughput=throughput)
 
     def card_data(self, model_name: str) -> ModelCardData:
         return model_card_data(self.template, model_name=model_name, pipeline_tag=self.pipeline_tag,

@@ -90,8 +90,14 @@ class PretrainTrainingArguments(JobTrainingArguments):
     ddp_find_unused_parameters: bool | None = field(
         default=False, metadata={"help": "Every parameter takes part in every step."}
     )
+    peak_tflops: float | None = field(
+        default=None,
+        metadata={"help": "Dense bf16 peak TFLOP/s per device for train_mfu (default: the GPU's, from a table of "
+                          "known GPUs; unknown on CPU)"},
+    )
 
     def __post_init__(self) -> None:
+        check_positive("peak_tflops", self.peak_tflops)
         # Forced even when given: the collator consumes word_ids, special_tokens_mask and example_index itself, and
         # the metrics tell [MASK], random and kept positions apart by what the model saw.
         self.remove_unused_columns = False
@@ -517,6 +523,7 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
         callbacks=callbacks,
         head_warmup_steps=args.head_warmup_steps,
         row_schedule=row_schedule(mask_schedule, warmup, budget, training_args.max_steps, args.max_tokens_per_batch),
+        peak_tflops=training_args.peak_tflops,
     )
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     rows_read = trainer.state.global_step * rows_per_step(training_args)

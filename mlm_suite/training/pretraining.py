@@ -83,6 +83,8 @@ class PretrainingTrainer(ScheduledRowsMixin, JobTrainer):
     ``training_args.json``, and checkpoints in safetensors and JSON.
     """
 
+    reports_mfu = True
+
     def __init__(self, *args, eval_data_collator: DataCollatorForMaskedLM, head_warmup_steps: int = 0, **kwargs):
         super().__init__(*args, eval_data_collator=eval_data_collator, **kwargs)
         self.head_warmup_steps = head_warmup_steps

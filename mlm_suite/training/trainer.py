@@ -14,11 +14,12 @@ import contextlib
 import functools
 import glob
 import json
+import math
 import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -41,9 +42,10 @@ from transformers.utils import (
 )
 
 from mlm_suite.data.streaming import ProcessStream
-from mlm_suite.cards import JobCard, render_card
+from mlm_suite.cards import JobCard, TrainedModelCard, markdown_table, render_card
 from mlm_suite.errors import UsageError
 from mlm_suite.training.controls import StepRateCallback, rows_per_step
+from mlm_suite.training.throughput import UNKNOWN, model_flops_utilisation, peak_tflops, real_tokens
 
 TRAINING_ARGS_JSON = "training_args.json"
 OPTIMIZER_TENSORS = "optimizer.safetensors"
@@ -336,7 +338,10 @@ class PickleFreeTrainer(transformers.Trainer):
             self._check_checkpoint(training_args.resume_from_checkpoint, model)
         cache_accelerate_package_probe()
         super().__init__(*args, **kwargs)
-        self._nonfinite_loss: torch.Tensor | None = None  # (step, loss) of the first non-finite loss; step 0: none
+        # This train() call's step losses, on the device until a check reads them (None: not training).
+        self._step_losses: torch.Tensor | None = None
+        self._losses_checked = 0  # the steps whose losses a check has read
+        self._nonfinite_loss: tuple[int, float] | None = None  # the first non-finite loss's step and value
         self._empty_steps: int | torch.Tensor = 0  # optimizer steps of this train() call with nothing to predict
         self._empty_steps_logged = 0
         self._log_window = 0  # optimizer steps since the previous logged loss
@@ -351,18 +356,25 @@ class PickleFreeTrainer(transformers.Trainer):
             self.add_callback(StreamProgressCallback())
         self._stream_rng_checkpoint: str | None = None  # RNG states a resumed stream run restores at its first step
 
-    def floating_point_ops(self, inputs: dict[str, Any]) -> int:
-        """The stock count (6 × tokens × non-embedding parameters), with the parameters counted once.
+    def flops_per_token(self) -> int:
+        """Training FLOPs per token: 6 × the non-embedding parameters (forward and backward), 0 for a model that
+        cannot count them. The Trainer's FLOP count and the model FLOPs utilisation both use it.
 
-        The stock Trainer walks every module and parameter of the model at every step to count them, which costs
-        milliseconds of host time per step; the count does not change during training.
+        Counted once: the stock Trainer walks every module and parameter of the model at every step to count them,
+        which costs milliseconds of host time per step; the count does not change during training.
         """
-        main_input = getattr(self.model, "main_input_name", "input_ids")
-        if main_input not in inputs or not hasattr(self.model, "num_parameters"):
+        if not hasattr(self.model, "num_parameters"):
             return 0
         if self._non_embedding_parameters is None:
             self._non_embedding_parameters = self.model.num_parameters(exclude_embeddings=True)
-        return 6 * inputs[main_input].numel() * self._non_embedding_parameters
+        return 6 * self._non_embedding_parameters
+
+    def floating_point_ops(self, inputs: dict[str, Any]) -> int:
+        """The stock count (:meth:`flops_per_token` × the main input's tokens, padding included)."""
+        main_input = getattr(self.model, "main_input_name", "input_ids")
+        if main_input not in inputs:
+            return 0
+        return inputs[main_input].numel() * self.flops_per_token()
 
     # ---- resuming, and what a run reports ---------------------------------------------------
     def _check_checkpoint(self, checkpoint: Any, model: Any) -> None:
@@ -378,7 +390,8 @@ class PickleFreeTrainer(transformers.Trainer):
         if resume_from_checkpoint is True:
             resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
         self._check_checkpoint(resume_from_checkpoint, self.model)
-        self._nonfinite_loss = torch.zeros(2, device=self.args.device)
+        self._step_losses = torch.zeros(1024, device=self.args.device)
+        self._losses_checked, self._nonfinite_loss = 0, None
         self._empty_steps, self._empty_steps_logged = 0, 0
         self._resumed_loss = (0.0, 0)
         self._first_step, self._running_loss = 0, None  # the Trainer's own names for these vary across versions
@@ -392,21 +405,29 @@ class PickleFreeTrainer(transformers.Trainer):
         return output._replace(training_loss=output.metrics.get("train_loss", output.training_loss))
 
     def _watch_loss(self, loss: torch.Tensor) -> None:
-        """Keep the first non-finite loss and its step on the device: checked where the host waits anyway."""
-        if self._nonfinite_loss is None:
+        """Add the loss to its step's total on the device (one kernel, no synchronisation), which a check reads where
+        the host waits anyway: a step's total is non-finite when one of its micro-batches' losses is."""
+        if self._step_losses is None:
             return
-        loss = loss.detach().float().to(self._nonfinite_loss.device)
-        fresh = ~torch.isfinite(loss) & (self._nonfinite_loss[0] == 0)
-        found = torch.stack([torch.full_like(loss, self.state.global_step + 1), loss])
-        self._nonfinite_loss = torch.where(fresh, found, self._nonfinite_loss)
+        index = self.state.global_step - self._first_step
+        if index >= len(self._step_losses):
+            self._step_losses = torch.cat([self._step_losses, torch.zeros_like(self._step_losses)])
+        self._step_losses[index].add_(loss.detach())  # in place: `+=` on an item would copy it back too
 
     def _refuse_nonfinite_loss(self) -> None:
         """Raise UsageError if this process's training loss was non-finite (with several processes, the launcher then
         stops the others: no collective here, whose work could outlive the run)."""
-        if self._nonfinite_loss is None:
+        if self._step_losses is None:
             return
-        step, loss = self._nonfinite_loss.tolist()
-        if step:
+        if self._nonfinite_loss is None:
+            done = self.state.global_step - self._first_step
+            unread = self._step_losses[self._losses_checked : done].tolist()
+            first = next((index for index, loss in enumerate(unread) if not math.isfinite(loss)), None)
+            if first is not None:
+                self._nonfinite_loss = (self._first_step + self._losses_checked + first + 1, unread[first])
+            self._losses_checked = done
+        if self._nonfinite_loss is not None:
+            step, loss = self._nonfinite_loss
             raise UsageError(
                 f"training stopped at step {int(step)}: the loss became {loss} (not finite), so the weights are no "
                 "longer usable and none were saved from that step on (earlier checkpoints are intact): lower "
@@ -671,13 +692,32 @@ class JobTrainer(PickleFreeTrainer):
     matter. With ``keep_predictions=True`` it keeps what each evaluation scored (:attr:`kept_predictions`), for
     the job's plots. An ``eval_data_collator`` collates evaluation and prediction batches instead of
     ``data_collator`` (which then collates training batches only).
+
+    What the run delivers goes into its end-of-training metrics and its card (:mod:`mlm_suite.training.throughput`):
+    ``train_tokens_per_second``, the real (non-pad) tokens of the steady steps, and, for a Trainer whose
+    :attr:`reports_mfu` is set, ``train_mfu`` against ``peak_tflops`` (default: the device's listed peak).
     """
 
-    def __init__(self, *args: Any, keep_predictions: bool = False, eval_data_collator: Any = None, **kwargs: Any) -> None:
+    #: Whether the end-of-training metrics include the model FLOPs utilisation (``train_mfu``).
+    reports_mfu: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        *args: Any,
+        keep_predictions: bool = False,
+        eval_data_collator: Any = None,
+        peak_tflops: float | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.eval_data_collator = eval_data_collator
         self.step_rate = StepRateCallback()
         self.add_callback(self.step_rate)
+        self.peak_tflops = peak_tflops
+        self._real_tokens: torch.Tensor | int = 0  # this train() call's, summed on the device: read once, at the end
+        self._steps_fetched = 0
+        #: The card's throughput rows (name -> value), from the end-of-training metrics.
+        self.throughput: dict[str, str] = {}
         #: The card :meth:`create_model_card` writes, handed over by :meth:`publish`.
         self.model_card: JobCard | None = None
         #: With ``keep_predictions``: the predictions and labels of the latest evaluation per metric key prefix
@@ -703,6 +743,18 @@ class JobTrainer(PickleFreeTrainer):
             yield
         finally:
             self.data_collator = training_collator
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        self._real_tokens, self._steps_fetched = 0, 0
+        return super().train(*args, **kwargs)
+
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
+        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        pad_token_id = getattr(self.model.config, "pad_token_id", None)
+        for batch in batch_samples:
+            self._real_tokens = self._real_tokens + real_tokens(batch, pad_token_id)
+        self._steps_fetched += 1
+        return batch_samples, num_items_in_batch
 
     # ---- loss normalisation ------------------------------------------------------------------
     def _learnable_items(self, batch_samples: list, num_items_in_batch: Any) -> Any:
@@ -734,7 +786,27 @@ class JobTrainer(PickleFreeTrainer):
             if steady is not None:
                 logs["train_steady_steps_per_second"] = round(steady, 3)
                 logs["train_steady_samples_per_second"] = round(steady * rows, 3)
+                logs.update(self._throughput(steady))
         super().log(logs, *args, **kwargs)
+
+    def _throughput(self, steady_steps_per_second: float) -> dict[str, float | str]:
+        """``train_tokens_per_second`` (and ``train_mfu``) at the steady step rate, and the card's rows for them."""
+        if not self._steps_fetched:
+            return {}
+        # Every process counts its own batches; the processes' batches are alike, so the run's is world_size times.
+        tokens_per_step = float(self._real_tokens) * self.args.world_size / self._steps_fetched
+        tokens_per_second = round(steady_steps_per_second * tokens_per_step, 1)
+        metrics: dict[str, float | str] = {"train_tokens_per_second": tokens_per_second}
+        self.throughput = {"real (non-pad) tokens per second, steady steps": f"{tokens_per_second:,.0f}"}
+        if self.reports_mfu:
+            peak, source = peak_tflops(self.args.device, self.peak_tflops)
+            mfu = model_flops_utilisation(tokens_per_second, self.flops_per_token(), peak, self.args.world_size)
+            metrics["train_mfu"] = mfu if mfu == UNKNOWN else round(mfu, 4)
+            self.throughput["model FLOPs utilisation"] = (
+                f"unknown (no dense bf16 peak known for {source}; give --peak_tflops)" if mfu == UNKNOWN
+                else f"{mfu:.1%} of {peak:g} TFLOP/s per device ({source}), 6 × non-embedding parameters per token"
+            )
+        return metrics
 
     def evaluation_loop(
         self,
@@ -787,6 +859,8 @@ class JobTrainer(PickleFreeTrainer):
     def publish(self, card: JobCard) -> None:
         """Write ``card`` as the model card; with ``--push_to_hub``, then upload the output folder (every process
         calls this, last: ``push_to_hub`` saves the model again on all of them and uploads what the folder holds)."""
+        if isinstance(card, TrainedModelCard) and self.throughput:
+            card = card.with_throughput(markdown_table(self.throughput, ("throughput", "value")))
         self.model_card = card
         if self.args.push_to_hub:
             self.push_to_hub()  # saves the model again, writes the card (create_model_card), uploads the folder
