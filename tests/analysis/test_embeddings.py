@@ -288,10 +288,10 @@ def test_real_minilm_separates_bank_senses(minilm, tokenizer):
 
 def test_every_public_name_is_documented():
     """``mlm_suite.analysis.__all__`` is the public API: each name exists and docs/analysis.md names it (its
-    snippets run in tests/test_docs.py)."""
+    snippets run in tests/conformance/test_docs.py)."""
     import mlm_suite.analysis
 
-    page = (Path(__file__).resolve().parents[1] / "docs" / "analysis.md").read_text(encoding="utf-8")
+    page = (Path(__file__).resolve().parents[2] / "docs" / "analysis.md").read_text(encoding="utf-8")
     assert sorted(mlm_suite.analysis.__all__) == mlm_suite.analysis.__all__
     for name in mlm_suite.analysis.__all__:
         assert hasattr(mlm_suite.analysis, name) and re.search(rf"\b{name}\b", page), name

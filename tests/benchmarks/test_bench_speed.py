@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from conftest import load_benchmark
+from tests.helpers import TINY_MODEL, load_benchmark, make_documents, write_text
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,6 @@ def test_live_tensor_tracker_counts_allocations_and_frees(bench):
 def test_budget_benchmark_scores_both_models_on_the_same_masks(tmp_path):
     """bench_budget.py on a tiny corpus and model with a 2-second budget: both runs train, are scored on
     the same held-out positions, and the table has every row."""
-    from test_pretrain import TINY_MODEL, make_documents, write_text
 
     bench_budget = load_benchmark("bench_budget")
     sys.modules.pop("bench_budget", None)

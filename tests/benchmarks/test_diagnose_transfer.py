@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import load_benchmark, make_tiny_config
+from tests.helpers import load_benchmark, make_tiny_config
 from mlm_suite.model import MlmSuiteForMaskedLM
 
 @pytest.fixture(scope="module")

@@ -12,14 +12,9 @@ requires. The tests below check what the metadata says, without training anythin
 from __future__ import annotations
 
 import json
-import math
-import re
 from pathlib import Path
 
 import pytest
-import yaml
-from huggingface_hub import ModelCard, ModelCardData
-from huggingface_hub.repocard_data import eval_results_to_model_index, model_index_to_eval_results
 
 from mlm_suite.cards import (
     HELD_OUT_OF_TRAIN,
@@ -39,57 +34,7 @@ from mlm_suite.cards import (
 )
 from mlm_suite.model import MlmSuiteForMaskedLM
 from mlm_suite.training.trainer import JobTrainer
-
-PIPELINE_TAGS = {"fill-mask", "token-classification", "text-classification", "sentence-similarity"}
-
-
-def assert_valid_model_card(text: str) -> dict:
-    """Check a card as huggingface_hub would, offline; return its metadata (the front matter, as YAML loads it)."""
-    match = re.match(r"---\n(.*?)\n---\n", text, flags=re.S)
-    assert match, "the card does not start with a front matter block"
-    metadata = yaml.safe_load(match.group(1))
-    assert isinstance(metadata, dict), metadata
-
-    card = ModelCard(text)  # parses the metadata into ModelCardData; a model-index it cannot read raises
-    assert card.data.to_dict() == metadata  # nothing lost or changed in the parsing
-    assert ModelCardData(**card.data.to_dict()).to_dict() == metadata  # re-created from its own dict
-
-    # The structure the Hub's validator requires of a model-index.
-    index = metadata["model-index"]
-    assert isinstance(index, list) and len(index) == 1, index
-    assert isinstance(index[0]["name"], str) and index[0]["name"]
-    assert isinstance(index[0]["results"], list) and index[0]["results"]
-    metric_types = set()
-    for result in index[0]["results"]:
-        assert isinstance(result["task"]["type"], str) and result["task"]["type"] in PIPELINE_TAGS, result
-        assert isinstance(result["dataset"]["name"], str) and result["dataset"]["name"], result
-        assert isinstance(result["dataset"]["type"], str) and result["dataset"]["type"], result
-        assert isinstance(result["dataset"].get("split"), str) and result["dataset"]["split"], result
-        assert isinstance(result["metrics"], list) and result["metrics"], result
-        for metric in result["metrics"]:
-            assert isinstance(metric["type"], str) and metric["type"], metric
-            assert isinstance(metric["value"], float) and math.isfinite(metric["value"]), metric
-            metric_types.add(metric["type"])
-    # The results round-trip: the model-index is what huggingface_hub writes of the results it reads from it.
-    name, results = model_index_to_eval_results(index)
-    assert name == index[0]["name"] and results == card.data.eval_results
-    assert eval_results_to_model_index(name, card.data.eval_results) == index
-
-    assert metadata["library_name"] in ("transformers", "sentence-transformers")
-    assert metadata["pipeline_tag"] in PIPELINE_TAGS
-    assert isinstance(metadata["license"], str) and metadata["license"]
-    assert isinstance(metadata["tags"], list) and {"mlm_suite", "custom_code"} <= set(metadata["tags"])
-    assert set(metadata["metrics"]) == metric_types
-    for key in ("language", "datasets"):
-        assert key not in metadata or (isinstance(metadata[key], list) and all(isinstance(v, str) for v in metadata[key]))
-    assert "base_model" not in metadata or isinstance(metadata["base_model"], str)
-    return metadata
-
-
-def results_of(metadata: dict) -> dict[tuple[str, str], float]:
-    """``{(split, metric name): value}`` of a card's model-index."""
-    return {(result["dataset"]["split"], metric["name"]): metric["value"]
-            for result in metadata["model-index"][0]["results"] for metric in result["metrics"]}
+from tests.helpers import assert_valid_model_card, results_of
 
 
 def card_text(**metadata) -> str:
@@ -136,7 +81,7 @@ def test_the_licence_is_the_base_models_where_its_card_says_one_else_the_project
 
 
 def test_the_project_licence_is_declared_once_and_the_same_everywhere():
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     assert "Apache License\n                           Version 2.0" in (repo / "LICENSE").read_text(encoding="utf-8")
     pyproject = (repo / "pyproject.toml").read_text(encoding="utf-8")
     assert 'license = "Apache-2.0"' in pyproject and 'license-files = ["LICENSE"]' in pyproject

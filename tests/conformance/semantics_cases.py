@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import TrainerCallback, TrainingArguments
 
 from mlm_suite import (
     MlmSuiteForMaskedLM,
@@ -31,7 +31,7 @@ from mlm_suite import (
 )
 from mlm_suite.training.retrieval import RetrievalCollator, RetrievalTrainer
 from mlm_suite.training.trainer import JobTrainer
-from conftest import make_random_batch, make_tiny_config
+from tests.helpers import make_random_batch, make_tiny_config
 
 ROWS = 8
 LENGTHS = (9, 3, 7, 5, 9, 2, 6, 8)

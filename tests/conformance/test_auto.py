@@ -13,7 +13,7 @@ import transformers
 from transformers import AutoConfig, AutoModel, BertConfig
 
 import mlm_suite
-from conftest import make_tiny_config
+from tests.helpers import make_tiny_config
 from mlm_suite.model import AUTO_CLASSES
 
 AUTO_NAMES = [

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 README_MAX_LINES = 250
 CI_MARKERS = ("<!-- main-command -->", "<!-- test-command -->")  # blocks that CI runs itself (.ci/run)

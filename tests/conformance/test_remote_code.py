@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import mlm_suite
-from conftest import make_tiny_config
+from tests.helpers import make_tiny_config
 
 BIO = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
 FIRST = ["The cat sat on the mat.", "Hello"]

@@ -28,7 +28,7 @@ from transformers import (
     TrainingArguments,
 )
 
-from conftest import TINY_VOCAB, make_tiny_bert_config
+from tests.helpers import TINY_VOCAB, make_tiny_bert_config
 from mlm_suite import convert_bert_checkpoint
 from mlm_suite.model import (
     MlmSuiteForMaskedLM,

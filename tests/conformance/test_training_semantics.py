@@ -12,10 +12,13 @@ import torch
 from safetensors.torch import load_file
 from transformers import Trainer
 
-from conftest import make_tiny_config
+from tests.helpers import launch_two_processes, make_tiny_config
+from tests.conformance.semantics_cases import CASES
+from tests.conformance.semantics_cases import IN_BATCH_NEGATIVES
+from tests.conformance.semantics_cases import ROWS
+from tests.conformance.semantics_cases import batch_loss
+from tests.conformance.semantics_cases import train_one_step
 from mlm_suite import MlmSuiteForMaskedLM
-from semantics_cases import CASES, IN_BATCH_NEGATIVES, ROWS, batch_loss, train_one_step
-from test_distributed import launch_two_processes
 
 # The stock Trainer counts only "labels"; MLM + NSP's NSP term is exact with JobTrainer, which also counts
 # the next-sentence labels (the stock Trainer's approximation is checked separately below).

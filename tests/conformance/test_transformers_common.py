@@ -28,7 +28,7 @@ from mlm_suite import (
     MlmSuiteForTokenClassification,
     MlmSuiteModel,
 )
-from transformers_sources import load
+from tests.conformance.transformers_sources import load
 
 modeling_common, configuration_common = load()
 ids_tensor = modeling_common.ids_tensor

@@ -18,7 +18,6 @@ from mlm_suite.jobs import finetune_cls, finetune_pair
 from mlm_suite.jobs.distributed import run_job
 from mlm_suite.data.labels import hub_split_labels, hub_tag_sequences
 from mlm_suite.data.readers import read_examples
-from test_finetune import tiny_model  # noqa: F401  (a fixture: a random 2-layer encoder with the MiniLM tokenizer)
 
 FAST = ["--max_steps", "2", "--report_to", "none", "--per_device_eval_batch_size", "4", "--disable_tqdm", "true"]
 WORDS = "the cat sleeps on a warm mat while the dog runs in the park near a big old tree".split()

@@ -12,14 +12,12 @@ import copy
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import datasets
 import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
     AutoTokenizer,
     BertConfig,
@@ -41,14 +39,20 @@ from mlm_suite.data import (
     count_tokens,
     tokenize_for_mlm,
 )
+from tests.helpers import (
+    Feature,
+    MAX_LENGTH,
+    masked_words,
+    padded,
+    train_byte_level_bpe,
+    train_sentencepiece_unigram,
+    word_index,
+)
 
-MAX_LENGTH = 128
 P = 0.15
 MODES = ("token", "whole_word", "span")
 # E[min(G, 10)] for G ~ Geometric(0.2) on {1, 2, ...}: sum_{k=0}^{9} 0.8^k.
 CLIPPED_GEOMETRIC_MEAN = (1 - 0.8**10) / 0.2
-
-Feature = dict[str, Any]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -80,38 +84,11 @@ def corpus(texts, wordpiece) -> list[Feature]:
     return as_features(tokenize_for_mlm({"text": texts}, wordpiece, MAX_LENGTH))
 
 
-def padded(rows: Sequence[Sequence[int]], value: int, length: int = MAX_LENGTH) -> np.ndarray:
-    out = np.full((len(rows), length), value, dtype=np.int64)
-    for index, row in enumerate(rows):
-        out[index, : len(row)] = row
-    return out
-
-
 def collate_all(collator: DataCollatorForMaskedLM, features: Sequence[Feature], batch_size: int = 1024):
     """Collate in large batches; every batch padded to 128 so that outputs stack to ``(N, 128)``."""
     batches = [collator(features[start : start + batch_size]) for start in range(0, len(features), batch_size)]
     keys = ("input_ids", "labels", "attention_mask")
     return {key: torch.cat([batch[key] for batch in batches]).numpy() for key in keys}
-
-
-def word_index(word_ids: np.ndarray) -> np.ndarray:
-    """``(N, L)`` global index of the word of each token, -1 for tokens outside words.
-
-    A word is a run of adjacent tokens with the same word id >= 0 (as the tokenizer reports it).
-    """
-    inside = word_ids >= 0
-    starts = inside.copy()
-    starts[:, 1:] &= ~(inside[:, :-1] & (word_ids[:, 1:] == word_ids[:, :-1]))
-    index = np.cumsum(starts.ravel()).reshape(word_ids.shape) - 1
-    return np.where(inside, index, -1)
-
-
-def masked_words(words: np.ndarray, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per word: (number of its tokens, number of them selected)."""
-    inside = words >= 0
-    sizes = np.bincount(words[inside])
-    hits = np.bincount(words[inside], weights=selected[inside], minlength=len(sizes)).astype(np.int64)
-    return sizes, hits
 
 
 def within_3_sigma(count: int, trials: int, probability: float) -> bool:
@@ -279,77 +256,6 @@ def test_unigram_random_tokens_follow_the_counts(corpus, wordpiece):
     assert torch.equal(with_dict(subset[:64])["input_ids"], collator(subset[:64])["input_ids"])
     dataset = datasets.Dataset.from_list([{"input_ids": feature["input_ids"]} for feature in subset])
     assert torch.equal(count_tokens(dataset, len(wordpiece)), count_tokens(subset, len(wordpiece)))
-
-
-def train_byte_level_bpe(texts: list[str]) -> PreTrainedTokenizerFast:
-    """A RoBERTa-style byte-level BPE tokenizer (``<s>`` doubles as [CLS], ``</s>`` as [SEP]) trained on ``texts``."""
-    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    specials = ["<s>", "</s>", "<pad>", "<mask>", "<unk>"]
-    trainer = trainers.BpeTrainer(
-        vocab_size=2000,
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(texts, trainer)
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", special_tokens=[(token, tokenizer.token_to_id(token)) for token in ("<s>", "</s>")]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        bos_token="<s>",
-        eos_token="</s>",
-        cls_token="<s>",
-        sep_token="</s>",
-        pad_token="<pad>",
-        mask_token="<mask>",
-        unk_token="<unk>",
-    )
-
-
-def train_sentencepiece_unigram(texts: list[str]) -> PreTrainedTokenizerFast:
-    """A SentencePiece-style tokenizer (Unigram model, Metaspace ``▁`` word starts) trained on ``texts``."""
-    tokenizer = Tokenizer(models.Unigram())
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
-    tokenizer.decoder = decoders.Metaspace()
-    specials = ["[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"]
-    trainer = trainers.UnigramTrainer(vocab_size=1000, special_tokens=specials, unk_token="[UNK]", show_progress=False)
-    tokenizer.train_from_iterator(texts, trainer)
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[(token, tokenizer.token_to_id(token)) for token in ("[CLS]", "[SEP]")]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        pad_token="[PAD]",
-        mask_token="[MASK]",
-        unk_token="[UNK]",
-    )
-
-
-NON_WORDPIECE_TOKENIZERS = pytest.mark.parametrize(
-    "train", [train_byte_level_bpe, train_sentencepiece_unigram], ids=["bpe", "sentencepiece"]
-)
-
-
-def check_whole_words_masked_together(tokenizer: PreTrainedTokenizerBase, features: Sequence[Feature]) -> None:
-    """Rows with ``word_ids`` through the whole-word collator: every word all masked or not at all,
-    special tokens (sentinel word id) never, and words of two or more pieces among the masked ones."""
-    for feature in features:
-        assert len(feature["word_ids"]) == len(feature["input_ids"])
-        sentinels = [word == WORD_ID_SENTINEL for word in feature["word_ids"]]
-        assert sentinels == [bool(flag) for flag in feature["special_tokens_mask"]]
-    collator = DataCollatorForMaskedLM(tokenizer, mlm_probability=0.3, masking="whole_word", seed=0)
-    selected = (collator(features)["labels"] != -100).numpy()  # (B, L)
-    word_ids = padded([feature["word_ids"] for feature in features], WORD_ID_SENTINEL, selected.shape[1])
-    words = word_index(word_ids)
-    assert not selected[words < 0].any()
-    sizes, hits = masked_words(words, selected)
-    assert ((hits == 0) | (hits == sizes)).all()  # a word is never cut
-    assert ((sizes >= 2) & (hits == sizes)).sum() >= 5, "no multi-piece word was masked: the test proves nothing"
 
 
 @pytest.mark.parametrize(

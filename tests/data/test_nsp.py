@@ -9,7 +9,7 @@ from transformers import AutoTokenizer
 from mlm_suite.data import resources
 from mlm_suite.data import WORD_ID_SENTINEL
 from mlm_suite.data.nsp import build_nsp_examples, nsp_map_function, split_sentences
-from test_masking import NON_WORDPIECE_TOKENIZERS, check_whole_words_masked_together
+from tests.helpers import NON_WORDPIECE_TOKENIZERS, check_whole_words_masked_together
 
 MAX_LENGTH = 128
 

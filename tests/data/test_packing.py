@@ -10,7 +10,7 @@ from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 from mlm_suite.data import resources
 from mlm_suite.data import WORD_ID_SENTINEL
 from mlm_suite.data.packing import document_boundaries, pack_documents, packing_map_function, row_word_ids
-from test_masking import NON_WORDPIECE_TOKENIZERS, check_whole_words_masked_together, train_byte_level_bpe
+from tests.helpers import NON_WORDPIECE_TOKENIZERS, check_whole_words_masked_together, train_byte_level_bpe
 
 MAX_LENGTH = 128
 

@@ -20,23 +20,26 @@ from mlm_suite.data.chunking import tokenize_for_mlm
 from mlm_suite.data.masking import DataCollatorForMaskedLM
 from mlm_suite.data.schedules import BatchSizeWarmup, MaskRateSchedule, ScheduledBatchSampler, TaggedRows, permutation
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs import pretrain
 from mlm_suite.jobs.pretrain import main
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
 from mlm_suite.jobs.pretraining_setup import extend_context
 from mlm_suite.training.controls import WsdTimeBudgetCallback, time_budget_callback
-from test_pretrain import (
+from tests.helpers import (
+    AdvanceClock,
     BERT_ARCHITECTURE,
+    FakeClock,
     TINY_MODEL,
+    ToyRegression,
     job_args,
+    load_benchmark,
     make_documents,
     max_difference,
     read_json,
     repetitive_documents,
+    toy_data,
     weights,
     write_text,
 )
-from test_training_controls import AdvanceClock, FakeClock, ToyRegression, toy_data
 
 
 def history(output_dir: Path) -> dict[int, dict]:
@@ -453,7 +456,6 @@ def test_controls_benchmark_scores_every_run_on_the_same_rows(tmp_path):
     import json
     import sys
 
-    from conftest import load_benchmark
 
     corpus = write_text(tmp_path / "train.txt", make_documents(40, seed=3))
     bench = load_benchmark("bench_pretrain_controls")

@@ -1,6 +1,6 @@
 """Corpora larger than memory: ``mlm-suite prepare-data`` / ``pretrain --prepared_data`` and ``pretrain --streaming``.
 
-Single-process tests (the multi-process ones are in ``test_distributed_data.py``): prepared rows equal the rows
+Single-process tests (the multi-process ones are in ``tests/e2e/test_distributed_data.py``): prepared rows equal the rows
 the job builds in memory; the readers, the split across processes and the endless per-process stream; a resumed
 run (stream or prepared rows) continues exactly where the interrupted run stopped; bad input is refused in one
 line before anything is written.
@@ -28,7 +28,16 @@ from mlm_suite.jobs.pretrain import main, parse_arguments
 from mlm_suite.training import pretraining
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
 from mlm_suite.training.trainer import PickleFreeTrainer
-from test_pretrain import TINY_MODEL, job_args, make_documents, max_difference, read_json, weights, write_text
+from tests.helpers import (
+    TINY_MODEL,
+    job_args,
+    make_documents,
+    make_tiny_config,
+    max_difference,
+    read_json,
+    weights,
+    write_text,
+)
 
 MAX_LENGTH = 32
 WITH_DROPOUT = TINY_MODEL.replace("hidden_dropout_prob=0", "hidden_dropout_prob=0.1")
@@ -271,7 +280,6 @@ def test_a_stream_is_refused_with_rank_0_dispatch_or_batch_skipping(tmp_path, to
     and the Trainer's skipping of batches on resume would both be wrong, and are refused."""
     from transformers import TrainingArguments
 
-    from conftest import make_tiny_config
     from mlm_suite import MlmSuiteForMaskedLM
 
     stream = ProcessStream(stream_rows(document_stream([write_text(tmp_path / "d.txt", ["one doc"])]), pretraining_rows_function(tokenizer, 16)))

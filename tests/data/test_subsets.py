@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from conftest import load_benchmark
+from tests.helpers import load_benchmark
 from mlm_suite import MlmSuiteConfig, MlmSuiteModel
 from mlm_suite.data import resources
 from mlm_suite.data.subsets import balanced_nested_subsets, class_quotas

@@ -19,7 +19,7 @@ from mlm_suite.jobs.model_loading import mlm_suite_checkpoint
 from mlm_suite.jobs.pretrain import PretrainingArguments, main
 from mlm_suite.jobs.pretraining_setup import build_config, build_model
 from mlm_suite.training.pretraining import evaluation_collator
-from test_pretrain import job_args, make_documents, write_text
+from tests.helpers import job_args, make_documents, write_text
 
 NEW_MLM_HEAD = ["lm_head.decoder.bias", "lm_head.dense.bias", "lm_head.dense.weight", "lm_head.norm.bias", "lm_head.norm.weight"]
 SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)

@@ -4,62 +4,15 @@ process with the same global batch, and every process ends the job together."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
 
 from mlm_suite.jobs.pretrain import main
-from test_pretrain import BERT_ARCHITECTURE, job_args, make_documents, max_difference, write_text
+from tests.helpers import BERT_ARCHITECTURE, job_args, launch_two_processes, make_documents, max_difference, write_text
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "pretrain_mlm.py"
-
-
-def free_port() -> int:
-    """A free TCP port for the process group, so parallel test sessions do not collide."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def launch_two_processes(
-    script: Path, argv: Sequence[str], timeout: float, config_file: Path | None = None
-) -> subprocess.CompletedProcess:
-    """Run ``script argv --use_cpu true`` under ``accelerate launch`` as 2 processes over gloo on CPU.
-
-    `accelerate launch --cpu` starts a single process unless an MPI hostfile is given; --multi_gpu
-    selects its torch.distributed launcher, and the Trainer's --use_cpu makes the job run DDP over
-    gloo on CPU (``config_file``: the same from a config, ``examples/accelerate_configs/cpu_multi_process.yaml``).
-    A run still going after ``timeout`` seconds fails the test: the launcher gets
-    SIGTERM, on which it stops its workers (each runs in its own session, so killing the launcher
-    alone, as ``subprocess.run(timeout=...)`` does, would leave them running).
-    """
-    launch = [sys.executable, "-m", "accelerate.commands.launch"]
-    if config_file is not None:
-        launch += ["--config_file", str(config_file)]
-    else:
-        launch += ["--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
-        launch += ["--dynamo_backend", "no"]
-    launch += ["--main_process_port", str(free_port())]
-    command = [*launch, str(script), *argv, "--use_cpu", "true"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as process:
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.terminate()
-            try:  # the launcher gives its workers 30 s to stop before it kills them
-                stdout, stderr = process.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                stdout, stderr = process.communicate()
-            pytest.fail(f"{script.name} still running after {timeout} s, stopped:\n{stderr[-4000:]}")
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pretrain_mlm.py"
 
 
 def first_loss(output_dir: Path) -> float:
@@ -164,7 +117,7 @@ def test_time_budget_stops_every_process_at_the_same_step(tmp_path):
     assert state["global_step"] == plan["time_budget_planned_steps"] >= 2
 
 
-RECIPES = Path(__file__).resolve().parents[1] / "examples" / "accelerate_configs"
+RECIPES = Path(__file__).resolve().parents[2] / "examples" / "accelerate_configs"
 
 
 @pytest.mark.parametrize(

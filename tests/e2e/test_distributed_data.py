@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from mlm_suite.data.pretraining import pretraining_rows_function
-from test_distributed import launch_two_processes
-from test_pretrain import job_args, make_documents, read_json, write_text
+from tests.helpers import job_args, launch_two_processes, make_documents, read_json, write_text
 
 MAX_LENGTH = 32
 
@@ -53,7 +52,7 @@ def documents_with_long_ones(count: int, seed: int) -> list[str]:
     return [document * 3 if index % 5 == 0 else document for index, document in enumerate(documents)]
 
 
-CPU_RECIPE = Path(__file__).resolve().parents[1] / "examples" / "accelerate_configs" / "cpu_multi_process.yaml"
+CPU_RECIPE = Path(__file__).resolve().parents[2] / "examples" / "accelerate_configs" / "cpu_multi_process.yaml"
 
 
 def run_recorded(
@@ -124,7 +123,7 @@ def test_a_shard_count_that_does_not_divide_is_refused_before_anything_is_writte
         (folder / f"train-{index}.jsonl").write_text(json.dumps({"text": make_documents(1, seed=index)[0]}) + "\n")
     output_dir = tmp_path / "out"
     argv = job_args(output_dir, "--streaming", "--dataset_name", str(folder), "--train_tokenizer", "false", "--max_steps", "2")
-    result = launch_two_processes(Path(__file__).resolve().parents[1] / "examples" / "pretrain_mlm.py", argv, 300)
+    result = launch_two_processes(Path(__file__).resolve().parents[2] / "examples" / "pretrain_mlm.py", argv, 300)
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
     assert errors and all(

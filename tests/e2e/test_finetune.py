@@ -6,7 +6,6 @@ scheme handling, distributed evaluation), not accuracy.
 
 from __future__ import annotations
 
-import csv
 import json
 import random
 import warnings
@@ -22,7 +21,7 @@ from transformers import (
     TrainingArguments,
 )
 
-from mlm_suite import MlmSuiteConfig, MlmSuiteForTokenClassification, MlmSuiteModel
+from mlm_suite import MlmSuiteForTokenClassification
 from mlm_suite.data import resources
 from mlm_suite.data.builtin import review_coherence_splits
 from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, seeds
@@ -30,52 +29,21 @@ from mlm_suite.data.labels import infer_task_type
 from mlm_suite.data.readers import Source, read_conll, split_80_10_10
 from mlm_suite.jobs.finetune_training import save_everything
 from mlm_suite.data.tagging import InvalidTagSequenceError, settle_scheme, validate_tags
-from test_distributed import launch_two_processes
-from test_model_cards import assert_valid_model_card, results_of
-from test_plots import assert_linked_png
+from tests.helpers import (
+    FAST,
+    SENTENCES,
+    assert_linked_png,
+    assert_valid_model_card,
+    launch_two_processes,
+    make_tiny_config,
+    polarity_rows,
+    results_of,
+    write_conll,
+    write_jsonl,
+    write_pairs,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-FAST = ["--max_steps", "2", "--report_to", "none", "--per_device_eval_batch_size", "4", "--disable_tqdm", "true"]
-
-# (words, BIO tags); every word is in the MiniLM vocabulary.
-SENTENCES = [
-    ("john lives in paris".split(), ["B-PER", "O", "O", "B-LOC"]),
-    ("mary smith works in new york".split(), ["B-PER", "I-PER", "O", "O", "B-LOC", "I-LOC"]),
-    ("the cat sleeps".split(), ["O", "O", "O"]),
-    ("paris and london are cities".split(), ["B-LOC", "O", "B-LOC", "O", "O"]),
-    ("anna met john in berlin".split(), ["B-PER", "O", "B-PER", "O", "B-LOC"]),
-    ("peter parker flew to rome".split(), ["B-PER", "I-PER", "O", "O", "B-LOC"]),
-    ("nothing happened today".split(), ["O", "O", "O"]),
-]
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    """A randomly initialised 2-layer mlm_suite encoder with the MiniLM tokenizer saved next to it."""
-    folder = tmp_path_factory.mktemp("tiny_model")
-    tokenizer = AutoTokenizer.from_pretrained(resources.minilm_dir())
-    config = MlmSuiteConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=48, max_position_embeddings=128,
-    )
-    torch.manual_seed(0)
-    MlmSuiteModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
-def write_conll(path: Path, sentences, docstart: bool = True) -> Path:
-    """CoNLL-2003 layout: token, POS, chunk, tag; -DOCSTART- lines between documents."""
-    lines = ["-DOCSTART- -X- -X- O", ""] if docstart else []
-    for words, tags in sentences:
-        lines += [f"{word} NN I-NP {tag}" for word, tag in zip(words, tags)] + [""]
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
-
-
-def write_jsonl(path: Path, rows) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
+REPO = Path(__file__).resolve().parents[2]
 
 
 def results(folder: Path) -> dict:
@@ -240,7 +208,6 @@ def test_finetuned_checkpoint_with_other_labels(ner_run, tmp_path):
 
 def test_default_label_names_warn_on_save(tmp_path):
     torch.manual_seed(0)
-    from conftest import make_tiny_config
 
     model = MlmSuiteForTokenClassification(make_tiny_config(num_labels=3))
     trainer = Trainer(model=model, args=TrainingArguments(output_dir=str(tmp_path), report_to="none"))
@@ -300,11 +267,6 @@ def test_distributed_evaluation_scores_each_sentence_once(tiny_model, tmp_path):
 # --------------------------------------------------------------------------------------------
 # Sequence and pair classification
 # --------------------------------------------------------------------------------------------
-def polarity_rows(start: int, stop: int) -> list[dict]:
-    return [{"review": text, "label": "positive" if label == 1 else "negative"}
-            for label, text in resources.pang_lee_sentences()[start:stop]]
-
-
 def test_classification_job(tiny_model, tmp_path):
     rows = polarity_rows(1990, 2030)
     train = write_jsonl(tmp_path / "train.jsonl", rows)
@@ -419,16 +381,6 @@ def test_seeds_runs_the_job_per_seed_and_summarizes(tiny_model, tmp_path, capsys
         seeds.main(["finetune-cls", "--seeds", "1", "--output_dir", str(out), "--", "--seed", "4"])
     with pytest.raises(ValueError, match="repeats"):
         seeds.main(["finetune-cls", "--seeds", "1", "1", "--output_dir", str(out)])
-
-
-def write_pairs(path: Path, labels) -> Path:
-    sentences = [text for _, text in resources.pang_lee_sentences()[:60]]
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["premise", "hypothesis", "label"])
-        for index, label in enumerate(labels):
-            writer.writerow([sentences[2 * index], sentences[2 * index + 1], label])
-    return path
 
 
 def test_pair_classification_job(tiny_model, tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from hostile import assert_refused, folder_files, run_command
+from tests.helpers import assert_refused, folder_files, run_command
 
 TINY = (
     "num_hidden_layers=2,hidden_size=32,num_attention_heads=2,intermediate_size=48,max_position_embeddings=64,"

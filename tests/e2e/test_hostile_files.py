@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hostile import assert_refused, folder_files, run_command
+from tests.helpers import assert_refused, folder_files, run_command
 from mlm_suite.data import resources
 from mlm_suite.errors import FetchError
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile import Outcome, assert_refused, folder_files, run_command, write_csv
+from tests.helpers import Outcome, assert_refused, folder_files, run_command, write_csv
 from mlm_suite.cli import main
 
 FAST = ["--max_steps", "2", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "4",

@@ -20,20 +20,25 @@ import numpy as np
 import pytest
 import torch
 import transformers.trainer as hf_trainer_module
-from safetensors import safe_open
-from transformers import AutoTokenizer, TrainingArguments
+from transformers import TrainingArguments
 
-from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteModel
-from mlm_suite.data import resources
+from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM
 from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, pretrain
 from mlm_suite.cards import MINILM_HUB_ID, base_model_fields
 from mlm_suite.training.trainer import JobTrainer, PickleFreeTrainer, join_optimizer_state, split_optimizer_state
-from test_finetune import FAST, SENTENCES, write_conll
-from test_model_cards import assert_valid_model_card
-from test_pretrain import job_args, make_documents, write_text
+from tests.helpers import (
+    FAST,
+    PICKLE_SUFFIXES,
+    SENTENCES,
+    assert_no_pickle,
+    assert_valid_model_card,
+    job_args,
+    make_documents,
+    write_conll,
+    write_text,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle"}
+REPO = Path(__file__).resolve().parents[2]
 
 # Runs a model card's snippet where mlm_suite cannot be imported, as if it had never been installed: the
 # repository is off sys.path, the editable install's import hook is gone and the name is blocked. Then
@@ -60,24 +65,6 @@ print("TOKENIZER", type(namespace["tokenizer"]).__name__)
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
-def assert_no_pickle(folder: Path) -> list[str]:
-    """No file under ``folder`` (checkpoints included) is a pickle or a torch.save archive; returns the names."""
-    names = []
-    for path in sorted(folder.rglob("*")):
-        if not path.is_file():
-            continue
-        names.append(path.relative_to(folder).as_posix())
-        assert path.suffix not in PICKLE_SUFFIXES, path
-        if path.suffix == ".safetensors":
-            with safe_open(str(path), framework="pt") as handle:  # parses: a real safetensors file
-                list(handle.keys())
-            continue
-        head = path.read_bytes()[:4]
-        assert not (head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05")), f"{path} is a pickle"
-        assert head != b"PK\x03\x04", f"{path} is a zip archive (torch.save)"
-    return names
-
-
 def usage_snippet(card: str) -> str:
     blocks = re.findall(r"```python\n(.*?)```", card, flags=re.S)
     assert len(blocks) == 1, blocks
@@ -106,18 +93,6 @@ def run_without_mlm_suite(snippet: str, tmp_path: Path) -> str:
     assert "Do you wish to run the custom code" not in everything and "trust_remote_code" not in everything
     assert "MODEL_MODULE transformers_modules." in done.stdout, done.stdout
     return done.stdout
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny_model")
-    tokenizer = AutoTokenizer.from_pretrained(resources.minilm_dir())
-    config = MlmSuiteConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                            intermediate_size=48, max_position_embeddings=128)
-    torch.manual_seed(0)
-    MlmSuiteModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def cls_files(folder: Path) -> list[str]:

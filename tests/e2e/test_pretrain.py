@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import re
 import subprocess
 import sys
@@ -17,74 +16,26 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
 from mlm_suite import MlmSuiteForMaskedLM, MlmSuiteForPreTraining
 from mlm_suite.jobs.pretrain import main
 from mlm_suite.model import AUTO_CLASSES
-from test_masking import train_byte_level_bpe, train_sentencepiece_unigram
-from test_model_cards import assert_valid_model_card, results_of
-from test_plots import assert_linked_png
-
-TINY_MODEL = (
-    "num_hidden_layers=2,hidden_size=64,num_attention_heads=2,intermediate_size=128,max_position_embeddings=64,"
-    "hidden_dropout_prob=0,attention_probs_dropout_prob=0"
+from tests.helpers import (
+    BERT_ARCHITECTURE,
+    assert_linked_png,
+    assert_valid_model_card,
+    job_args,
+    make_documents,
+    max_difference,
+    read_json,
+    repetitive_documents,
+    results_of,
+    train_byte_level_bpe,
+    train_sentencepiece_unigram,
+    weights,
+    write_text,
 )
-# Equivalence tests after one AdamW step use BERT's post-norm, absolute-position architecture: with the job's
-# pre-norm default a few gradient elements of the MLM transform sit near Adam's epsilon, where the first step
-# (lr * g / (|g| + eps)) turns float32 summation-order noise into ~1 % of the learning rate.
-BERT_ARCHITECTURE = ["--norm_position", "post", "--position_embedding_type", "absolute"]
-WORDS = (
-    "the film story actor scene music plot director camera audience character ending dialogue moment "
-    "drama comedy script light night city house friend family dream money war love time world"
-).split()
-
-
-def job_args(output_dir: Path, *extra: str) -> list[str]:
-    """Arguments shared by the runs: tiny model, short rows, small batches, frequent logging."""
-    return [
-        "--output_dir", str(output_dir),
-        "--config_overrides", TINY_MODEL,
-        "--max_seq_length", "32",
-        "--per_device_train_batch_size", "4",
-        "--per_device_eval_batch_size", "8",
-        "--learning_rate", "1e-3",
-        "--warmup_ratio", "0",
-        "--logging_steps", "1",
-        "--eval_steps", "2",
-        "--report_to", "none",
-        "--disable_tqdm", "true",
-        "--dataloader_pin_memory", "false",
-        *extra,
-    ]  # fmt: skip
-
-
-def make_documents(count: int, sentences: int = 3, seed: int = 0) -> list[str]:
-    """Documents of ``sentences`` short sentences each, drawn from a small vocabulary."""
-    rng = random.Random(seed)
-    return [
-        " ".join(" ".join(rng.choices(WORDS, k=rng.randint(4, 8))).capitalize() + "." for _ in range(sentences))
-        for _ in range(count)
-    ]
-
-
-def write_text(path: Path, documents: list[str]) -> Path:
-    path.write_text("\n\n".join(documents) + "\n", encoding="utf-8")
-    return path
-
-
-def read_json(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def weights(output_dir: Path) -> dict[str, torch.Tensor]:
-    return load_file(output_dir / "model.safetensors")
-
-
-def max_difference(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -> float:
-    assert first.keys() == second.keys()
-    return max(float((first[name] - second[name]).abs().max()) for name in first)
 
 
 def assert_complete_checkpoint(output_dir: Path, architecture: str) -> dict:
@@ -134,15 +85,6 @@ def assert_complete_checkpoint(output_dir: Path, architecture: str) -> dict:
     history = read_json(output_dir / "trainer_state.json")["log_history"]
     assert any("loss" in entry for entry in history) and any("eval_loss" in entry for entry in history)
     return results
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("corpus")
-    return {
-        "train": write_text(folder / "train.txt", make_documents(30, seed=1)),
-        "validation": write_text(folder / "validation.txt", make_documents(6, seed=2)),
-    }
 
 
 @pytest.fixture(scope="module")
@@ -398,7 +340,7 @@ def test_early_stopping_keeps_the_best_model(tmp_path, corpus):
 
 def test_time_budget_replaces_the_step_count(tmp_path, corpus):
     """--max_train_minutes lifts the job's default --max_steps and ends the run at its plan (the schedule
-    itself is tested with a fake clock in test_training_controls.py)."""
+    itself is tested with a fake clock in tests/training/test_controls.py)."""
     common = ["--train_file", str(corpus["train"]), "--validation_file", str(corpus["validation"])]
     common += ["--train_tokenizer", "false", "--fill_mask_probes", "0", "--eval_strategy", "no"]
     output_dir = tmp_path / "budget"
@@ -414,18 +356,6 @@ def test_time_budget_replaces_the_step_count(tmp_path, corpus):
     # The Trainer's own end-of-training line says the same (it used to count all of the unbounded --max_steps).
     logged = next(entry for entry in state["log_history"] if "train_runtime" in entry)
     assert logged["train_samples_per_second"] == results["train_samples_per_second"]
-
-
-def repetitive_documents(count: int, seed: int) -> list[str]:
-    """Documents made of 12 fixed sentences: every word is predictable from its neighbours."""
-    subjects = "cats dogs birds kids cooks poets".split()
-    templates = [f"the {s} from {town} like {food} with {drink} ." for s, town, food, drink in zip(
-        subjects, "paris rome oslo lima cairo delhi".split(), "bread rice fish soup cake corn".split(),
-        "tea milk wine juice water beer".split())]  # fmt: skip
-    templates += [f"every {s} sings {song} songs at {time} ." for s, song, time in zip(
-        subjects, "sad long old loud slow new".split(), "dawn noon dusk night lunch tea".split())]  # fmt: skip
-    rng = random.Random(seed)
-    return [" ".join(rng.choices(templates, k=4)) for _ in range(count)]
 
 
 @pytest.mark.slow

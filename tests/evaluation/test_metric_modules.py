@@ -27,7 +27,7 @@ import mlm_suite.evaluation
 from mlm_suite.evaluation import METRIC_NAMES, entity_scores, load_metric, make_compute_metrics, metric_path, tag_scores
 from mlm_suite.evaluation.masked_lm import NOT_SELECTED, TOP_K, corruption_kinds, kind_scores, masked_lm_scores
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 ENTITY_CASES = [("BIO", "conlleval"), ("BIO", "strict"), ("IOB1", "conlleval"), ("IOB1", "strict"),
                 ("BIOES", "conlleval"), ("BIOES", "strict"), ("IO", "strict"), (None, "conlleval")]
@@ -262,7 +262,7 @@ def test_kinds_are_read_off_the_inputs():
 
 def test_every_public_name_is_documented():
     """``mlm_suite.evaluation.__all__`` is the public API: each name exists and docs/metrics.md names it (its
-    snippets run in tests/test_docs.py)."""
+    snippets run in tests/conformance/test_docs.py)."""
     page = (REPO / "docs" / "metrics.md").read_text(encoding="utf-8")
     assert sorted(mlm_suite.evaluation.__all__) == mlm_suite.evaluation.__all__
     for name in mlm_suite.evaluation.__all__:

@@ -1,18 +1,16 @@
 """Evaluation plots (``mlm_suite.evaluation.plots``): the numbers behind them, and that each is a real, readable PNG.
 
-The jobs' own pictures are checked where the jobs run (``test_finetune.py``, ``test_pos_tagging.py``,
-``test_pretrain.py``) with :func:`assert_linked_png`.
+The jobs' own pictures are checked where the jobs run (``tests/e2e/test_finetune.py``, ``test_tagging_metrics.py``,
+``tests/e2e/test_pretrain.py``) with :func:`assert_linked_png`.
 """
 
 from __future__ import annotations
 
 import random
-import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
-from matplotlib.image import imread
 
 from mlm_suite.evaluation.classification import confusion_matrix
 from mlm_suite.evaluation.entities import entity_scores, label_counts, tag_scores
@@ -23,34 +21,7 @@ from mlm_suite.evaluation.plots import (
     plot_pretraining_curves,
     plot_seed_scores,
 )
-
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"
-
-
-def assert_valid_png(path: Path, min_bytes: int = 8_000) -> tuple[int, int]:
-    """A complete PNG (signature, header, end chunk) that decodes, of non-trivial size, not one flat colour.
-
-    Returns its ``(width, height)`` in pixels.
-    """
-    data = Path(path).read_bytes()
-    assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR" and data.endswith(PNG_END), path
-    assert len(data) >= min_bytes, f"{path}: {len(data)} bytes"
-    width, height = struct.unpack(">II", data[16:24])
-    pixels = imread(path)
-    assert pixels.shape[:2] == (height, width)
-    assert width >= 300 and height >= 300
-    assert pixels[..., :3].std() > 0.05, f"{path} is blank"
-    return width, height
-
-
-def assert_linked_png(folder: Path, name: str, card: str = "README.md") -> str:
-    """``folder/name`` is a valid PNG and ``folder/card`` shows it; returns the picture's caption."""
-    assert_valid_png(folder / name)
-    text = (folder / card).read_text(encoding="utf-8")
-    start = text.find(f"]({name})")
-    assert start > 0, f"{card} does not show {name}"
-    return text[text.rfind("![", 0, start) + 2 : start]
+from tests.helpers import assert_valid_png
 
 
 def random_tags(rng: random.Random, n_sentences: int, tags: list[str]) -> list[list[str]]:

@@ -28,7 +28,7 @@ from mlm_suite.data.tagging import (
     settle_scheme,
     validate_tags,
 )
-from test_plots import assert_linked_png
+from tests.helpers import assert_linked_png
 
 FAST = ["--max_steps", "2", "--report_to", "none", "--per_device_eval_batch_size", "4", "--disable_tqdm", "true"]
 

@@ -10,6 +10,14 @@ import torch
 
 from mlm_suite.jobs.arguments import feed_the_device, gpu_loader_workers
 from mlm_suite.jobs.pretrain import parse_arguments
+from tests.helpers import (
+    assert_valid_model_card,
+    load_benchmark,
+    make_documents,
+    make_random_batch,
+    make_tiny_config,
+    write_text,
+)
 
 
 def training_args(device: str, given: frozenset[str] = frozenset()) -> SimpleNamespace:
@@ -57,7 +65,6 @@ def test_the_trainer_counts_flops_as_the_stock_one_without_walking_the_model_eac
     import accelerate.optimizer
     import transformers
 
-    from conftest import make_random_batch, make_tiny_config
     from mlm_suite import MlmSuiteForMaskedLM
     from mlm_suite.training.trainer import PickleFreeTrainer
 
@@ -152,7 +159,6 @@ def test_the_printed_configuration_says_which_defaults_applied():
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory, tokenizer):
     """A randomly initialised tiny ``MlmSuiteForMaskedLM`` on the MiniLM vocabulary, with its tokenizer."""
-    from conftest import make_tiny_config
     from mlm_suite import MlmSuiteForMaskedLM
 
     folder = tmp_path_factory.mktemp("tiny_checkpoint")
@@ -166,8 +172,6 @@ def test_a_continued_run_prints_its_defaults_and_the_card_records_them(tiny_chec
     import shutil
 
     from mlm_suite.jobs.pretrain import main
-    from test_model_cards import assert_valid_model_card
-    from test_pretrain import make_documents, write_text
 
     corpus = write_text(tmp_path / "train.txt", make_documents(20, seed=3))
     base = shutil.copytree(tiny_checkpoint, tmp_path / "base")
@@ -196,8 +200,6 @@ def test_the_continued_defaults_benchmark_scores_every_run_on_the_same_masks(tin
     import json
     import sys
 
-    from conftest import load_benchmark
-    from test_pretrain import make_documents, write_text
 
     corpus = write_text(tmp_path / "train.txt", make_documents(20, seed=3))
     bench = load_benchmark("bench_continued_defaults")

@@ -26,11 +26,8 @@ from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, finetune_r
 from mlm_suite.jobs.arguments import JobTrainingArguments
 from mlm_suite.jobs.checkpoints import resume_checkpoint, stage_checkpoint
 from mlm_suite.training.trainer import PickleFreeTrainer
-from test_finetune import SENTENCES, polarity_rows, tiny_model, write_conll, write_jsonl, write_pairs  # noqa: F401
-from test_outputs import assert_no_pickle
-from test_pretrain import corpus  # noqa: F401  (a fixture)
-from test_pretrain import job_args as pretrain_args
-from test_retrieval import retrieval_files  # noqa: F401  (a fixture)
+from tests.helpers import SENTENCES, assert_no_pickle, polarity_rows, write_conll, write_jsonl, write_pairs
+from tests.helpers import job_args as pretrain_args
 
 QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--per_device_eval_batch_size", "8", "--logging_steps", "1"]
 SAVES = ["--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2"]

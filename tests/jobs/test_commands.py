@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -33,9 +32,8 @@ from mlm_suite.data.pretraining import document_rows
 from mlm_suite.jobs.arguments import JobTrainingArguments
 from mlm_suite.jobs.distributed import run_job
 from mlm_suite.jobs.pretraining_setup import build_config, describe_configuration, open_corpus_source
-from test_finetune import FAST, tiny_model  # noqa: F401  (a fixture: a random 2-layer encoder with the MiniLM tokenizer)
-from test_pretrain import job_args as pretrain_args
-from test_pretrain import make_documents, write_text
+from tests.helpers import FAST, finetuning_dataclasses, make_documents, write_text
+from tests.helpers import job_args as pretrain_args
 
 FINETUNING = {
     "finetune-ner": finetune_ner,
@@ -51,28 +49,6 @@ WORDS = "the cat sleeps on a warm mat while the dog runs in the park near a big 
 
 def sentence(i: int) -> str:
     return " ".join(WORDS[(i + k) % len(WORDS)] for k in range(4 + i % 3))
-
-
-class _Captured(Exception):
-    pass
-
-
-def finetuning_dataclasses(module) -> tuple:
-    """The dataclasses a fine-tuning job's ``main`` parses its flags into (its call of ``parse_arguments``)."""
-    captured = []
-
-    def capture(types, argv):
-        captured.extend(types)
-        raise _Captured
-
-    original = module.parse_arguments
-    module.parse_arguments = capture
-    try:
-        with pytest.raises(_Captured):
-            module.main([])
-    finally:
-        module.parse_arguments = original
-    return tuple(captured)
 
 
 def parse(job: str, argv: list[str]) -> tuple:

@@ -29,7 +29,7 @@ from mlm_suite import (
 from mlm_suite.data.flattening import flatten_batch
 from mlm_suite.model.layout import SequenceLayout
 
-from conftest import make_random_batch, make_tiny_config
+from tests.helpers import make_random_batch, make_tiny_config
 
 LENGTHS = (7, 4, 9, 2)
 BIO = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}

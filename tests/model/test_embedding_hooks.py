@@ -11,7 +11,7 @@ import torch
 from transformers import BertForMaskedLM, BertForPreTraining, Trainer, TrainingArguments
 from transformers.integrations.neftune import neftune_post_forward_hook
 
-from conftest import make_random_batch, make_tiny_bert_config, make_tiny_config
+from tests.helpers import make_random_batch, make_tiny_bert_config, make_tiny_config
 from mlm_suite import (
     MlmSuiteForMaskedLM,
     MlmSuiteForNextSentencePrediction,

@@ -18,7 +18,7 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 
-from conftest import TINY_VOCAB, make_random_batch, make_tiny_config
+from tests.helpers import TINY_VOCAB, make_random_batch, make_tiny_config
 from mlm_suite import (
     MlmSuiteForMaskedLM,
     MlmSuiteForNextSentencePrediction,

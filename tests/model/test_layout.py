@@ -35,6 +35,7 @@ from mlm_suite.data import DataCollatorForMaskedLM
 from mlm_suite.data.flattening import flatten_batch
 from mlm_suite.model import attention
 from mlm_suite.model.layout import SequenceLayout
+from tests.helpers import BERT_ARCHITECTURE, job_args, make_documents, max_difference, read_json, weights, write_text
 
 VOCAB = 90
 ARCHITECTURES = {
@@ -424,7 +425,6 @@ def test_cuda_packed_documents_stay_isolated_under_varlen():
 # The pretraining job on flattened batches, compiled by the Trainer
 # --------------------------------------------------------------------------------------------
 def test_pretrain_job_on_flattened_compiled_batches_takes_the_padded_runs_steps(tmp_path):
-    from test_pretrain import BERT_ARCHITECTURE, job_args, make_documents, max_difference, read_json, weights, write_text
 
     from mlm_suite.jobs.pretrain import main
 

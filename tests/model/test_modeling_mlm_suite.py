@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from conftest import make_random_batch, make_tiny_config
+from tests.helpers import make_random_batch, make_tiny_config
 from mlm_suite import MlmSuiteConfig, MlmSuiteModel
 from mlm_suite.model.modeling_mlm_suite import MlmSuiteSelfAttention, SequenceLayout
 

@@ -9,49 +9,7 @@ from safetensors.torch import load_file
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from mlm_suite.training.controls import StepRateCallback, TimeBudgetCallback, early_stopping_callback
-
-
-class ToyRegression(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(4, 1)
-
-    def forward(self, x, labels=None):
-        prediction = self.linear(x).squeeze(-1)
-        return {"loss": torch.nn.functional.mse_loss(prediction, labels), "logits": prediction}
-
-
-def toy_data(rows: int = 64) -> list[dict[str, torch.Tensor]]:
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(rows, 4, generator=generator)
-    y = x @ torch.tensor([1.0, -2.0, 0.5, 3.0])
-    return [{"x": x[i], "labels": y[i]} for i in range(rows)]
-
-
-class FakeClock:
-    """Time that moves only when told: ``step_seconds`` per optimizer step, ``eval_seconds`` per evaluation."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class AdvanceClock(TrainerCallback):
-    """Placed before the budget callback: each step costs ``step_seconds(step)``, each evaluation ``eval_seconds``."""
-
-    def __init__(self, clock: FakeClock, step_seconds, eval_seconds: float = 0.0) -> None:
-        self.clock, self.step_seconds, self.eval_seconds = clock, step_seconds, eval_seconds
-        self.learning_rates: dict[int, float] = {}
-
-    def on_step_end(self, args, state, control, lr_scheduler=None, **kwargs):
-        self.clock.now += self.step_seconds(state.global_step)
-        # The rate used for the next step (the scheduler has stepped already).
-        self.learning_rates[state.global_step] = lr_scheduler.get_last_lr()[0]
-
-    def on_evaluate(self, args, state, control, **kwargs):
-        self.clock.now += self.eval_seconds
+from tests.helpers import AdvanceClock, FakeClock, ToyRegression, toy_data
 
 
 def budget_run(tmp_path, budget, step_seconds, eval_seconds=0.0, **extra) -> tuple[Trainer, TimeBudgetCallback, AdvanceClock]:

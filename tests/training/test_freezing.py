@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_random_batch, make_tiny_config
+from tests.helpers import make_random_batch, make_tiny_bert_config, make_tiny_config
 from transformers import BertForTokenClassification, Trainer, TrainingArguments
 
 from mlm_suite import MlmSuiteForSequenceClassification, MlmSuiteForTokenClassification
@@ -86,7 +86,6 @@ def test_final_norm_of_pre_norm_encoders_trains_with_the_top_layers():
 
 def test_hf_bert():
     torch.manual_seed(0)
-    from conftest import make_tiny_bert_config
 
     model = BertForTokenClassification(make_tiny_bert_config(num_labels=3))
     freeze_encoder(model, 1)

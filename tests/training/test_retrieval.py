@@ -27,12 +27,17 @@ from mlm_suite.model.layout import SequenceLayout
 from mlm_suite.model.modeling_mlm_suite import in_batch_negatives_loss, pool_sequences
 from mlm_suite.training.retrieval import RetrievalCollator, RetrievalTrainer, split_flat_batch
 from mlm_suite.evaluation.retrieval import RetrievalMetrics, embed_texts, evaluate_retrieval, rerank, retrieval_metrics
-from conftest import make_random_batch, make_tiny_config
-from test_distributed import launch_two_processes
-from test_finetune import tiny_model  # noqa: F401  (a fixture: a random 2-layer encoder with the MiniLM tokenizer)
-from test_model_cards import assert_valid_model_card, results_of
+from tests.helpers import (
+    RETRIEVAL_WORDS,
+    assert_valid_model_card,
+    launch_two_processes,
+    make_random_batch,
+    make_tiny_config,
+    results_of,
+    write_jsonl,
+)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FAST = ["--report_to", "none", "--disable_tqdm", "true", "--per_device_eval_batch_size", "8"]
 
 
@@ -330,30 +335,6 @@ def test_retrieval_metrics_as_compute_metrics_check_the_order():
 # --------------------------------------------------------------------------------------------
 # The job
 # --------------------------------------------------------------------------------------------
-WORDS = ("apple river castle doctor engine forest guitar harbor island jacket kettle lemon mirror needle ocean "
-         "pencil rabbit saddle tiger violin wagon yacht zebra anchor basket candle dragon feather garden hammer").split()
-# Each thing's document names something else: only training can tell which document goes with which query.
-OTHERS = ("red blue green yellow purple orange black white brown pink silver golden gray violet crimson "
-          "north south east west summer winter spring autumn morning evening night monday friday sunday june").split()
-
-
-def write_jsonl(path: Path, rows) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
-def retrieval_files(tmp_path_factory) -> dict[str, Path]:
-    """A toy task: the query names a thing, its document a word arbitrarily paired with it (``OTHERS``)."""
-    folder = tmp_path_factory.mktemp("retrieval_data")
-    train = [{"query": f"tell me about the {w}", "document": f"a text about {o}",
-              "negative": f"a text about {OTHERS[(i + 1) % len(OTHERS)]}"} for i, (w, o) in enumerate(zip(WORDS, OTHERS))]
-    corpus = [{"id": f"d{i}", "text": f"this one is {o}"} for i, o in enumerate(OTHERS)]
-    queries = [{"query": f"what is a {w}", "document_id": f"d{i}"} for i, w in enumerate(WORDS)]
-    return {"train": write_jsonl(folder / "train.jsonl", train), "corpus": write_jsonl(folder / "corpus.jsonl", corpus),
-            "queries": write_jsonl(folder / "queries.jsonl", queries)}
-
-
 @pytest.fixture(scope="module")
 def retrieval_run(tiny_model, retrieval_files, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("retrieval_run") / "out"
@@ -370,7 +351,7 @@ def retrieval_run(tiny_model, retrieval_files, tmp_path_factory) -> Path:
 def test_fine_tuning_learns_the_toy_task(retrieval_run, retrieval_files):
     """About 75 steps from a random encoder must learn the pairing that the zero-shot ranking cannot know."""
     results = json.loads((retrieval_run / "all_results.json").read_text())
-    assert results["eval_n_queries"] == len(WORDS)
+    assert results["eval_n_queries"] == len(RETRIEVAL_WORDS)
     assert results["zero_shot_eval_mrr@10"] < 0.4
     assert results["eval_mrr@10"] > results["zero_shot_eval_mrr@10"] + 0.3, results
     # standalone evaluation of the saved model gives what the Trainer's compute_metrics gave

@@ -20,11 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from mlm_suite.jobs.pretrain import main
-from test_distributed import free_port, launch_two_processes
-from test_pretrain import BERT_ARCHITECTURE, job_args, make_documents, max_difference, read_json, weights, write_text
+from tests.helpers import BERT_ARCHITECTURE, free_port, job_args, launch_two_processes, make_documents, max_difference, read_json, weights, write_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 FSDP2_ON_CPU = r"""
 import json, sys
