@@ -31,6 +31,9 @@ from tests.helpers import (
 )
 
 
+pytest_plugins = ["pytester", "tests.marks"]
+
+
 @pytest.fixture
 def tiny_config():
     """Factory: ``tiny_config(**overrides) -> MlmSuiteConfig``."""

@@ -200,6 +200,7 @@ def test_run_job_sorts_user_errors_from_bugs(capsys):
     assert run_job(lambda argv: argv, ["x"], prog="mlm-suite demo") == ["x"]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_a_real_process_prints_one_line_or_with_debug_the_traceback(tmp_path):
     """Exit statuses and streams as a shell sees them (``python -m mlm_suite.cli`` = the console script)."""
@@ -218,6 +219,7 @@ def test_a_real_process_prints_one_line_or_with_debug_the_traceback(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.multiprocess
 def test_python_dash_m_names_the_module(tmp_path):
     done = subprocess.run([sys.executable, "-m", "mlm_suite.jobs.finetune_pair", "--learning_rate", "-1"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
@@ -422,6 +424,7 @@ raise SystemExit(run_job(main, prog="failing-job"))
 """
 
 
+@pytest.mark.multiprocess
 def test_a_user_error_in_one_of_two_processes_ends_the_run_cleanly(tmp_path):
     """The failing process prints its line and exits with 2 (not SIGABRT while freeing the group); the
     launcher stops the other one, which waits in the final barrier, instead of hanging."""

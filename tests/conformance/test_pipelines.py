@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import mlm_suite
@@ -60,6 +61,7 @@ json.dump(result, open("result.json", "w"))
 """
 
 
+@pytest.mark.multiprocess
 def test_stock_pipelines_on_saved_checkpoints_without_mlm_suite(tmp_path, tokenizer):
     sizes = dict(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                  intermediate_size=48, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id)

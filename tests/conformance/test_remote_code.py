@@ -115,6 +115,7 @@ def _expected(name, model, inputs):
     return expected
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_every_head_reloads_as_remote_code_without_mlm_suite(tmp_path, tokenizer):
     encoded = tokenizer(FIRST, SECOND, padding=True, return_tensors="pt")

@@ -80,6 +80,7 @@ def two_halves(tmp_path_factory):
     return {name: train_one_step(name, folder / name, batch_size=ROWS // 2, accumulation=2) for name in IN_BATCH_NEGATIVES}
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_two_processes_equal_one_process(one_batch, two_halves, tmp_path):
     """2 processes × 4 rows (gloo): the Trainer sums the labelled items of both processes and multiplies each

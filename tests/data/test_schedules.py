@@ -212,6 +212,7 @@ def test_tagged_rows_carry_epoch_and_rate():
 # ------------------------------------------------------------------------------------------------
 # Masking-rate schedules and batch-size warmup in the job
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.multiprocess
 def test_schedule_reaches_loader_workers_is_logged_and_a_constant_one_changes_nothing(tmp_path, small_corpus):
     """A linear 45 % -> 5 % schedule over 8 steps (crossing two epochs) trains the same in the main process and in
     2 loader workers (the rate travels with the rows); the logged rates are the schedule's; a schedule that stays

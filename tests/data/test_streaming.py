@@ -92,6 +92,7 @@ def test_json_lines_errors_name_the_file_and_line(tmp_path):
 # --------------------------------------------------------------------------------------------
 # Prepared rows
 # --------------------------------------------------------------------------------------------
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("packing", [False, True])
 def test_prepared_shards_hold_the_rows_the_job_builds_in_memory(tmp_path, tokenizer, minilm_dir, packing, capsys):
     """prepare-data on 2 processes into 3 shards, read back memory-mapped, equals the in-memory rows value for value.
@@ -376,6 +377,7 @@ def test_training_on_prepared_rows_is_training_on_the_in_memory_rows(tmp_path, c
         assert [line for line in cards[0] if line.startswith(row)] == [line for line in cards[1] if line.startswith(row)]
 
 
+@pytest.mark.multiprocess
 def test_dataloader_workers_read_every_shard_of_a_loaded_dataset(tmp_path):
     """A streamed ``load_dataset`` folder read by 2 dataloader workers: every document of both files, once."""
     from datasets import load_dataset
@@ -390,6 +392,7 @@ def test_dataloader_workers_read_every_shard_of_a_loaded_dataset(tmp_path):
     assert sorted(read) == [(shard, position, f"file {shard} document {position}") for shard in range(2) for position in range(7)]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_resume_with_dataloader_workers_reading_a_shard_each(tmp_path, corpus, monkeypatch):
     """2 dataloader workers on a 2-file dataset (a shard each): the resumed run repeats the uninterrupted one.

@@ -219,6 +219,7 @@ def test_multilingual_sample_errors():
         sample_multilingual_corpus({"en": ["a"], "de": []}, 10)
 
 
+@pytest.mark.multiprocess
 def test_a_small_corpus_gives_the_same_vocabulary_in_every_process(tmp_path):
     """Ties between equally frequent pairs, common on a small corpus, must not be broken by a process's hash seed:
     separate interpreters train the same vocabulary (the module is loaded from its file, without torch)."""

@@ -20,6 +20,7 @@ def first_loss(output_dir: Path) -> float:
     return next(entry["loss"] for entry in history if "loss" in entry)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     """One optimizer step: 2 processes × 2 rows equal 1 process × 4 rows.
@@ -82,6 +83,7 @@ index = run_job(main)
 """
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_every_process_leaves_the_process_group_after_the_last_one_finished_the_job(tmp_path):
     """``run_job`` holds each process until all of them finished ``main``, then destroys the group,
@@ -102,6 +104,7 @@ def test_every_process_leaves_the_process_group_after_the_last_one_finished_the_
         assert process["left"] >= main_finished  # without the barrier, process 1 leaves about 2 s earlier
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_time_budget_stops_every_process_at_the_same_step(tmp_path):
     """Under --max_train_minutes each process times its own steps; rank 0's plan is broadcast, so both stop at

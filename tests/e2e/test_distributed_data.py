@@ -91,6 +91,7 @@ def assert_one_pass_per_process_covers_every_row_once(rows, expected: list[tuple
     return first_passes
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_two_processes_split_one_file_by_document(tmp_path, tokenizer):
     documents = documents_with_long_ones(30, seed=41)
@@ -101,6 +102,7 @@ def test_two_processes_split_one_file_by_document(tmp_path, tokenizer):
     assert_one_pass_per_process_covers_every_row_once(rows, expected)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_two_processes_split_two_files_by_file(tmp_path, tokenizer):
     folder = tmp_path / "dataset"
@@ -115,6 +117,7 @@ def test_two_processes_split_two_files_by_file(tmp_path, tokenizer):
     assert sorted(first_passes, key=len) == sorted(per_file, key=len)  # each process read one whole file
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_a_shard_count_that_does_not_divide_is_refused_before_anything_is_written(tmp_path):
     folder = tmp_path / "dataset"

@@ -242,6 +242,7 @@ def test_crf_trains_and_predicts_valid_bio(tiny_model, tmp_path):
     assert any(model.config.id2label[i] != "O" for path in paths for i in path)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_distributed_evaluation_scores_each_sentence_once(tiny_model, tmp_path):
     """Under ``accelerate launch`` with 2 processes, 7 eval sentences are scored once each."""

@@ -266,6 +266,7 @@ def uninterrupted_run(tmp_path_factory, data_files) -> Path:
     return output_dir
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_a_run_killed_while_training_resumes_to_the_same_result(tmp_path, data_files, uninterrupted_run):
     output_dir = tmp_path / "killed"
@@ -280,6 +281,7 @@ def test_a_run_killed_while_training_resumes_to_the_same_result(tmp_path, data_f
     assert_same_result(uninterrupted_run, output_dir)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_a_run_killed_during_its_final_save_resumes_to_the_same_result(tmp_path, data_files, uninterrupted_run):
     output_dir = tmp_path / "killed"

@@ -133,6 +133,7 @@ def run_job(job: str, tiny_model: Path, folder: Path, output_dir: Path, *extra: 
 # --------------------------------------------------------------------------------------------
 # Model cards and pickle-free folders
 # --------------------------------------------------------------------------------------------
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_pretrain_card_snippet_runs_without_mlm_suite_and_nothing_is_pickled(tmp_path):
     out = tmp_path / "pretrain"
@@ -152,6 +153,7 @@ def test_pretrain_card_snippet_runs_without_mlm_suite_and_nothing_is_pickled(tmp
     assert "'token_str'" in stdout  # the fill-mask pipeline's answers were printed
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_finetuned_card_snippet_runs_without_mlm_suite_and_nothing_is_pickled(tiny_model, tmp_path):
     out = tmp_path / "cls"

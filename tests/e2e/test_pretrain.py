@@ -105,6 +105,7 @@ def test_mlm_with_packing_writes_a_complete_checkpoint(packed_run):
     assert read_json(packed_run / "trainer_state.json")["global_step"] == 4
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_checkpoint_loads_as_remote_code_without_mlm_suite(packed_run, tmp_path):
     """The folder loads with trust_remote_code where mlm_suite cannot be imported, and gives the same logits."""
@@ -295,6 +296,7 @@ def test_steps_with_nothing_to_predict_are_left_out_of_the_losses(tmp_path, corp
     assert all(tensor.isfinite().all() for tensor in weights(output_dir).values())
 
 
+@pytest.mark.multiprocess
 def test_loader_workers_and_flattened_batches_train_exactly_like_the_default(tmp_path, corpus):
     """Collating in 2 worker processes, or flattening the batches, changes nothing in what is trained: masks are
     a function of (seed, epoch, example index), not of the process that draws them. On CPU both are off by default."""

@@ -130,12 +130,14 @@ def installed_wheel(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.multiprocess
 def test_the_wheel_holds_each_module_script_and_metric_card(installed_wheel):
     names = set(zipfile.ZipFile(next((installed_wheel / "dist").glob("*.whl"))).namelist())
     for name in METRIC_NAMES:
         assert {f"mlm_suite/evaluation/metric_modules/{name}/{name}.py", f"mlm_suite/evaluation/metric_modules/{name}/README.md"} <= names
 
 
+@pytest.mark.multiprocess
 def test_the_wheel_holds_the_model_card_templates(installed_wheel):
     names = set(zipfile.ZipFile(next((installed_wheel / "dist").glob("*.whl"))).namelist())
     templates = {p.name for p in (REPO / "mlm_suite" / "cards" / "templates").glob("*.md")}
@@ -143,6 +145,7 @@ def test_the_wheel_holds_the_model_card_templates(installed_wheel):
     assert {f"mlm_suite/cards/templates/{name}" for name in templates} <= names
 
 
+@pytest.mark.multiprocess
 def test_installed_modules_load_offline_in_a_fresh_process_and_equal_the_library(installed_wheel, tmp_path):
     entity_cases, tag_case, batch = entity_inputs(), tag_inputs(), masked_lm_batch()
     inputs = {"entity_f1": entity_cases, "token_accuracy": tag_case, "masked_lm_accuracy": masked_lm_inputs(batch)}

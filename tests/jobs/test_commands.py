@@ -272,6 +272,7 @@ def test_ner_split_names_and_sample_limits(tiny_model, tmp_path):
     assert metrics["eval_n_sentences"] == 2 and metrics["test_n_sentences"] == 3
 
 
+@pytest.mark.multiprocess
 def test_tokenising_on_several_processes_gives_the_same_rows(tokenizer):
     sentences = [(sentence(i).split(), ["O"] * len(sentence(i).split())) for i in range(40)]
     one = finetune_ner.encode(sentences, tokenizer, {"O": 0}, "first", 6)

@@ -228,6 +228,7 @@ def test_masking_collator_flattens_with_the_same_masks(tokenizer):
 # --------------------------------------------------------------------------------------------
 # torch.compile
 # --------------------------------------------------------------------------------------------
+@pytest.mark.compile
 @pytest.mark.parametrize("architecture", sorted(ARCHITECTURES))
 @pytest.mark.parametrize("head", (MlmSuiteForMaskedLM, MlmSuiteForPreTraining), ids=lambda head: head.__name__)
 def test_mlm_training_step_compiles_without_a_graph_break(head, architecture):
@@ -243,6 +244,7 @@ def test_mlm_training_step_compiles_without_a_graph_break(head, architecture):
         assert explanation.graph_count == 1
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("mode", ["mean", "cls", "max"])
 def test_contrastive_training_step_compiles_without_a_graph_break(mode):
     from mlm_suite.training.retrieval import RetrievalCollator
@@ -257,6 +259,7 @@ def test_contrastive_training_step_compiles_without_a_graph_break(mode):
     assert explanation.graph_count == 1
 
 
+@pytest.mark.compile
 def test_compiled_training_compiles_a_bounded_number_of_times_and_matches_eager():
     torch.manual_seed(0)
     model = MlmSuiteForMaskedLM(config()).train()
@@ -286,6 +289,7 @@ def test_compiled_training_compiles_a_bounded_number_of_times_and_matches_eager(
 # --------------------------------------------------------------------------------------------
 # torch.export and ONNX
 # --------------------------------------------------------------------------------------------
+@pytest.mark.compile
 @pytest.mark.parametrize("architecture", sorted(ARCHITECTURES))
 @pytest.mark.parametrize("head", HEADS, ids=lambda head: head.__name__)
 def test_exported_program_equals_eager_on_other_shapes(head, architecture):
@@ -300,6 +304,7 @@ def test_exported_program_equals_eager_on_other_shapes(head, architecture):
         torch.testing.assert_close(produced[name], value, atol=1e-5, rtol=1e-5, msg=name)
 
 
+@pytest.mark.compile
 def test_exported_program_keeps_packed_documents_apart():
     torch.manual_seed(0)
     model = MlmSuiteModel(config()).eval()
@@ -311,6 +316,7 @@ def test_exported_program_keeps_packed_documents_apart():
         )
 
 
+@pytest.mark.compile
 def test_export_onnx_command_writes_a_file_onnxruntime_runs_like_eager(tmp_path, capsys):
     torch.manual_seed(0)
     source = tmp_path / "ner"
@@ -424,6 +430,7 @@ def test_cuda_packed_documents_stay_isolated_under_varlen():
 # --------------------------------------------------------------------------------------------
 # The pretraining job on flattened batches, compiled by the Trainer
 # --------------------------------------------------------------------------------------------
+@pytest.mark.compile
 def test_pretrain_job_on_flattened_compiled_batches_takes_the_padded_runs_steps(tmp_path):
 
     from mlm_suite.jobs.pretrain import main

@@ -160,6 +160,7 @@ end_process_group()
 """
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_fsdp2_on_two_cpu_processes_matches_one_process_and_reloads(tmp_path):
     """accelerate's FSDP2 preparation on 2 gloo processes: one group per ``MlmSuiteLayer`` (``_no_split_modules``)
@@ -182,6 +183,7 @@ def test_fsdp2_on_two_cpu_processes_matches_one_process_and_reloads(tmp_path):
     assert not [name for name in outcome["checkpoint_files"] if name.endswith((".bin", ".pt", ".pth", ".pkl"))]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_fsdp_on_cpu_processes_is_an_error_not_silent_ddp(tmp_path):
     """With an FSDP config, 2 CPU processes would train plain DDP (accelerate keeps MULTI_CPU): refused in one line."""
@@ -201,6 +203,7 @@ GPU_REASON = (
 )
 
 
+@pytest.mark.multiprocess
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason=GPU_REASON)
 def test_trainer_fsdp2_on_two_gpus_matches_one_gpu_and_resumes(tmp_path):
     """The job under ``accelerate launch --config_file examples/accelerate_configs/fsdp2.yaml`` on 2 GPUs: the first
