@@ -259,6 +259,7 @@ def test_contrastive_training_step_compiles_without_a_graph_break(mode):
     assert explanation.graph_count == 1
 
 
+@pytest.mark.slow
 @pytest.mark.compile
 def test_compiled_training_compiles_a_bounded_number_of_times_and_matches_eager():
     torch.manual_seed(0)
@@ -331,6 +332,7 @@ def test_export_onnx_command_writes_a_file_onnxruntime_runs_like_eager(tmp_path,
     assert [item.name for item in session.get_inputs()] == ["input_ids", "attention_mask", "token_type_ids"]
 
 
+@pytest.mark.multiprocess
 def test_export_onnx_user_errors_are_one_line(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "mlm_suite.cli", "export-onnx", "--model_name_or_path", str(tmp_path), "--output", "x.onnx"],

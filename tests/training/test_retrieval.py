@@ -421,6 +421,7 @@ def test_saved_folder_loads_without_mlm_suite_with_the_same_embeddings(retrieval
         torch.testing.assert_close(torch.tensor(loaded[name]), expected, rtol=0, atol=1e-5, msg=name)
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_distributed_evaluation_embeds_each_text_once_in_order(tiny_model, retrieval_files, tmp_path):
     """2 processes, 59 texts to embed (an odd number): the same metrics as one process.
