@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing.process
+import platform
 import subprocess
 import time
 from collections.abc import Iterator
@@ -74,6 +75,12 @@ def watching() -> Iterator[set[str]]:
     finally:
         for owner, name, original in reversed(originals):
             setattr(owner, name, original)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # platform.processor() runs `uname -p` once per process and caches the answer: run it here, not in whichever test
+    # asks first, so that the multiprocess rule does not depend on the order of the tests.
+    platform.processor()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -48,6 +48,8 @@ def test_quick_run_checks_pass_and_tables_have_every_row(bench):
             assert result["vs_hf"] == pytest.approx(1.0)
 
 
+@pytest.mark.slow
+@pytest.mark.compile
 def test_compiled_contender_runs_on_flattened_batches(bench):
     workloads = tiny_workloads(bench)[:1]
     report = bench.run(workloads, log=lambda message: None, gemm_size=128, modernbert=False, compiled="aot_eager")
