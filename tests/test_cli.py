@@ -219,6 +219,7 @@ def test_a_real_process_prints_one_line_or_with_debug_the_traceback(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_python_dash_m_names_the_module(tmp_path):
     done = subprocess.run([sys.executable, "-m", "mlm_suite.jobs.finetune_pair", "--learning_rate", "-1"],
