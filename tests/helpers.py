@@ -1,7 +1,8 @@
-"""Plain helpers shared by test modules (fixtures live in the conftest.py files).
+"""Plain helpers shared by the test modules (fixtures live in the conftest.py files): tiny configurations and random
+batches, inputs and argument lists for the jobs, two-process launches, checks of what a job leaves behind (model
+cards, PNGs, pickle-free folders), tokenizers other than WordPiece and the masking checks run on them.
 
-Running a command as a user would, and what a refusal must look like (docs/command_line.md).
-
+Running a command as a user would, and what a refusal must look like (docs/command_line.md):
 :func:`run_command` runs ``mlm-suite <command> ...`` in this process through :func:`mlm_suite.cli.main` (what the
 console script calls) and returns an :class:`Outcome`; :func:`assert_refused` checks the rule every user error
 follows: exit status 2, one line on stderr naming the problem, no traceback. :func:`held_by_another_process` makes
