@@ -164,6 +164,7 @@ def tiny_model(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow  # 12 + 6 runs of 2-4 steps, each scoring 400 sentences: ~45 s on 2 quiet cores
 def test_benchmark_end_to_end_on_a_tiny_model(bench, tiny_model, tmp_path, monkeypatch):
     """Two starts (random init and the given 'main' model), two sizes, two seeds, a two-rate sweep on seed 0,
