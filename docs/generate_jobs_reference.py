@@ -8,7 +8,7 @@ really builds (``HfArgumentParser`` dataclasses or ``argparse``), with the defau
 ``TrainingArguments`` fields are left out (they change from one transformers version to the next): the page lists
 the flags mlm_suite declares, and for each job the ``TrainingArguments`` defaults it replaces. Fields declared only
 on some transformers versions (under an ``if`` in the class body) are read from the source, so the page is the same
-whichever transformers is installed. ``tests/test_docs.py`` checks that docs/jobs.md is this script's output and
+whichever transformers is installed. ``tests/conformance/test_docs.py`` checks that docs/jobs.md is this script's output and
 uses :func:`capture_parser` to check the flags of the documented commands.
 """
 

@@ -17,12 +17,12 @@ log_dir=${LOG_DIR:-$(mktemp -d -t distributed-tests.XXXXXX)}
 mkdir -p "$log_dir"
 # One thread per process, as the tests' subprocesses use: the machines running this have few cores.
 export OMP_NUM_THREADS=1
-# Every test that launches processes (they all go through test_distributed.launch_two_processes).
+# Every test that launches processes (they all go through tests.helpers.launch_two_processes).
 tests=(
-    tests/test_distributed.py
-    tests/test_distributed_data.py
-    tests/test_fsdp.py
-    tests/test_finetune.py::test_distributed_evaluation_scores_each_sentence_once
+    tests/e2e/test_distributed.py
+    tests/e2e/test_distributed_data.py
+    tests/training/test_trainer.py
+    tests/e2e/test_finetune.py::test_distributed_evaluation_scores_each_sentence_once
     tests/test_cli.py::test_a_user_error_in_one_of_two_processes_ends_the_run_cleanly
 )
 

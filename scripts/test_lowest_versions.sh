@@ -37,11 +37,13 @@ test_tools=("pytest>=8")
 # the parts of the other direct dependencies they do not reach (evaluate's metric modules, matplotlib's plots,
 # scikit-learn's and scipy's scores).
 tests=(
-    tests/test_chunking.py tests/test_packing.py tests/test_nsp.py tests/test_masking.py
-    tests/test_tokenization.py tests/test_alignment.py tests/test_large_corpora.py
-    tests/test_modeling.py tests/test_heads.py
-    tests/test_pretrain.py tests/test_finetune.py tests/test_resume.py tests/test_training_semantics.py tests/test_pretraining_schedules.py
-    tests/test_metric_modules.py tests/test_plots.py tests/test_classification.py tests/test_intervals.py tests/test_model_cards.py tests/test_run_conventions.py tests/test_layout.py
+    tests/data/test_chunking.py tests/data/test_packing.py tests/data/test_nsp.py tests/data/test_masking.py
+    tests/data/test_tokenization.py tests/data/test_alignment.py tests/data/test_streaming.py
+    tests/model/test_modeling_mlm_suite.py tests/model/test_heads.py tests/e2e/test_pretrain.py
+    tests/e2e/test_finetune.py tests/jobs/test_checkpoints.py tests/conformance/test_training_semantics.py
+    tests/data/test_schedules.py tests/evaluation/test_metric_modules.py tests/evaluation/test_plots.py
+    tests/evaluation/test_classification.py tests/evaluation/test_intervals.py tests/cards/test_metadata.py
+    tests/jobs/test_commands.py tests/conformance/test_package_layout.py
 )
 
 start=$SECONDS
@@ -84,6 +86,6 @@ echo "== lowest versions installed in $((SECONDS - start)) s; running the smoke 
 
 # Resumed mid-epoch under transformers 5.1's Trainer, the pair job's run ends ~4e-5 away from the
 # uninterrupted one (to 1e-6 on the versions the main suite installs); a known difference of that version.
-known_differences=(--deselect tests/test_resume.py::test_pair_resumes_the_last_checkpoint_with_true)
+known_differences=(--deselect tests/jobs/test_checkpoints.py::test_pair_resumes_the_last_checkpoint_with_true)
 "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not slow" --durations=10 "${known_differences[@]}" "${tests[@]}"
 echo "== lowest versions: passed in $((SECONDS - start)) s"

@@ -1,19 +1,17 @@
-"""Shared fixtures for the model tests: tiny configurations, random inputs, a random tiny HF BERT,
-the real MiniLM-L6 folder and tokenizer (fetched offline from a package registry, see
-``mlm_suite.data.resources``), and for the end-to-end tests a tiny saved model and small data files of every kind.
+"""Fixtures shared by the whole test tree: tiny configurations, random inputs, a random tiny HF BERT, the real
+MiniLM-L6 folder and tokenizer (fetched offline from a package registry, see ``mlm_suite.data.resources``), a tiny
+saved model, small data files of every kind, a pretraining corpus and a retrieval task.
 
-Fixtures that return factories (``tiny_config``, ``random_batch``, ``tiny_bert_config``) can be
-called several times per test with overrides.
+Builders that cost time are session-scoped and read-only: a test that changes a folder copies it first. Fixtures that
+return factories (``tiny_config``, ``random_batch``, ``tiny_bert_config``) can be called several times per test with
+overrides. Plain helper functions live in ``tests/helpers.py``.
 """
 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
@@ -21,71 +19,19 @@ import torch
 import mlm_suite  # noqa: F401  (registers the Auto classes)
 from mlm_suite import MlmSuiteConfig, MlmSuiteModel
 from mlm_suite.data import resources
-
-TINY_VOCAB = 99
-TINY_SIZES = dict(
-    vocab_size=TINY_VOCAB,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=48,
-    max_position_embeddings=64,
-    type_vocab_size=2,
+from tests.helpers import (
+    RETRIEVAL_OTHERS,
+    RETRIEVAL_WORDS,
+    make_documents,
+    make_random_batch,
+    make_tiny_bert_config,
+    make_tiny_config,
+    write_jsonl,
+    write_text,
 )
 
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def load_benchmark(name: str) -> ModuleType:
-    """The script ``benchmarks/<name>.py`` as a module, registered in ``sys.modules`` (dataclasses look their module
-    up there); the caller removes it when done."""
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def make_tiny_config(**overrides) -> MlmSuiteConfig:
-    """A tiny ``MlmSuiteConfig`` (2 layers, hidden 32, 4 heads, vocab 99) with dropout off by default."""
-    values = dict(TINY_SIZES, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    values.update(overrides)
-    return MlmSuiteConfig(**values)
-
-
-def make_random_batch(
-    lengths=(7, 4, 9, 1),
-    seq_len: int | None = None,
-    vocab_size: int = TINY_VOCAB,
-    pairs: bool = True,
-    seed: int = 0,
-) -> dict[str, torch.Tensor]:
-    """A right-padded batch: ``input_ids`` (pads = 0, real ids ≥ 1), ``attention_mask`` and, with
-    ``pairs``, ``token_type_ids`` (second half of each row is segment 1; pads 0)."""
-    generator = torch.Generator().manual_seed(seed)
-    seq_len = seq_len or max(lengths)
-    batch = len(lengths)
-    input_ids = torch.randint(1, vocab_size, (batch, seq_len), generator=generator)
-    attention_mask = torch.zeros(batch, seq_len, dtype=torch.long)
-    token_type_ids = torch.zeros(batch, seq_len, dtype=torch.long)
-    for row, length in enumerate(lengths):
-        attention_mask[row, :length] = 1
-        token_type_ids[row, length // 2 : length] = 1
-    input_ids = input_ids * attention_mask
-    out = {"input_ids": input_ids, "attention_mask": attention_mask}
-    if pairs:
-        out["token_type_ids"] = token_type_ids
-    return out
-
-
-def make_tiny_bert_config(**overrides):
-    """A tiny ``transformers.BertConfig`` matching ``TINY_SIZES`` (dropout off)."""
-    from transformers import BertConfig
-
-    values = dict(TINY_SIZES, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    values.update(overrides)
-    return BertConfig(**values)
+pytest_plugins = ["pytester", "tests.marks"]
 
 
 @pytest.fixture
@@ -180,3 +126,25 @@ def data_files(tmp_path_factory) -> dict[str, Path]:
         "pairs": pairs,
         "text": text,
     }
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory) -> dict[str, Path]:
+    """A pretraining corpus of random sentences: 30 training and 6 validation documents."""
+    folder = tmp_path_factory.mktemp("corpus")
+    return {
+        "train": write_text(folder / "train.txt", make_documents(30, seed=1)),
+        "validation": write_text(folder / "validation.txt", make_documents(6, seed=2)),
+    }
+
+
+@pytest.fixture(scope="session")
+def retrieval_files(tmp_path_factory) -> dict[str, Path]:
+    """A toy task: the query names a thing, its document a word arbitrarily paired with it (``RETRIEVAL_OTHERS``)."""
+    folder = tmp_path_factory.mktemp("retrieval_data")
+    train = [{"query": f"tell me about the {w}", "document": f"a text about {o}",
+              "negative": f"a text about {RETRIEVAL_OTHERS[(i + 1) % len(RETRIEVAL_OTHERS)]}"} for i, (w, o) in enumerate(zip(RETRIEVAL_WORDS, RETRIEVAL_OTHERS))]
+    corpus = [{"id": f"d{i}", "text": f"this one is {o}"} for i, o in enumerate(RETRIEVAL_OTHERS)]
+    queries = [{"query": f"what is a {w}", "document_id": f"d{i}"} for i, w in enumerate(RETRIEVAL_WORDS)]
+    return {"train": write_jsonl(folder / "train.jsonl", train), "corpus": write_jsonl(folder / "corpus.jsonl", corpus),
+            "queries": write_jsonl(folder / "queries.jsonl", queries)}

@@ -26,27 +26,8 @@ from mlm_suite.cli import SUBCOMMANDS, main
 from mlm_suite.errors import FetchError, UsageError, is_user_error
 from mlm_suite.jobs.distributed import command_prog, run_job
 from mlm_suite.jobs.output_folder import claim_output_folder, lock_path, release_output_folder
-from test_run_conventions import finetuning_dataclasses
+from tests.helpers import assert_one_line_error, finetuning_dataclasses, launch_two_processes, run_cli
 from mlm_suite.jobs import arguments
-
-
-def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    """``mlm_suite.cli.main(argv)`` → (exit status, stdout, stderr), whether it returns or exits."""
-    capsys.readouterr()
-    try:
-        status = main(argv)
-    except SystemExit as exit_:
-        status = exit_.code
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
-
-
-def assert_one_line_error(err: str, command: str, *fragments: str) -> None:
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith(f"mlm-suite {command}: error: "), err
-    for fragment in fragments:
-        assert fragment in lines[0], err
 
 
 # --------------------------------------------------------------------------------------------
@@ -220,6 +201,7 @@ def test_run_job_sorts_user_errors_from_bugs(capsys):
     assert run_job(lambda argv: argv, ["x"], prog="mlm-suite demo") == ["x"]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_a_real_process_prints_one_line_or_with_debug_the_traceback(tmp_path):
     """Exit statuses and streams as a shell sees them (``python -m mlm_suite.cli`` = the console script)."""
@@ -238,6 +220,8 @@ def test_a_real_process_prints_one_line_or_with_debug_the_traceback(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_python_dash_m_names_the_module(tmp_path):
     done = subprocess.run([sys.executable, "-m", "mlm_suite.jobs.finetune_pair", "--learning_rate", "-1"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
@@ -443,10 +427,10 @@ raise SystemExit(run_job(main, prog="failing-job"))
 """
 
 
+@pytest.mark.multiprocess
 def test_a_user_error_in_one_of_two_processes_ends_the_run_cleanly(tmp_path):
     """The failing process prints its line and exits with 2 (not SIGABRT while freeing the group); the
     launcher stops the other one, which waits in the final barrier, instead of hanging."""
-    from test_distributed import launch_two_processes
 
     script = tmp_path / "failing_job.py"
     script.write_text(FAILING_JOB)

@@ -30,8 +30,7 @@ from transformers import (
 )
 
 import mlm_suite
-from conftest import make_random_batch, make_tiny_bert_config, make_tiny_config
-from test_cli import assert_one_line_error, run_cli
+from tests.helpers import assert_one_line_error, make_random_batch, make_tiny_bert_config, make_tiny_config, run_cli
 from mlm_suite import MlmSuiteForMaskedLM, MlmSuiteForPreTraining, MlmSuiteModel, convert_bert_checkpoint
 from mlm_suite.convert import convert_bert_state_dict
 from mlm_suite.errors import UsageError

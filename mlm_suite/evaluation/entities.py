@@ -159,7 +159,7 @@ def tag_scores(gold: TagSequences, pred: TagSequences) -> dict[str, Any]:
     """
     _check_lengths(gold, pred)
     # Counted by hand: the same values as scikit-learn's precision_recall_fscore_support, measured faster on
-    # string tags (which it encodes first); tests/test_metrics.py compares the two.
+    # string tags (which it encodes first); tests/evaluation/test_entities.py compares the two.
     tp: dict[str, int] = {}
     predicted: dict[str, int] = {}
     support: dict[str, int] = {}

@@ -17,7 +17,7 @@ from mlm_suite.data.masking import DataCollatorForMaskedLM
 from mlm_suite.data.schedules import ScheduledBatchSampler, permutation
 from mlm_suite.data.token_budget import row_lengths, token_budget_batches
 from mlm_suite.jobs import pretrain
-from test_pretrain import TINY_MODEL, job_args, make_documents, max_difference, read_json, weights, write_text
+from tests.helpers import TINY_MODEL, job_args, make_documents, max_difference, read_json, weights, write_text
 
 BUDGET = 96
 # Graphs torch.compile makes over an epoch of token-budget batches: the first, then one with the number of sequences
@@ -124,6 +124,7 @@ def budget_run(output_dir: Path, corpus: Path, *extra: str) -> Path:
     return output_dir
 
 
+@pytest.mark.compile
 def test_compiled_token_budget_epoch_makes_a_handful_of_graphs(tmp_path, corpus, monkeypatch):
     graphs = {}
     train = pretrain.PretrainingTrainer.train

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from hostile import assert_refused, folder_files, run_command
+from tests.helpers import assert_refused, folder_files, run_command
 
 TINY = (
     "num_hidden_layers=2,hidden_size=32,num_attention_heads=2,intermediate_size=48,max_position_embeddings=64,"
@@ -266,6 +266,7 @@ def uninterrupted_run(tmp_path_factory, data_files) -> Path:
     return output_dir
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_a_run_killed_while_training_resumes_to_the_same_result(tmp_path, data_files, uninterrupted_run):
     output_dir = tmp_path / "killed"
@@ -280,6 +281,7 @@ def test_a_run_killed_while_training_resumes_to_the_same_result(tmp_path, data_f
     assert_same_result(uninterrupted_run, output_dir)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_a_run_killed_during_its_final_save_resumes_to_the_same_result(tmp_path, data_files, uninterrupted_run):
     output_dir = tmp_path / "killed"

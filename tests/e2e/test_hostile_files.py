@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hostile import assert_refused, folder_files, run_command
+from tests.helpers import assert_refused, folder_files, run_command
 from mlm_suite.data import resources
 from mlm_suite.errors import FetchError
 
@@ -237,6 +237,7 @@ def test_export_onnx_opset_outside_what_torch_writes(value, tmp_path, tiny_model
     assert not output_dir.exists()
 
 
+@pytest.mark.compile
 def test_export_onnx_that_fails_its_check_leaves_nothing(tmp_path, tiny_model, capsys, monkeypatch):
     from mlm_suite.jobs import export_onnx
 

@@ -16,13 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile import (
-    assert_refused,
-    finished_process_id,
-    folder_files,
-    held_by_another_process,
-    run_command,
-)
+from tests.helpers import assert_refused, finished_process_id, folder_files, held_by_another_process, run_command
 from mlm_suite.jobs.output_folder import claim_output_folder, lock_path, release_output_folder
 
 FAST = ["--max_steps", "2", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "2",
@@ -200,6 +194,7 @@ def test_an_output_folder_that_is_a_file_is_refused(tmp_path, data_files, tiny_m
 # --------------------------------------------------------------------------------------------
 # One run per output folder
 # --------------------------------------------------------------------------------------------
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("command", ["finetune-cls", "finetune-ner", "pretrain", "wsd", "anisotropy"])
 def test_a_folder_another_run_writes_is_refused(command, tmp_path, data_files, tiny_model, capsys):
     output_dir = tmp_path / "out"
@@ -211,6 +206,7 @@ def test_a_folder_another_run_writes_is_refused(command, tmp_path, data_files, t
     assert not output_dir.exists()
 
 
+@pytest.mark.multiprocess
 def test_quickstart_prepare_data_and_seeds_respect_a_busy_folder(tmp_path, data_files, tiny_model, capsys):
     output_dir = tmp_path / "out"
     commands = {
@@ -225,6 +221,7 @@ def test_quickstart_prepare_data_and_seeds_respect_a_busy_folder(tmp_path, data_
     assert not output_dir.exists()
 
 
+@pytest.mark.multiprocess
 def test_a_run_inside_a_folder_another_run_writes_is_refused(tmp_path, data_files, tiny_model, capsys):
     """``mlm-suite seeds`` writing ``sweep`` owns ``sweep/seed_1`` too."""
     with held_by_another_process(tmp_path / "sweep") as owner:
@@ -234,6 +231,7 @@ def test_a_run_inside_a_folder_another_run_writes_is_refused(tmp_path, data_file
     assert not (tmp_path / "sweep").exists()
 
 
+@pytest.mark.multiprocess
 def test_a_second_mlm_suite_process_is_refused_while_the_first_holds_the_folder(tmp_path, data_files, tiny_model):
     """Two real processes: this one claims the folder as a running job does, a second ``mlm-suite`` is refused."""
     output_dir = tmp_path / "out"
@@ -255,6 +253,7 @@ def test_a_second_mlm_suite_process_is_refused_while_the_first_holds_the_folder(
     assert not lock_path(output_dir).exists() and not output_dir.exists()
 
 
+@pytest.mark.multiprocess
 def test_a_stale_lock_is_taken_over_and_the_run_ends_without_one(tmp_path, data_files, tiny_model, capsys):
     output_dir = tmp_path / "out"
     lock = lock_path(output_dir)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile import Outcome, assert_refused, folder_files, run_command, write_csv
+from tests.helpers import Outcome, assert_refused, folder_files, run_command, write_csv
 from mlm_suite.cli import main
 
 FAST = ["--max_steps", "2", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "4",
@@ -237,6 +237,7 @@ def test_a_latin1_corpus_for_pretrain(tmp_path, tiny_model, data_files, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_prepare_data_reports_a_latin1_file_as_pretrain_does(tmp_path, tiny_model, data_files, workers, capsys):
     corpus = latin1_file(tmp_path / "corpus.txt", data_files["text"].read_text(encoding="utf-8"))

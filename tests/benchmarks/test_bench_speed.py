@@ -1,0 +1,143 @@
+"""Smoke test of benchmarks/bench_speed.py on a tiny configuration: the equivalence checks pass,
+a failing check aborts, the tables have the expected rows, the memory tracker counts. No timing asserts."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pytest
+import torch
+
+from tests.helpers import TINY_MODEL, load_benchmark, make_documents, write_text
+
+
+@pytest.fixture(scope="module")
+def bench():
+    yield load_benchmark("bench_speed")
+    sys.modules.pop("bench_speed", None)
+
+
+def tiny_workloads(bench):
+    common = dict(size="tiny", seq_len=16, reps=1, warmup=0, vocab_size=1200, min_len=4)
+    return [
+        bench.Workload("mlm-var", "mlm", batch=3, lengths="variable", **common),
+        bench.Workload("tokcls-var", "tokcls", batch=3, lengths="variable", **common),
+        bench.Workload("infer-var-bf16", "infer", batch=3, lengths="variable", dtype="bf16", **common),
+    ]
+
+
+@pytest.mark.slow
+def test_quick_run_checks_pass_and_tables_have_every_row(bench):
+    workloads = tiny_workloads(bench)
+    report = bench.run(workloads, log=lambda message: None, gemm_size=128)
+    assert [check["workload"] for check in report["checks"]] == [w.name for w in workloads]
+    assert all(check["ok"] for check in report["checks"])
+    contenders = (bench.HF, bench.OURS, bench.MODERNBERT, bench.OURS_FLAT)
+    rows = {(r["workload"], r["contender"]) for r in report["results"]}
+    assert rows == {(w.name, c) for w in workloads for c in contenders}
+    table, targets = report["markdown"].split("\n\n")
+    for workload in workloads:
+        for contender in contenders:
+            assert f"| {workload.name} | {contender} |" in table
+        assert f"| {workload.name} |" in targets
+    for result in report["results"]:
+        assert result["tokens_per_s"] > 0 and result["peak_mib"] > 0 and result["gflops"] > 0
+        if result["contender"] == bench.HF:
+            assert result["vs_hf"] == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.compile
+def test_compiled_contender_runs_on_flattened_batches(bench):
+    workloads = tiny_workloads(bench)[:1]
+    report = bench.run(workloads, log=lambda message: None, gemm_size=128, modernbert=False, compiled="aot_eager")
+    rows = {r["contender"]: r for r in report["results"]}
+    assert set(rows) == {bench.HF, bench.OURS, bench.OURS_FLAT, bench.OURS_COMPILED}
+    assert rows[bench.OURS_COMPILED]["tokens_per_s"] > 0
+
+
+def test_failed_equivalence_check_aborts(bench, monkeypatch):
+    monkeypatch.setattr(bench, "TOLERANCE", -1.0)
+    with pytest.raises(SystemExit, match="equivalence check failed"):
+        bench.run(tiny_workloads(bench)[:1], log=lambda message: None, gemm_size=128)
+
+
+def test_masking_selects_only_real_non_special_tokens(bench):
+    workload = bench.Workload("mlm", "mlm", "tiny", batch=8, seq_len=32, lengths="variable", vocab_size=1200, min_len=4)
+    batch = bench.make_batch(workload, seed=3)
+    assert batch.attention_mask.sum(1).tolist() == batch.lengths
+    labelled = batch.labels != -100
+    assert not (labelled & ~batch.attention_mask.bool()).any()
+    assert labelled.any()
+    original = batch.labels[labelled]
+    assert not ((original == bench.CLS) | (original == bench.SEP) | (original == bench.PAD)).any()
+    assert batch.real_tokens == sum(batch.lengths)
+
+
+def test_live_tensor_tracker_counts_allocations_and_frees(bench):
+    tracker = bench.LiveTensorBytes()
+    with tracker:
+        a = torch.ones(1024, 256)  # 1 MiB
+        b = a * 2  # another MiB
+        view = b[:10]  # a view: no new storage
+        del a
+        c = torch.ones(512, 256)  # 0.5 MiB, while b is alive
+        del b, view, c
+    assert tracker.peak == 2 * 2**20
+    assert tracker.current == 0
+
+
+@pytest.mark.slow
+def test_budget_benchmark_scores_both_models_on_the_same_masks(tmp_path):
+    """bench_budget.py on a tiny corpus and model with a 2-second budget: both runs train, are scored on
+    the same held-out positions, and the table has every row."""
+
+    bench_budget = load_benchmark("bench_budget")
+    sys.modules.pop("bench_budget", None)
+    train = write_text(tmp_path / "train.txt", make_documents(30, seed=1))
+    validation = write_text(tmp_path / "validation.txt", make_documents(6, seed=2))
+    job = ["--train_file", str(train), "--validation_file", str(validation), "--config_overrides", TINY_MODEL]
+    job += ["--max_seq_length", "32", "--vocab_size", "120", "--per_device_train_batch_size", "4"]
+    markdown = tmp_path / "table.md"
+    argv = ["--minutes", "0.03", "--output_dir", str(tmp_path / "runs"), "--markdown", str(markdown), "--", *job]
+    assert bench_budget.main(argv) == 0
+
+    runs = json.loads((tmp_path / "runs" / "results.json").read_text())
+    ours, hf = runs.values()
+    for key in ("eval_mask_tokens", "eval_random_tokens", "eval_kept_tokens", "eval_mask_baseline_accuracy"):
+        assert ours["results"][key] == hf["results"][key], key
+    for run in (ours, hf):
+        assert run["steps"] >= 1 and math.isfinite(run["results"]["eval_mlm_loss"])
+    assert [item["sentence"] for item in ours["probe"]] == [item["sentence"] for item in hf["probe"]]
+    table = markdown.read_text()
+    for name in ("optimizer steps", "held-out MLM loss", "accuracy at `[MASK]`", "probe 1:"):
+        assert name in table, name
+
+
+def test_job_throughput_compares_a_job_with_a_bare_loop_over_its_own_batches(tmp_path):
+    """benchmarks/bench_job_throughput.py: the pretraining job's own steady rate against a bare loop of its model."""
+    throughput = load_benchmark("bench_job_throughput")
+    sentences = ["the cat sat on the mat .", "a dog ran in the park .", "birds sing at dawn ."]
+    (tmp_path / "train.txt").write_text("\n\n".join(" ".join(sentences[i % 3:] + sentences[: i % 3]) for i in range(40)))
+    flags = ["--use_cpu", "true", "--train_file", str(tmp_path / "train.txt"), "--vocab_size", "64", "--max_seq_length", "16",
+             "--per_device_train_batch_size", "4", "--fill_mask_probes", "0",
+             "--config_overrides", "num_hidden_layers=1,hidden_size=32,num_attention_heads=2,intermediate_size=64"]  # fmt: skip
+    result = throughput.job_against_bare_loop("pretrain", throughput.pretrain, flags, steps=8, warmup=1)
+    assert result["job"] == "pretrain" and result["device"] == "cpu" and result["rows_per_step"] == 4
+    assert result["job_steps"] > 0 and result["bare_steps"] > 0
+    assert result["ratio"] == pytest.approx(result["job_steps"] / result["bare_steps"])
+    table = throughput.markdown([("pretrain masking (padded)", "4 x ≤16", 123.0)], [result])
+    assert "| pretrain | cpu | 4 | 0 |" in table and "| pretrain masking (padded) | 4 x ≤16 | 123 |" in table
+    sys.modules.pop("bench_job_throughput", None)
+
+
+def test_job_overhead_is_the_job_ms_per_step_minus_the_bare_loops(tmp_path):
+    """bench_job_throughput.py --overhead: a job with the near-zero-compute model against its bare loop."""
+    throughput = load_benchmark("bench_job_throughput")
+    [result] = throughput.overheads(["finetune-cls"], steps=8, warmup=1, repeats=1)
+    assert result["job"] == "finetune-cls" and result["job_ms"] > 0 and result["bare_ms"] > 0
+    assert result["overhead_ms"] == pytest.approx(result["job_ms"] - result["bare_ms"])
+    assert f"| finetune-cls | {result['job_ms']:.2f} | {result['bare_ms']:.2f} |" in throughput.overhead_markdown([result])
+    sys.modules.pop("bench_job_throughput", None)

@@ -1,0 +1,264 @@
+"""Defaults that the jobs choose by device (what a GPU run gets without any flag, and what a CPU run keeps) and by
+mode (pretraining from scratch or continuing a checkpoint)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from mlm_suite.jobs.arguments import feed_the_device, gpu_loader_workers
+from mlm_suite.jobs.pretrain import parse_arguments
+from tests.helpers import (
+    assert_valid_model_card,
+    load_benchmark,
+    make_documents,
+    make_random_batch,
+    make_tiny_config,
+    write_text,
+)
+
+
+def training_args(device: str, given: frozenset[str] = frozenset()) -> SimpleNamespace:
+    return SimpleNamespace(
+        device=torch.device(device), dataloader_num_workers=0, logging_nan_inf_filter=True, dataloader_pin_memory=True,
+        accelerator_config=SimpleNamespace(non_blocking=False), flags_given=given,
+    )  # fmt: skip
+
+
+def test_a_gpu_run_collates_in_workers_and_never_waits_for_the_loss(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    args = training_args("cuda")
+    feed_the_device(args)
+    assert args.dataloader_num_workers == gpu_loader_workers() == 4
+    assert args.logging_nan_inf_filter is False and args.accelerator_config.non_blocking is True
+    assert args.dataloader_pin_memory is True
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")  # 8 processes share the node's 16 cores
+    assert gpu_loader_workers() == 1
+
+
+def test_flags_given_win_and_a_cpu_run_keeps_the_trainer_defaults():
+    args = training_args("cuda", frozenset({"dataloader_num_workers", "logging_nan_inf_filter", "accelerator_config"}))
+    feed_the_device(args)
+    assert args.dataloader_num_workers == 0 and args.logging_nan_inf_filter is True
+    assert args.accelerator_config.non_blocking is False
+    args = training_args("cpu")
+    feed_the_device(args)
+    assert args.dataloader_num_workers == 0 and args.logging_nan_inf_filter is True
+    assert args.accelerator_config.non_blocking is False
+    assert args.dataloader_pin_memory is False  # pinned memory serves an accelerator; torch warns without one
+    args = training_args("cpu", frozenset({"dataloader_pin_memory"}))
+    feed_the_device(args)
+    assert args.dataloader_pin_memory is True
+
+
+def test_pretraining_flattens_batches_on_a_gpu_only_unless_told():
+    args, _ = parse_arguments(["--output_dir", "unused", "--use_cpu", "true"])
+    assert args.flatten_batches is False  # on CPU flattening buys nothing (docs/performance.md)
+    args, _ = parse_arguments(["--output_dir", "unused", "--use_cpu", "true", "--flatten_batches"])
+    assert args.flatten_batches is True
+
+
+def test_the_trainer_counts_flops_as_the_stock_one_without_walking_the_model_each_step(tmp_path):
+    import accelerate.optimizer
+    import transformers
+
+    from mlm_suite import MlmSuiteForMaskedLM
+    from mlm_suite.training.trainer import PickleFreeTrainer
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+    trainer = PickleFreeTrainer(model=MlmSuiteForMaskedLM(make_tiny_config()), args=args)
+    batch = make_random_batch()
+    stock = transformers.Trainer.floating_point_ops(trainer, batch)
+    assert stock > 0 and trainer.floating_point_ops(batch) == stock == trainer.floating_point_ops(batch)
+    assert hasattr(accelerate.optimizer.is_lomo_available, "cache_info")  # asked once per process, not per step
+
+
+# ------------------------------------------------------------------------------------------------
+# Pretraining defaults by mode: continuing a checkpoint (--model_name_or_path) or training from scratch
+# ------------------------------------------------------------------------------------------------
+CONTINUING = ["--output_dir", "unused", "--use_cpu", "true", "--model_name_or_path", "some/checkpoint"]
+
+
+def test_the_parser_tells_which_flags_were_given_however_spelt(tmp_path):
+    _, training_args = parse_arguments(["--output_dir", "unused", "--use_cpu=true", "--learning_r", "1e-3", "--mlm_prob", "0.2"])
+    assert training_args.flags_given == {"output_dir", "use_cpu", "learning_rate", "mlm_probability"}
+    flags = tmp_path / "flags.json"
+    flags.write_text('{"output_dir": "unused", "use_cpu": true, "max_steps": 7}')
+    _, training_args = parse_arguments([str(flags)])
+    assert training_args.flags_given == {"output_dir", "use_cpu", "max_steps"} and training_args.max_steps == 7
+
+
+def test_continuing_a_checkpoint_gets_the_continued_pretraining_defaults():
+    from mlm_suite.jobs.pretrain import CONTINUED_DEFAULTS, PretrainTrainingArguments as Defaults
+
+    args, training_args = parse_arguments(CONTINUING)
+    assert training_args.learning_rate == CONTINUED_DEFAULTS["learning_rate"] == 3e-4
+    assert args.mlm_probability == CONTINUED_DEFAULTS["mlm_probability"] == 0.15
+    assert training_args.max_steps == CONTINUED_DEFAULTS["max_steps"] < Defaults.max_steps
+    assert set(args.defaults_applied.values()) == {"continued-pretraining default"}
+    # The rest of the job's defaults are the same in both modes.
+    assert training_args.warmup_steps == Defaults.warmup_steps and args.eval_mlm_probability == 0.15
+    assert training_args.weight_decay == Defaults.weight_decay
+    assert training_args.per_device_train_batch_size == Defaults.per_device_train_batch_size
+
+
+def test_training_from_scratch_keeps_the_from_scratch_defaults():
+    from mlm_suite.jobs.pretrain import PretrainingArguments, PretrainTrainingArguments as Defaults
+
+    args, training_args = parse_arguments(["--output_dir", "unused", "--use_cpu", "true"])
+    assert training_args.learning_rate == Defaults.learning_rate == 2e-3
+    assert training_args.max_steps == Defaults.max_steps
+    assert args.mlm_probability == PretrainingArguments.mlm_probability == 0.3
+    assert set(args.defaults_applied.values()) == {"from-scratch default"}
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--learning_rate", "2e-3", "--mlm_probability", "0.3", "--max_steps", "12000"],
+        ["--learning_rate=2e-3", "--mlm_probability=0.3", "--max_steps=12000"],
+        ["--learning_r", "2e-3", "--mlm_prob", "0.3", "--max_st", "12000"],  # prefixes argparse accepts
+    ],
+)
+def test_flags_given_win_over_the_continued_pretraining_defaults(flags):
+    args, training_args = parse_arguments([*CONTINUING, *flags])
+    assert (training_args.learning_rate, args.mlm_probability, training_args.max_steps) == (2e-3, 0.3, 12000)
+    assert set(args.defaults_applied.values()) == {"given"}
+    # A value given equal to the mode's default is still reported as given.
+    args, training_args = parse_arguments([*CONTINUING, "--learning_rate", "3e-4"])
+    assert args.defaults_applied["learning_rate"] == "given"
+    assert args.defaults_applied["mlm_probability"] == "continued-pretraining default"
+
+
+def test_a_time_budget_lifts_the_continued_step_default_but_not_a_given_one():
+    from mlm_suite.training.controls import UNBOUNDED_STEPS
+
+    args, training_args = parse_arguments([*CONTINUING, "--max_train_minutes", "5"])
+    assert training_args.max_steps == UNBOUNDED_STEPS and training_args.learning_rate == 3e-4
+    args, training_args = parse_arguments([*CONTINUING, "--max_train_minutes", "5", "--max_steps", "300"])
+    assert training_args.max_steps == 300
+
+
+def test_the_printed_configuration_says_which_defaults_applied():
+    from mlm_suite.jobs.pretraining_setup import describe_configuration
+
+    shown = describe_configuration(*parse_arguments([*CONTINUING, "--max_steps", "200", "--config_preset", "base"]))
+    assert "continuing some/checkpoint" in shown
+    assert "learning_rate 0.0003 (continued-pretraining default)" in shown
+    assert "mlm_probability 0.15 (continued-pretraining default)" in shown
+    assert "max_steps 200 (given)" in shown
+    assert "ignored: --config_preset" in shown  # a checkpoint brings its own architecture
+    shown = describe_configuration(*parse_arguments(["--output_dir", "unused", "--use_cpu", "true"]))
+    assert "from scratch" in shown and "learning_rate 0.002 (from-scratch default)" in shown
+    assert "mlm_probability 0.3 (from-scratch default)" in shown and "max_steps 12000 (from-scratch default)" in shown
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory, tokenizer):
+    """A randomly initialised tiny ``MlmSuiteForMaskedLM`` on the MiniLM vocabulary, with its tokenizer."""
+    from mlm_suite import MlmSuiteForMaskedLM
+
+    folder = tmp_path_factory.mktemp("tiny_checkpoint")
+    torch.manual_seed(0)
+    MlmSuiteForMaskedLM(make_tiny_config(vocab_size=len(tokenizer), max_position_embeddings=64)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_continued_run_prints_its_defaults_and_the_card_records_them(tiny_checkpoint, tmp_path, capfd):
+    import shutil
+
+    from mlm_suite.jobs.pretrain import main
+
+    corpus = write_text(tmp_path / "train.txt", make_documents(20, seed=3))
+    base = shutil.copytree(tiny_checkpoint, tmp_path / "base")
+    (base / "README.md").write_text("---\nlicense: mit\n---\n# base\n", encoding="utf-8")  # the base's card: its licence
+    output_dir = tmp_path / "out"
+    argv = [
+        "--output_dir", str(output_dir), "--model_name_or_path", str(base), "--train_file", str(corpus),
+        "--max_steps", "2", "--max_seq_length", "32", "--per_device_train_batch_size", "4",
+        "--validation_split_percentage", "20", "--fill_mask_probes", "1", "--eval_strategy", "no",
+        "--report_to", "none", "--disable_tqdm", "true", "--dataloader_pin_memory", "false", "--use_cpu", "true",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    printed = capfd.readouterr().err
+    assert "learning_rate 0.0003 (continued-pretraining default)" in printed
+    assert "mlm_probability 0.15 (continued-pretraining default)" in printed and "max_steps 2 (given)" in printed
+    card = (output_dir / "README.md").read_text(encoding="utf-8")
+    assert "0.0003 (continued-pretraining default)" in card
+    assert "15% of the tokens in training (continued-pretraining default)" in card
+    assert "(--max_steps 2 (given))" in card
+    metadata = assert_valid_model_card(card)
+    assert metadata["license"] == "mit" and "base_model" not in metadata  # the base's licence; a local folder is no Hub id
+
+
+def test_the_continued_defaults_benchmark_scores_every_run_on_the_same_masks(tiny_checkpoint, tmp_path):
+    """benchmarks/bench_continued_defaults.py on a tiny checkpoint and corpus, two steps per run."""
+    import json
+    import sys
+
+
+    corpus = write_text(tmp_path / "train.txt", make_documents(20, seed=3))
+    bench = load_benchmark("bench_continued_defaults")
+    argv = [
+        "--checkpoint", str(tiny_checkpoint), "--steps", "2", "--batch", "4", "--learning_rates", "1e-4",
+        "--mlm_probabilities", "0.15", "--max_eval_samples", "8", "--output_dir", str(tmp_path / "bench"),
+        "--markdown", str(tmp_path / "table.md"),
+        "--", "--train_file", str(corpus), "--max_seq_length", "32", "--validation_split_percentage", "20",
+        "--fill_mask_probes", "1", "--use_cpu", "true", "--report_to", "none", "--dataloader_pin_memory", "false",
+    ]  # fmt: skip
+    try:
+        assert bench.main(argv) == 0
+    finally:
+        sys.modules.pop("bench_continued_defaults", None)
+    rows = json.loads((tmp_path / "bench" / "results.json").read_text())["rows"]
+    assert [row["run"] for row in rows] == [
+        "plain checkpoint (no continued pretraining)", "lr 0.002, masks 30% (from-scratch defaults)", "lr 0.0001, masks 15%"
+    ]  # fmt: skip
+    assert len({row["mask_tokens"] for row in rows}) == 1 and len({row["baseline"] for row in rows}) == 1
+    assert rows[0]["embedding_shift"] == 0.0 < rows[2]["embedding_shift"] < rows[1]["embedding_shift"]
+    assert "| lr 0.0001, masks 15% |" in (tmp_path / "table.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--max_steps", "0"], r"--max_steps must be positive \(or -1: --num_train_epochs decides\), got 0"),
+        (["--max_steps", "-5"], "--max_steps must be positive"),
+        (["--save_steps", "-1"], "--save_steps must be positive, got -1"),
+        (["--eval_steps", "0"], "--eval_steps must be positive, got 0"),
+        (["--logging_steps", "-2"], "--logging_steps must be positive, got -2"),
+    ],
+)
+def test_step_counts_that_cannot_train_are_refused_while_parsing(tmp_path, flags, message):
+    from mlm_suite.errors import UsageError
+
+    with pytest.raises(UsageError, match=message):
+        parse_arguments(["--output_dir", str(tmp_path / "out"), "--use_cpu", "true", *flags])
+    assert not (tmp_path / "out").exists()
+
+
+def test_finetuning_flattens_training_batches_on_a_gpu_only_unless_told(monkeypatch):
+    from mlm_suite.jobs.finetune_cls import ClassificationTrainingArguments
+
+    assert ClassificationTrainingArguments(output_dir="unused").flatten_batches is False  # CPU
+    assert ClassificationTrainingArguments(output_dir="unused", flatten_batches=True).flatten_batches is True
+    monkeypatch.setattr(ClassificationTrainingArguments, "device", property(lambda self: torch.device("cuda")))
+    assert ClassificationTrainingArguments(output_dir="unused").flatten_batches is True
+    assert ClassificationTrainingArguments(output_dir="unused", flatten_batches=False).flatten_batches is False
+
+
+def test_only_mlm_suite_heads_without_a_crf_train_on_flattened_batches():
+    from mlm_suite.jobs.finetune_training import trains_flattened
+
+    def model(model_type: str = "mlm_suite", **config) -> SimpleNamespace:
+        return SimpleNamespace(config=SimpleNamespace(model_type=model_type, **config))
+
+    flatten, pad = SimpleNamespace(flatten_batches=True), SimpleNamespace(flatten_batches=False)
+    assert trains_flattened(model(), flatten) and trains_flattened(model(use_crf=False), flatten)
+    assert not trains_flattened(model(), pad)
+    assert not trains_flattened(model(use_crf=True), flatten)  # the CRF scores whole padded sequences
+    assert not trains_flattened(model("bert"), flatten)  # HF BERT reads padded batches only

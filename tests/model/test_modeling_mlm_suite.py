@@ -1,0 +1,313 @@
+"""The padding-free encoder: padded batches, packed rows and single sequences give the same
+hidden states; attention never crosses sequences or documents; pads are zeros; bf16 stays
+finite; eager and SDPA agree; the textbook attention arithmetic; the input/config errors.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tests.helpers import make_random_batch, make_tiny_config
+from mlm_suite import MlmSuiteConfig, MlmSuiteModel
+from mlm_suite.model.modeling_mlm_suite import MlmSuiteSelfAttention, SequenceLayout
+
+VARIANTS = {
+    "bert": {},
+    "pre_norm": {"norm_position": "pre"},
+    "rotary": {"position_embedding_type": "rotary"},
+    "geglu": {"ffn_type": "geglu"},
+    "no_bias": {"use_bias": False},
+    "mean_pooling": {"classifier_pooling": "mean"},
+}
+
+
+def build_model(seed: int = 0, attn: str = "sdpa", **overrides) -> MlmSuiteModel:
+    torch.manual_seed(seed)
+    config = make_tiny_config(**overrides)
+    config._attn_implementation = attn
+    model = MlmSuiteModel(config).eval()
+    # Random LayerNorm/bias values too, so that no parameter sits at a special value (1 or 0).
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                param.add_(0.1 * torch.randn_like(param))
+    return model
+
+
+def run(model, **inputs):
+    with torch.no_grad():
+        return model(**inputs, output_hidden_states=True)
+
+
+def assert_rows_match_alone(model, batch, atol=1e-5):
+    """Each row of the padded batch equals that sequence run alone (no mask, no padding)."""
+    padded = run(model, **batch)
+    lengths = batch["attention_mask"].sum(1).tolist()
+    for row, length in enumerate(lengths):
+        alone_inputs = {k: v[row : row + 1, :length] for k, v in batch.items() if k != "attention_mask"}
+        alone = run(model, **alone_inputs)
+        assert len(alone.hidden_states) == len(padded.hidden_states)
+        for layer, (p, a) in enumerate(zip(padded.hidden_states, alone.hidden_states)):
+            torch.testing.assert_close(p[row, :length], a[0], atol=atol, rtol=0, msg=f"row {row} layer {layer}")
+        torch.testing.assert_close(padded.last_hidden_state[row, :length], alone.last_hidden_state[0], atol=atol, rtol=0)
+        torch.testing.assert_close(padded.pooler_output[row], alone.pooler_output[0], atol=atol, rtol=0)
+    return padded
+
+
+# ------------------------------------------------------------------------------------------------
+# Padding
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_padded_batch_equals_each_sequence_alone(variant):
+    model = build_model(**VARIANTS[variant])
+    batch = make_random_batch(lengths=(7, 4, 9, 1), seq_len=11)
+    padded = assert_rows_match_alone(model, batch)
+    for h in padded.hidden_states:
+        assert torch.isfinite(h).all()
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_padded_equals_alone_for_both_attention_paths(attn):
+    model = build_model(attn=attn)
+    assert_rows_match_alone(model, make_random_batch(lengths=(6, 3, 8), seed=1))
+
+
+def test_pads_are_zero_in_every_layer():
+    model = build_model(norm_position="pre")
+    batch = make_random_batch(lengths=(5, 2, 8))
+    out = run(model, **batch)
+    pad = batch["attention_mask"] == 0
+    assert pad.any()
+    for h in out.hidden_states + (out.last_hidden_state,):
+        assert torch.all(h[pad] == 0)
+        assert torch.all(h[~pad].abs().sum(-1) > 0)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_fully_padded_row_gives_no_nan(pooling):
+    model = build_model(classifier_pooling=pooling)
+    batch = make_random_batch(lengths=(5, 0, 3))
+    out = run(model, **batch)
+    for h in out.hidden_states + (out.last_hidden_state, out.pooler_output):
+        assert torch.isfinite(h).all()
+    assert torch.all(out.last_hidden_state[1] == 0)
+    alone = run(model, **{k: v[:1, :5] for k, v in batch.items() if k != "attention_mask"})
+    torch.testing.assert_close(out.last_hidden_state[0, :5], alone.last_hidden_state[0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_batch_of_only_padding(attn):
+    model = build_model(attn=attn)
+    ids = torch.zeros(2, 5, dtype=torch.long)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=torch.zeros_like(ids), output_hidden_states=True, output_attentions=True)
+    for h in out.hidden_states + (out.last_hidden_state,):
+        assert h.shape == (2, 5, 32) and torch.all(h == 0)
+    assert torch.isfinite(out.pooler_output).all()
+    assert all(w.shape == (2, 4, 5, 5) and torch.all(w == 0) for w in out.attentions)
+
+
+def test_eager_and_sdpa_agree():
+    eager, sdpa = build_model(attn="eager"), build_model(attn="sdpa")
+    sdpa.load_state_dict(eager.state_dict())
+    batch = make_random_batch(lengths=(7, 3, 9))
+    a, b = run(eager, **batch), run(sdpa, **batch)
+    for x, y in zip(a.hidden_states, b.hidden_states):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=0)
+    torch.testing.assert_close(a.pooler_output, b.pooler_output, atol=1e-5, rtol=0)
+    # also on a packed row
+    ids, positions, _ = packed_inputs()
+    a, b = run(eager, input_ids=ids, position_ids=positions, attention_mask=(ids > 0).long()), run(
+        sdpa, input_ids=ids, position_ids=positions, attention_mask=(ids > 0).long()
+    )
+    torch.testing.assert_close(a.last_hidden_state, b.last_hidden_state, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_bf16_with_padding_is_finite(attn):
+    model = build_model(attn=attn)
+    batch = make_random_batch(lengths=(7, 2, 9, 0))
+    reference = run(model, **batch)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = run(model, **batch)
+    bf16 = run(model.to(torch.bfloat16), **batch)
+    real = batch["attention_mask"].bool()
+    for out in (autocast, bf16):
+        for h in out.hidden_states + (out.last_hidden_state, out.pooler_output):
+            assert torch.isfinite(h.float()).all()
+        assert torch.all(out.last_hidden_state[~real] == 0)
+        # bf16 has ~3 significant digits; LayerNorm outputs are O(1)
+        diff = (out.last_hidden_state.float() - reference.last_hidden_state)[real].abs().max()
+        assert diff < 0.15
+
+
+# ------------------------------------------------------------------------------------------------
+# Packing
+# ------------------------------------------------------------------------------------------------
+DOCS = [[5, 17, 23], [8, 41, 12, 66], [9, 30, 31, 32, 33]]
+
+
+def packed_inputs():
+    """Row 0 packs docs 0 and 1 then 2 pads; row 1 holds doc 2 then 4 pads."""
+    ids = torch.tensor([DOCS[0] + DOCS[1] + [0, 0], DOCS[2] + [0] * 4])
+    positions = torch.tensor([[0, 1, 2, 0, 1, 2, 3, 0, 0], [0, 1, 2, 3, 4, 0, 0, 0, 0]])
+    document_ids = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0, 0]])
+    return ids, positions, document_ids
+
+
+DOC_SPANS = [(0, 0, 3), (0, 3, 7), (1, 0, 5)]  # (row, start, end) of each document
+
+
+def assert_documents_match_alone(model, out, atol=1e-5):
+    for doc, (row, start, end) in zip(DOCS, DOC_SPANS):
+        alone = run(model, input_ids=torch.tensor([doc]))
+        for layer, (p, a) in enumerate(zip(out.hidden_states, alone.hidden_states)):
+            torch.testing.assert_close(p[row, start:end], a[0], atol=atol, rtol=0, msg=f"doc {doc} layer {layer}")
+
+
+@pytest.mark.parametrize("variant", ["bert", "rotary", "pre_norm"])
+def test_packed_rows_with_restarting_position_ids(variant):
+    model = build_model(**VARIANTS[variant])
+    ids, positions, _ = packed_inputs()
+    out = run(model, input_ids=ids, attention_mask=(ids > 0).long(), position_ids=positions)
+    assert_documents_match_alone(model, out)
+    assert torch.all(out.last_hidden_state[ids == 0] == 0)
+
+
+@pytest.mark.parametrize("variant", ["bert", "rotary"])
+def test_packed_rows_with_document_ids(variant):
+    model = build_model(**VARIANTS[variant])
+    ids, _, document_ids = packed_inputs()
+    out = run(model, input_ids=ids, attention_mask=(ids > 0).long(), document_ids=document_ids)
+    assert_documents_match_alone(model, out)
+
+
+def test_packing_without_positions_would_differ():
+    """Sanity check of the packing test: without restarting positions the second document differs."""
+    model = build_model()
+    ids, _, _ = packed_inputs()
+    out = run(model, input_ids=ids, attention_mask=(ids > 0).long())
+    alone = run(model, input_ids=torch.tensor([DOCS[1]]))
+    assert (out.last_hidden_state[0, 3:7] - alone.last_hidden_state[0]).abs().max() > 1e-3
+
+
+# ------------------------------------------------------------------------------------------------
+# Attention weights and hidden-state outputs
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_output_attentions_on_packed_padded_batch(attn):
+    model = build_model(attn=attn)
+    ids, positions, _ = packed_inputs()
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=(ids > 0).long(), position_ids=positions, output_attentions=True)
+    config = model.config
+    assert len(out.attentions) == config.num_hidden_layers
+    segment = torch.full(ids.shape, -1)
+    for index, (row, start, end) in enumerate(DOC_SPANS):
+        segment[row, start:end] = index
+    real = segment >= 0
+    same = (segment[:, :, None] == segment[:, None, :]) & real[:, :, None] & real[:, None, :]  # (b, q, k)
+    for weights in out.attentions:
+        assert weights.shape == (2, config.num_attention_heads, 9, 9)
+        same_h = same[:, None].expand_as(weights)
+        assert torch.all(weights[~same_h] == 0)  # pads, other documents, pad queries
+        sums = weights.sum(-1)  # (b, h, q)
+        real_q = real[:, None, :].expand_as(sums)
+        torch.testing.assert_close(sums[real_q], torch.ones(int(real_q.sum())), atol=1e-5, rtol=0)
+        assert torch.all(weights[same_h] > 0)
+
+
+def test_output_attentions_dense_batch_sums_to_one():
+    model = build_model()
+    ids = torch.randint(1, 99, (2, 6))
+    with torch.no_grad():
+        out = model(input_ids=ids, output_attentions=True)
+    for weights in out.attentions:
+        assert weights.shape == (2, 4, 6, 6)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 6), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("variant", ["bert", "pre_norm"])
+def test_output_hidden_states_count(variant):
+    model = build_model(**VARIANTS[variant], num_hidden_layers=3)
+    batch = make_random_batch(lengths=(4, 6))
+    out = run(model, **batch)
+    assert len(out.hidden_states) == 3 + 1
+    for h in out.hidden_states:
+        assert h.shape == (2, 6, 32)
+    torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
+    without = model(**batch)
+    assert without.hidden_states is None and without.attentions is None
+
+
+def test_textbook_attention_arithmetic():
+    """W_Q = W_K = W_V = I on e(The)=[1,0,0], e(cat)=[0,1,0], e(sat)=[0,0,1]: the "cat" query scores
+    are q·k / sqrt(3) = [0, 1/sqrt(3), 0], so its weights are softmax of that."""
+    config = MlmSuiteConfig(
+        vocab_size=3, hidden_size=3, num_hidden_layers=1, num_attention_heads=1, intermediate_size=4
+    )
+    config._attn_implementation = "eager"
+    attention = MlmSuiteSelfAttention(config).eval()
+    with torch.no_grad():
+        attention.qkv.weight.copy_(torch.cat([torch.eye(3)] * 3, dim=0))
+        attention.qkv.bias.zero_()
+        attention.out.weight.copy_(torch.eye(3))
+        attention.out.bias.zero_()
+    layout = SequenceLayout.from_inputs((1, 3), torch.device("cpu"))
+    assert layout.token_index is None and layout.segment_index is None  # no pads, one segment per row
+    embeddings = torch.eye(3)  # The, cat, sat
+    with torch.no_grad():
+        context, weights = attention(embeddings, layout, None, output_attentions=True)
+    assert weights.shape == (1, 1, 3, 3)
+    e = math.exp(1 / math.sqrt(3))
+    expected_cat = torch.tensor([1 / (2 + e), e / (2 + e), 1 / (2 + e)])
+    torch.testing.assert_close(expected_cat, torch.tensor([0.2645, 0.4711, 0.2645]), atol=1e-4, rtol=0)
+    torch.testing.assert_close(weights[0, 0, 1], torch.tensor([0.2645, 0.4711, 0.2645]), atol=1e-4, rtol=0)
+    torch.testing.assert_close(weights[0, 0, 0], torch.tensor([0.4711, 0.2645, 0.2645]), atol=1e-4, rtol=0)
+    # with V = I and W_O = I the context of "cat" is its weight vector
+    torch.testing.assert_close(context[1], weights[0, 0, 1], atol=1e-6, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Errors
+# ------------------------------------------------------------------------------------------------
+def test_sequence_longer_than_max_positions():
+    model = build_model()
+    with pytest.raises(ValueError, match=r"65.*max_position_embeddings=64"):
+        model(input_ids=torch.ones(1, 65, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"70.*max_position_embeddings=64"):
+        model(input_ids=torch.ones(1, 3, dtype=torch.long), position_ids=torch.tensor([[0, 1, 70]]))
+    model(input_ids=torch.ones(1, 64, dtype=torch.long))  # the limit itself is fine
+
+
+def test_rotary_has_no_position_limit():
+    model = build_model(position_embedding_type="rotary")
+    out = model(input_ids=torch.ones(1, 70, dtype=torch.long))
+    assert out.last_hidden_state.shape == (1, 70, 32)
+
+
+def test_token_type_ids_out_of_range():
+    model = build_model()
+    ids = torch.ones(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"token type id 2 .*type_vocab_size=2"):
+        model(input_ids=ids, token_type_ids=torch.tensor([[0, 1, 2, 0]]))
+    with pytest.raises(ValueError, match=r"token type id -1 .*type_vocab_size=2"):
+        model(input_ids=ids, token_type_ids=torch.tensor([[0, -1, 1, 0]]))
+
+
+def test_hidden_size_not_divisible_by_heads_is_rejected_when_a_model_is_built():
+    config = MlmSuiteConfig(hidden_size=30, num_attention_heads=4)  # accepted, as BertConfig accepts it
+    with pytest.raises(ValueError, match=r"hidden_size \(30\).*num_attention_heads \(4\)"):
+        MlmSuiteModel(config)
+    with pytest.raises(ValueError, match=r"even head size, got 5"):
+        MlmSuiteModel(MlmSuiteConfig(hidden_size=20, num_attention_heads=4, position_embedding_type="rotary"))
+
+
+def test_bad_variant_names_are_rejected():
+    with pytest.raises(ValueError, match="norm_position='middle'"):
+        MlmSuiteConfig(norm_position="middle")
+    with pytest.raises(ValueError, match="ids"):
+        build_model()(input_ids=None)
