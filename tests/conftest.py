@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,14 @@ from tests.helpers import (
 
 
 pytest_plugins = ["pytester", "tests.marks"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist runs one worker per core: a worker that also spread each op over every core (and the processes
+    # it launches, through OMP_NUM_THREADS) would oversubscribe them.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
 
 
 @pytest.fixture

@@ -110,6 +110,9 @@ def python_blocks() -> list:
                 marks.append(pytest.mark.skip(reason=f"not run: {not_run.group(1)}"))
             elif re.match(r"<!--\s*slow\s*-->", block.marker):
                 marks.append(pytest.mark.slow)
+            if re.search(r"torch\.(compile|export)\b|torch_compile=True", block.code):
+                # inductor compiles its kernels with the C++ compiler, in processes of its own
+                marks += [pytest.mark.compile, pytest.mark.multiprocess]
             params.append(pytest.param(block.page, block.index, marks=marks, id=f"{block.page}-python{block.index}"))
     return params
 

@@ -91,6 +91,11 @@ def is_slow(head: str, feature: str) -> bool:
     return feature not in ON_EVERY_HEAD and head != "masked_lm" and (head, feature) != ("pretraining", "resize_token_embeddings")
 
 
+def marks_of(head: str, feature: str) -> list[pytest.MarkDecorator]:
+    marks = [pytest.mark.slow] if is_slow(head, feature) else []
+    return marks + [pytest.mark.compile] if feature == "torch_compile" else marks
+
+
 NOT_APPLICABLE = {
     # The Trainer's label smoother reads outputs["logits"] and gathers integer class ids (for multi-label
     # classification the Trainer turns it off itself, so that cell runs).
@@ -240,7 +245,7 @@ def load_pair(head: str, converted_pairs, feature: str):
 
 
 CELLS = [
-    pytest.param(head, feature, marks=[pytest.mark.slow] if is_slow(head, feature) else [], id=f"{head}-{feature}")
+    pytest.param(head, feature, marks=marks_of(head, feature), id=f"{head}-{feature}")
     for head in HEADS
     for feature in FEATURES
     if (head, feature) not in NOT_APPLICABLE
