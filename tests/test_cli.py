@@ -430,6 +430,7 @@ raise SystemExit(run_job(main, prog="failing-job"))
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_a_user_error_in_one_of_two_processes_ends_the_run_cleanly(tmp_path):
     """The failing process prints its line and exits with 2 (not SIGABRT while freeing the group); the
     launcher stops the other one, which waits in the final barrier, instead of hanging."""

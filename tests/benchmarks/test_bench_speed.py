@@ -133,6 +133,7 @@ def test_job_throughput_compares_a_job_with_a_bare_loop_over_its_own_batches(tmp
     sys.modules.pop("bench_job_throughput", None)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_job_overhead_is_the_job_ms_per_step_minus_the_bare_loops(tmp_path):
     """bench_job_throughput.py --overhead: a job with the near-zero-compute model against its bare loop."""
     throughput = load_benchmark("bench_job_throughput")

@@ -62,6 +62,7 @@ json.dump(result, open("result.json", "w"))
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_stock_pipelines_on_saved_checkpoints_without_mlm_suite(tmp_path, tokenizer):
     sizes = dict(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                  intermediate_size=48, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id)

@@ -213,6 +213,7 @@ def test_tagged_rows_carry_epoch_and_rate():
 # Masking-rate schedules and batch-size warmup in the job
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.multiprocess
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_schedule_reaches_loader_workers_is_logged_and_a_constant_one_changes_nothing(tmp_path, small_corpus):
     """A linear 45 % -> 5 % schedule over 8 steps (crossing two epochs) trains the same in the main process and in
     2 loader workers (the rate travels with the rows); the logged rates are the schedule's; a schedule that stays
@@ -349,6 +350,7 @@ def mask_accuracy(folder: Path, length: int, documents: list[str]) -> tuple[floa
     return float((predicted[selected] == batch["labels"][selected]).float().mean()), int(batch["input_ids"].shape[1])
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_context_extension_continues_a_rotary_checkpoint_at_longer_rows(tmp_path):
     """A rotary model trained on 32-token rows (max_position_embeddings 32) continues on 64-token rows with a 4x RoPE
     base: the saved config has both, the model loads and runs on rows longer than its old limit, and it still fills

@@ -94,6 +94,7 @@ def test_json_lines_errors_name_the_file_and_line(tmp_path):
 # --------------------------------------------------------------------------------------------
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("packing", [False, True])
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_prepared_shards_hold_the_rows_the_job_builds_in_memory(tmp_path, tokenizer, minilm_dir, packing, capsys):
     """prepare-data on 2 processes into 3 shards, read back memory-mapped, equals the in-memory rows value for value.
 

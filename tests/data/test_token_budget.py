@@ -125,6 +125,7 @@ def budget_run(output_dir: Path, corpus: Path, *extra: str) -> Path:
 
 
 @pytest.mark.compile
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_compiled_token_budget_epoch_makes_a_handful_of_graphs(tmp_path, corpus, monkeypatch):
     graphs = {}
     train = pretrain.PretrainingTrainer.train

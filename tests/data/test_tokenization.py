@@ -242,6 +242,7 @@ def test_a_small_corpus_gives_the_same_vocabulary_in_every_process(tmp_path):
     assert len(json.loads(vocabularies[0])) > 50
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_the_vocabulary_is_the_one_tokenizers_trainer_learns_up_to_ties():
     """Against ``tokenizers``' own WordPiece trainer on the same pipeline: the learnt pieces differ only where that
     trainer breaks ties between equally frequent pairs in hash order (well under 1 % of a 2000-token vocabulary)."""

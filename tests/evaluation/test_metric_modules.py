@@ -146,6 +146,7 @@ def test_the_wheel_holds_the_model_card_templates(installed_wheel):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_installed_modules_load_offline_in_a_fresh_process_and_equal_the_library(installed_wheel, tmp_path):
     entity_cases, tag_case, batch = entity_inputs(), tag_inputs(), masked_lm_batch()
     inputs = {"entity_f1": entity_cases, "token_accuracy": tag_case, "masked_lm_accuracy": masked_lm_inputs(batch)}

@@ -195,6 +195,7 @@ def test_a_continued_run_prints_its_defaults_and_the_card_records_them(tiny_chec
     assert metadata["license"] == "mit" and "base_model" not in metadata  # the base's licence; a local folder is no Hub id
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_the_continued_defaults_benchmark_scores_every_run_on_the_same_masks(tiny_checkpoint, tmp_path):
     """benchmarks/bench_continued_defaults.py on a tiny checkpoint and corpus, two steps per run."""
     import json

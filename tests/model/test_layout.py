@@ -468,6 +468,7 @@ def test_cuda_packed_documents_stay_isolated_under_varlen():
 # The pretraining job on flattened batches, compiled by the Trainer
 # --------------------------------------------------------------------------------------------
 @pytest.mark.compile
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_pretrain_job_on_flattened_compiled_batches_takes_the_padded_runs_steps(tmp_path):
 
     from mlm_suite.jobs.pretrain import main

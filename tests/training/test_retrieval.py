@@ -405,6 +405,7 @@ print("EMBEDDINGS", json.dumps({"st": st_embeddings.tolist(), "auto": auto_embed
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_saved_folder_loads_without_mlm_suite_with_the_same_embeddings(retrieval_run, tmp_path):
     texts = ["what is a violin", "a much longer sentence about the harbor and the island and the ocean", "tiger"]
     expected = embed_texts(MlmSuiteForSentenceEmbedding.from_pretrained(retrieval_run),
@@ -488,6 +489,7 @@ def test_training_without_an_evaluation_split_says_so_in_the_card(tiny_model, re
     assert "Not evaluated: the run had no evaluation split" in (tmp_path / "out" / "README.md").read_text()
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_wordnet_gloss_task_is_split_by_synset():
     pairs, splits = wordnet_gloss_splits(0)
     train_glosses = {pair["document"] for pair in pairs}
