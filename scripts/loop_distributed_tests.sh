@@ -24,6 +24,8 @@ tests=(
     tests/training/test_trainer.py
     tests/e2e/test_finetune.py::test_distributed_evaluation_scores_each_sentence_once
     tests/test_cli.py::test_a_user_error_in_one_of_two_processes_ends_the_run_cleanly
+    tests/conformance/test_training_semantics.py::test_two_processes_equal_one_process
+    tests/training/test_retrieval.py::test_distributed_evaluation_embeds_each_text_once_in_order
 )
 
 passes=0
@@ -32,7 +34,7 @@ for run in $(seq 1 "$runs"); do
     started=$SECONDS
     # -p no:randomly: the same order every run, so runs differ only in timing. The cap is longer than
     # the tests' own subprocess timeouts together, so it fires only if pytest itself hangs.
-    timeout --kill-after=30 1800 "$python" -m pytest -q -p no:randomly -p no:cacheprovider "${tests[@]}" \
+    timeout --kill-after=30 1800 "$python" -m pytest -q -n 0 -p no:randomly -p no:cacheprovider "${tests[@]}" \
         >"$log_dir/run_$run.log" 2>&1
     status=$?
     if (( status == 0 )); then
