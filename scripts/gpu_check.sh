@@ -123,8 +123,8 @@ EOF
 
 # ---- 1. tests -----------------------------------------------------------------------------------------------
 section "CUDA tests"
-if run tests 90 $python -m pytest -q -p no:cacheprovider tests/model/test_layout.py tests/model/test_devices.py -k "cuda or test_devices"; then
-    echo "\`pytest tests/model/test_layout.py tests/model/test_devices.py -k 'cuda or test_devices'\`: $(tail -n 1 "$work/tests.log")" >>"$report"
+if run tests 90 $python -m pytest -q -p no:cacheprovider tests/model/test_layout.py tests/model/test_attention.py tests/model/test_devices.py -k "cuda or test_devices"; then
+    echo "\`pytest tests/model/test_layout.py tests/model/test_attention.py tests/model/test_devices.py -k 'cuda or test_devices'\`: $(tail -n 1 "$work/tests.log")" >>"$report"
 fi
 
 # ---- 2. BERT-base pretraining: the job against its bare step and an HF Trainer job ---------------------------

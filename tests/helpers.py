@@ -41,7 +41,18 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast, TrainerCallback
 
-from mlm_suite import MlmSuiteConfig
+from mlm_suite import (
+    MlmSuiteConfig,
+    MlmSuiteForMaskedLM,
+    MlmSuiteForNextSentencePrediction,
+    MlmSuiteForPairClassification,
+    MlmSuiteForPreTraining,
+    MlmSuiteForQuestionAnswering,
+    MlmSuiteForSentenceEmbedding,
+    MlmSuiteForSequenceClassification,
+    MlmSuiteForTokenClassification,
+    MlmSuiteModel,
+)
 from mlm_suite.cli import main
 from mlm_suite.data import WORD_ID_SENTINEL, DataCollatorForMaskedLM, resources
 from mlm_suite.jobs.output_folder import lock_path
@@ -178,6 +189,51 @@ def make_random_batch(
     if pairs:
         out["token_type_ids"] = token_type_ids
     return out
+
+
+# --- the padded reference batch that flattened, compiled and exported paths are checked against ---
+LAYOUT_VOCAB = 90
+ARCHITECTURES = {
+    "bert": dict(norm_position="post", position_embedding_type="absolute"),
+    "modern": dict(norm_position="pre", position_embedding_type="rotary"),
+}
+
+
+ALL_HEADS = (
+    MlmSuiteModel,
+    MlmSuiteForMaskedLM,
+    MlmSuiteForPreTraining,
+    MlmSuiteForNextSentencePrediction,
+    MlmSuiteForSequenceClassification,
+    MlmSuiteForPairClassification,
+    MlmSuiteForTokenClassification,
+    MlmSuiteForQuestionAnswering,
+    MlmSuiteForSentenceEmbedding,
+)
+
+
+def layout_config(architecture: str = "modern", **overrides) -> MlmSuiteConfig:
+    """The tiny preset in ``architecture``'s layout (vocab 90, 3 labels, dropout off)."""
+    settings = dict(vocab_size=LAYOUT_VOCAB, num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return MlmSuiteConfig.preset("tiny", **{**settings, **ARCHITECTURES[architecture], **overrides})
+
+
+def padded_batch(lengths=(11, 6, 9, 3), seq_len: int = 12, seed: int = 0, left: bool = False) -> dict:
+    """Random ids, two segments per row, labels at ~30 % of the real tokens (at least one per row)."""
+    generator = torch.Generator().manual_seed(seed)
+    rows = len(lengths)
+    input_ids = torch.randint(5, LAYOUT_VOCAB, (rows, seq_len), generator=generator)
+    attention_mask = torch.zeros(rows, seq_len, dtype=torch.long)
+    token_type_ids = torch.zeros(rows, seq_len, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        span = slice(seq_len - length, seq_len) if left else slice(0, length)
+        attention_mask[row, span] = 1
+        token_type_ids[row, span][length // 2 :] = 1
+    labels = torch.where(torch.rand(rows, seq_len, generator=generator) < 0.3, input_ids, -100)
+    first_real = attention_mask.argmax(dim=1)
+    labels[torch.arange(rows), first_real] = input_ids[torch.arange(rows), first_real]
+    labels[attention_mask == 0] = -100
+    return dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, labels=labels)
 
 
 def make_tiny_bert_config(**overrides):

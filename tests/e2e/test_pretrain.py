@@ -373,3 +373,24 @@ def test_pretraining_learns_to_use_context(tmp_path):
     results = read_json(output_dir / "all_results.json")
     assert results["eval_mask_accuracy"] > results["eval_mask_baseline_accuracy"] + 0.3
     assert results["fill_mask_probe_distinct_top1"] >= 3
+
+
+@pytest.mark.compile
+@pytest.mark.slow  # over 10 s on 2 cores
+def test_pretrain_job_on_flattened_compiled_batches_takes_the_padded_runs_steps(tmp_path):
+    corpus = write_text(tmp_path / "train.txt", make_documents(30, seed=1))
+    common = ["--train_file", str(corpus), "--validation_split_percentage", "20", "--packing", "--max_steps", "3"]
+    common += ["--train_tokenizer", "false", "--max_eval_samples", "4", *BERT_ARCHITECTURE]
+    runs = {
+        "padded": [],
+        "flattened": ["--flatten_batches"],
+        "compiled": ["--flatten_batches", "--torch_compile", "--torch_compile_backend", "aot_eager"],
+    }
+    for name, flags in runs.items():
+        assert main(job_args(tmp_path / name, *common, *flags)) == 0
+    losses = {name: [e["loss"] for e in read_json(tmp_path / name / "trainer_state.json")["log_history"] if "loss" in e]
+              for name in runs}
+    assert len(losses["padded"]) == 3
+    for name in ("flattened", "compiled"):
+        assert losses[name] == pytest.approx(losses["padded"], rel=1e-5), name
+        assert max_difference(weights(tmp_path / name), weights(tmp_path / "padded")) < 1e-5, name

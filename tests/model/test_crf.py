@@ -5,7 +5,10 @@ import itertools
 import pytest
 import torch
 
+from mlm_suite import MlmSuiteForTokenClassification
+from mlm_suite.data.flattening import flatten_batch
 from mlm_suite.model.crf import FORBIDDEN_SCORE, ConditionalRandomField, allowed_transitions
+from tests.helpers import layout_config
 
 BIO_LABELS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
 BIOES_LABELS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "E-PER", 4: "S-PER", 5: "B-LOC", 6: "E-LOC", 7: "S-LOC"}
@@ -213,3 +216,10 @@ def test_state_dict_holds_only_parameters_and_constraints_rebuild() -> None:
         assert torch.equal(buffer, expected)
     with pytest.raises(ValueError, match="shapes"):
         ConditionalRandomField(4, constraints)
+
+
+def test_crf_refuses_a_flattened_batch():
+    model = MlmSuiteForTokenClassification(layout_config(use_crf=True, tagging_scheme="BIO", id2label={0: "O", 1: "B-X", 2: "I-X"}))
+    flat = flatten_batch({"input_ids": torch.tensor([[5, 6, 7, 8]]), "labels": torch.tensor([[0, 1, 2, 0]])})
+    with pytest.raises(ValueError, match="padded batches, not flattened"):
+        model(**flat)
