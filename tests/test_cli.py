@@ -231,6 +231,17 @@ def test_python_dash_m_names_the_module(tmp_path):
     ]
 
 
+@pytest.mark.multiprocess
+def test_the_commands_start_without_the_libraries_only_some_steps_need():
+    """A job's process imports scikit-learn, seqeval and matplotlib only when it scores or draws (~2.5 s of start-up
+    together): a command that stops at a flag error, and every pretraining process, never pays for them."""
+    modules = sorted({module for module, _ in SUBCOMMANDS.values()})
+    script = f"import sys; import {', '.join(['mlm_suite.cli', *modules])}; print(sorted(m for m in ('sklearn', 'seqeval', 'matplotlib') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"
+
+
 # --------------------------------------------------------------------------------------------
 # Flag checks, where each job declares its flags
 # --------------------------------------------------------------------------------------------

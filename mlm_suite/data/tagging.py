@@ -36,8 +36,6 @@ import bisect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from seqeval.metrics.sequence_labeling import get_entities
-
 from mlm_suite.model.crf import ALLOWED_PREFIXES, SCHEME_ALIASES, transition_allowed
 
 #: The canonical scheme names.
@@ -184,6 +182,8 @@ def entity_spans(tags: Sequence[str], scheme: str = "BIO", lenient: bool = False
             prefix, _ = parse_tag(tag)
             if prefix != "O" and prefix not in ALLOWED_PREFIXES[scheme]:
                 raise InvalidTagSequenceError(f"position {position}: {tag} is not a {scheme} tag")
+        from seqeval.metrics.sequence_labeling import get_entities  # with scikit-learn, ~2 s: only where it reads
+
         return [(type_, start, end + 1) for type_, start, end in get_entities(list(tags))]
     validate_tags(tags, scheme)
     spans: list[Span] = []

@@ -12,14 +12,14 @@ from typing import Any
 
 import numpy as np
 from scipy import stats
-from sklearn.metrics import confusion_matrix as sklearn_confusion_matrix
-from sklearn.metrics import f1_score
 
 from mlm_suite.evaluation.plots import plot_confusion_matrix
 
 
 def classification_metrics(eval_pred: Any) -> dict[str, float]:
     """Accuracy and macro-averaged F1 over the classes present in gold or predictions."""
+    from sklearn.metrics import f1_score  # scikit-learn (~1.5 s) is imported where scores are computed, not by every job
+
     logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
     predictions = np.asarray(logits).argmax(axis=-1)
     gold = np.asarray(eval_pred.label_ids)
@@ -59,6 +59,8 @@ def confusion_matrix(gold: Sequence[int], predicted: Sequence[int], num_labels: 
     if gold.size == 0:  # scikit-learn refuses empty inputs
         return np.zeros((num_labels, num_labels), dtype=np.int64)
     # scikit-learn drops ids outside ``labels`` without a word, hence the check above.
+    from sklearn.metrics import confusion_matrix as sklearn_confusion_matrix
+
     return sklearn_confusion_matrix(gold, predicted, labels=np.arange(num_labels)).astype(np.int64)
 
 

@@ -11,20 +11,20 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from seqeval import scheme as seqeval_scheme
-from seqeval.metrics import classification_report
-from seqeval.metrics.sequence_labeling import get_entities
 
 from mlm_suite.data.tagging import NO_SCHEME, ALLOWED_PREFIXES, UnknownTagError, normalize_scheme, parse_tag
 
 MODES = ("conlleval", "strict")
 
-_SEQEVAL_SCHEMES: dict[str, type[seqeval_scheme.Token]] = {
-    "IO": seqeval_scheme.IOB1,
-    "BIO": seqeval_scheme.IOB2,
-    "IOB1": seqeval_scheme.IOB1,
-    "BIOES": seqeval_scheme.IOBES,
-}
+# seqeval's name of each scheme. seqeval (and the scikit-learn it imports, ~2 s) is imported where entities are
+# read, not with this module, which every job imports.
+_SEQEVAL_SCHEMES = {"IO": "IOB1", "BIO": "IOB2", "IOB1": "IOB1", "BIOES": "IOBES"}
+
+
+def _seqeval_scheme(scheme: str) -> type:
+    from seqeval import scheme as seqeval_scheme
+
+    return getattr(seqeval_scheme, _SEQEVAL_SCHEMES[scheme])
 
 TagSequences = Sequence[Sequence[str]]
 
@@ -96,7 +96,9 @@ def entity_scores(
     _check_sequences(gold, pred, scheme)
     gold_lists = [list(tags) for tags in gold]
     pred_lists = [list(tags) for tags in pred]
-    options: dict[str, Any] = {"mode": "strict", "scheme": _SEQEVAL_SCHEMES[scheme]} if mode == "strict" else {}
+    from seqeval.metrics import classification_report
+
+    options: dict[str, Any] = {"mode": "strict", "scheme": _seqeval_scheme(scheme)} if mode == "strict" else {}
     has_entities = any(_entity_set(tags, mode, scheme) for tags in gold_lists + pred_lists)
     # seqeval averages over an empty list of types (a NaN and a warning) when there is no entity.
     report = (
@@ -294,8 +296,11 @@ def tag_sequences(eval_pred: Any, id2label: Mapping[int, str]) -> tuple[list[lis
 
 
 def _entity_set(tags: list[str], mode: str, scheme: str | None) -> set[tuple]:
+    from seqeval.metrics.sequence_labeling import get_entities
+    from seqeval.scheme import Tokens
+
     if mode == "strict":
-        tokens = seqeval_scheme.Tokens(tags, scheme=_SEQEVAL_SCHEMES[scheme])
+        tokens = Tokens(tags, scheme=_seqeval_scheme(scheme))
         return {entity.to_tuple()[1:] for entity in tokens.entities}
     return set(get_entities(tags))
 

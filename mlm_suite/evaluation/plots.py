@@ -9,16 +9,22 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 DPI = 100
 SCORE_NAMES = ("precision", "recall", "f1")
 
 
 def _figure(width: float, height: float) -> Figure:
+    # matplotlib is imported when a figure is drawn, not with the jobs that import this module (~0.5 s).
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(figure)
     return figure
@@ -116,6 +122,25 @@ def plot_label_scores(
     count_axes.legend(ncols=2, loc="upper center", fontsize=8)
     count_axes.grid(axis="y", alpha=0.3)
     _tick_labels(count_axes, labels)
+    return _save(figure, path)
+
+
+# --------------------------------------------------------------------------------------------
+# Anisotropy
+# --------------------------------------------------------------------------------------------
+def plot_anisotropy(results: Sequence[Mapping[str, float]], path: str | Path, title: str) -> Path:
+    """The expected cosine of random word pairs per layer, raw and z-scored (``mlm-suite anisotropy``'s rows)."""
+    layers = [row["layer"] for row in results]
+    figure = _figure(6.0, 4.0)
+    axis = figure.subplots()
+    axis.plot(layers, [row["raw"] for row in results], marker="o", label="raw")
+    axis.plot(layers, [row["standardized"] for row in results], marker="s", label="z-scored")
+    axis.axhline(0.0, color="grey", linewidth=0.5)
+    axis.set_xticks(layers)
+    axis.set_xlabel("layer (0 = embeddings)")
+    axis.set_ylabel("expected cosine of random word pairs")
+    axis.set_title(_wrapped(title, figure))
+    axis.legend()
     return _save(figure, path)
 
 

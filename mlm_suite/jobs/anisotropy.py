@@ -18,20 +18,17 @@ import argparse
 import random
 from pathlib import Path
 
-import matplotlib
+from transformers import AutoModel
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from transformers import AutoModel  # noqa: E402
-
-from mlm_suite.data import resources  # noqa: E402
-from mlm_suite.data.builtin import BUILTIN_DATASETS  # noqa: E402
-from mlm_suite.analysis.embeddings import ContextualEmbedder, layerwise_anisotropy, save_json, split_words  # noqa: E402
-from mlm_suite.errors import UsageError  # noqa: E402
-from mlm_suite.jobs.distributed import command_prog  # noqa: E402
-from mlm_suite.jobs.output_folder import claim_output_folder  # noqa: E402
-from mlm_suite.jobs.arguments import check_at_least, check_model_source  # noqa: E402
-from mlm_suite.jobs.model_loading import pretrained_config, pretrained_model, pretrained_tokenizer  # noqa: E402
+from mlm_suite.data import resources
+from mlm_suite.data.builtin import BUILTIN_DATASETS
+from mlm_suite.analysis.embeddings import ContextualEmbedder, layerwise_anisotropy, save_json, split_words
+from mlm_suite.errors import UsageError
+from mlm_suite.evaluation.plots import plot_anisotropy
+from mlm_suite.jobs.distributed import command_prog
+from mlm_suite.jobs.output_folder import claim_output_folder
+from mlm_suite.jobs.arguments import check_at_least, check_model_source
+from mlm_suite.jobs.model_loading import pretrained_config, pretrained_model, pretrained_tokenizer
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,22 +40,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--output_dir", default="outputs/anisotropy")
     return parser
-
-
-def plot(results: list[dict], path: Path, title: str) -> None:
-    layers = [row["layer"] for row in results]
-    figure, axis = plt.subplots(figsize=(6, 4))
-    axis.plot(layers, [row["raw"] for row in results], marker="o", label="raw")
-    axis.plot(layers, [row["standardized"] for row in results], marker="s", label="z-scored")
-    axis.axhline(0.0, color="grey", linewidth=0.5)
-    axis.set_xticks(layers)
-    axis.set_xlabel("layer (0 = embeddings)")
-    axis.set_ylabel("expected cosine of random word pairs")
-    axis.set_title(title)
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
 
 
 def check_flags(args: argparse.Namespace) -> None:
@@ -99,7 +80,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         {"model": model_path, "num_sentences": args.num_sentences, "n_word_instances": n_words, "layers": results},
         output_dir / "anisotropy.json",
     )
-    plot(results, output_dir / "anisotropy.png", f"Anisotropy by layer ({Path(model_path).name})")
+    plot_anisotropy(results, output_dir / "anisotropy.png", f"Anisotropy by layer ({Path(model_path).name})")
     print(f"wrote {output_dir / 'anisotropy.json'} and {output_dir / 'anisotropy.png'}")
     return results
 

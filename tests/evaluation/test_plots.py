@@ -16,6 +16,7 @@ from mlm_suite.evaluation.classification import confusion_matrix
 from mlm_suite.evaluation.entities import entity_scores, label_counts, tag_scores
 from mlm_suite.evaluation.plots import (
     figures_section,
+    plot_anisotropy,
     plot_confusion_matrix,
     plot_label_scores,
     plot_pretraining_curves,
@@ -97,6 +98,11 @@ def test_seed_scores_plot(tmp_path):
     path = plot_seed_scores(per_seed, summary, {"eval_f1": "validation", "test_f1": "test"}, tmp_path / "seeds.png",
                             "finetune-ner: f1 per seed", "f1")
     assert_valid_png(path)
+
+
+def test_anisotropy_plot(tmp_path):
+    rows = [{"layer": layer, "raw": 0.05 * layer, "standardized": -0.01} for layer in range(7)]
+    assert_valid_png(plot_anisotropy(rows, tmp_path / "anisotropy.png", "Anisotropy by layer (minilm)"))
 
 
 def test_figures_section_links_by_file_name():
