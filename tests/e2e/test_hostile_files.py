@@ -346,7 +346,7 @@ def test_damaged_converted_minilm_is_converted_again(cache, bert_as_minilm, caps
     assert resources.converted_minilm_dir() == folder
     assert (folder / "model.safetensors").read_bytes() == intact
     assert "converting it again" in capsys.readouterr().err
-    assert sorted(path.name for path in cache.iterdir()) == ["minilm-l6-mlm_suite"]
+    assert sorted(path.name for path in cache.iterdir()) == ["all-minilm-l6-v2-mlm_suite"]
 
 
 def test_finetune_with_the_default_model_rebuilds_a_damaged_cached_conversion(cache, bert_as_minilm, tmp_path,
@@ -388,7 +388,7 @@ def test_two_processes_converting_minilm_at_once_each_use_their_own_folder(cache
     for thread in threads:
         thread.join()
     assert errors == [] and len(results) == 2 and results[0] == results[1]
-    assert sorted(path.name for path in cache.iterdir()) == ["minilm-l6-mlm_suite"]  # no .partial folder left
+    assert sorted(path.name for path in cache.iterdir()) == ["all-minilm-l6-v2-mlm_suite"]  # no .partial folder left
     from mlm_suite import MlmSuiteForMaskedLM
 
     assert isinstance(MlmSuiteForMaskedLM.from_pretrained(results[0]), MlmSuiteForMaskedLM)
