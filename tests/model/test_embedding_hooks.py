@@ -11,33 +11,17 @@ import torch
 from transformers import BertForMaskedLM, BertForPreTraining, Trainer, TrainingArguments
 from transformers.integrations.neftune import neftune_post_forward_hook
 
-from tests.helpers import make_random_batch, make_tiny_bert_config, make_tiny_config
+from tests.helpers import ALL_HEADS, make_random_batch, make_tiny_bert_config, make_tiny_config
 from mlm_suite import (
     MlmSuiteForMaskedLM,
-    MlmSuiteForNextSentencePrediction,
-    MlmSuiteForPairClassification,
     MlmSuiteForPreTraining,
-    MlmSuiteForQuestionAnswering,
-    MlmSuiteForSentenceEmbedding,
     MlmSuiteForSequenceClassification,
     MlmSuiteForTokenClassification,
-    MlmSuiteModel,
     convert_bert_checkpoint,
 )
 from mlm_suite.data.flattening import flatten_batch
 
 LENGTHS = (7, 4, 9, 2)
-HEADS = [
-    MlmSuiteModel,
-    MlmSuiteForMaskedLM,
-    MlmSuiteForPreTraining,
-    MlmSuiteForNextSentencePrediction,
-    MlmSuiteForSequenceClassification,
-    MlmSuiteForPairClassification,
-    MlmSuiteForTokenClassification,
-    MlmSuiteForQuestionAnswering,
-    MlmSuiteForSentenceEmbedding,
-]
 
 
 def build(cls, seed=0, **overrides):
@@ -60,7 +44,7 @@ def add_neftune(model, alpha=5.0) -> list[torch.Tensor]:
     return record_outputs(embeddings)
 
 
-@pytest.mark.parametrize("cls", HEADS, ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize("cls", ALL_HEADS, ids=lambda cls: cls.__name__)
 def test_input_embeddings_are_an_embedding_of_batch_seq_hidden(cls):
     model = build(cls).train()
     assert type(model.get_input_embeddings()) is torch.nn.Embedding
@@ -135,7 +119,7 @@ def test_stock_trainer_trains_with_neftune(tmp_path, cls):
     assert not torch.equal(weights[None], weights[5.0])
 
 
-@pytest.mark.parametrize("cls", HEADS, ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize("cls", ALL_HEADS, ids=lambda cls: cls.__name__)
 def test_inputs_embeds_of_batch_seq_hidden(cls):
     """``inputs_embeds`` from the input embeddings gives what ``input_ids`` give, on a padded batch."""
     model = build(cls).eval()
