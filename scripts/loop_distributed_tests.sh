@@ -20,12 +20,9 @@ export OMP_NUM_THREADS=1
 # Every test that launches processes (they all go through tests.helpers.launch_two_processes).
 tests=(
     tests/e2e/test_distributed.py
-    tests/e2e/test_distributed_data.py
     tests/training/test_trainer.py
-    tests/e2e/test_finetune.py::test_distributed_evaluation_scores_each_sentence_once
     tests/test_cli.py::test_a_user_error_in_one_of_two_processes_ends_the_run_cleanly
     tests/conformance/test_training_semantics.py::test_two_processes_equal_one_process
-    tests/training/test_retrieval.py::test_distributed_evaluation_embeds_each_text_once_in_order
 )
 
 passes=0

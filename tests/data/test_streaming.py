@@ -1,6 +1,6 @@
 """Corpora larger than memory: ``mlm-suite prepare-data`` / ``pretrain --prepared_data`` and ``pretrain --streaming``.
 
-Single-process tests (the multi-process ones are in ``tests/e2e/test_distributed_data.py``): prepared rows equal the rows
+Single-process tests (the multi-process ones are in ``tests/e2e/test_distributed.py``): prepared rows equal the rows
 the job builds in memory; the readers, the split across processes and the endless per-process stream; a resumed
 run (stream or prepared rows) continues exactly where the interrupted run stopped; bad input is refused in one
 line before anything is written.

@@ -34,7 +34,6 @@ from tests.helpers import (
     SENTENCES,
     assert_linked_png,
     assert_valid_model_card,
-    launch_two_processes,
     make_tiny_config,
     polarity_rows,
     results_of,
@@ -42,8 +41,6 @@ from tests.helpers import (
     write_jsonl,
     write_pairs,
 )
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def results(folder: Path) -> dict:
@@ -240,29 +237,6 @@ def test_crf_trains_and_predicts_valid_bio(tiny_model, tmp_path):
         assert len(path) == 7
         validate_tags([model.config.id2label[i] for i in path], "BIO", sentence_index=index)
     assert any(model.config.id2label[i] != "O" for path in paths for i in path)
-
-
-@pytest.mark.multiprocess
-@pytest.mark.slow
-def test_distributed_evaluation_scores_each_sentence_once(tiny_model, tmp_path):
-    """Under ``accelerate launch`` with 2 processes, 7 eval sentences are scored once each."""
-    train = write_conll(tmp_path / "train.conll", SENTENCES * 2)
-    dev = write_conll(tmp_path / "dev.conll", SENTENCES)  # 7 sentences: odd, uneven across 2 processes
-    # learning rate 0: one real DDP step that leaves the weights as they were, so both runs
-    # evaluate the same model and must agree exactly.
-    common = ["--model_name_or_path", str(tiny_model), "--train_file", str(train), "--validation_file", str(dev),
-              "--max_steps", "1", "--learning_rate", "0", "--per_device_eval_batch_size", "2",
-              "--report_to", "none", "--disable_tqdm", "true"]
-    finetune_ner.main(common + ["--output_dir", str(tmp_path / "single")])
-    completed = launch_two_processes(REPO / "examples" / "finetune_ner.py",
-                                     [*common, "--output_dir", str(tmp_path / "ddp")], 240)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    assert "trained on 2 process(es)" in completed.stdout
-    single, ddp = results(tmp_path / "single"), results(tmp_path / "ddp")
-    assert ddp["eval_n_sentences"] == 7
-    assert ddp["eval_gold_entities"] == n_entities(SENTENCES)
-    for key in ("eval_f1", "eval_precision", "eval_recall", "eval_accuracy", "eval_n_sentences", "eval_gold_entities"):
-        assert ddp[key] == single[key], key
 
 
 # --------------------------------------------------------------------------------------------

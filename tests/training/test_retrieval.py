@@ -30,7 +30,6 @@ from mlm_suite.evaluation.retrieval import RetrievalMetrics, embed_texts, evalua
 from tests.helpers import (
     RETRIEVAL_WORDS,
     assert_valid_model_card,
-    launch_two_processes,
     make_random_batch,
     make_tiny_config,
     results_of,
@@ -420,30 +419,6 @@ def test_saved_folder_loads_without_mlm_suite_with_the_same_embeddings(retrieval
     loaded = json.loads(done.stdout.split("EMBEDDINGS ", 1)[1])
     for name in ("st", "auto"):
         torch.testing.assert_close(torch.tensor(loaded[name]), expected, rtol=0, atol=1e-5, msg=name)
-
-
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_distributed_evaluation_embeds_each_text_once_in_order(tiny_model, retrieval_files, tmp_path):
-    """2 processes, 59 texts to embed (an odd number): the same metrics as one process.
-
-    Training takes DDP's path through gradient caching (no_sync until the last mini-batch) with activation
-    checkpointing, under which DDP does not look for unused parameters (the frozen pooler); learning
-    rate 0 keeps the weights, so both runs score the same model.
-    """
-    common = ["--model_name_or_path", str(tiny_model), "--train_file", str(retrieval_files["train"]),
-              "--corpus_file", str(retrieval_files["corpus"]), "--queries_file", str(retrieval_files["queries"]),
-              "--max_eval_samples", "29", "--max_steps", "2", "--learning_rate", "0", "--per_device_train_batch_size", "6",
-              "--mini_batch_size", "5", "--activation_checkpointing", "true", *FAST]
-    finetune_retrieval.main([*common, "--output_dir", str(tmp_path / "single")])
-    completed = launch_two_processes(REPO / "examples" / "finetune_retrieval.py",
-                                     [*common, "--output_dir", str(tmp_path / "ddp")], 240)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    single = json.loads((tmp_path / "single" / "all_results.json").read_text())
-    ddp = json.loads((tmp_path / "ddp" / "all_results.json").read_text())
-    assert ddp["eval_n_queries"] == 29
-    for key in ("eval_recall@1", "eval_recall@10", "eval_mrr@10", "eval_ndcg@10"):
-        assert ddp[key] == pytest.approx(single[key], abs=1e-6), key
 
 
 @pytest.mark.parametrize(
