@@ -31,6 +31,7 @@ from tests.helpers import (
     write_jsonl,
     write_text,
 )
+from tests.warm_processes import WarmPython
 
 
 pytest_plugins = ["pytester", "tests.marks"]
@@ -82,6 +83,14 @@ def random_bert():
         return cls(make_tiny_bert_config(**overrides)).eval()
 
     return build
+
+
+@pytest.fixture(scope="session")
+def warm_python(tmp_path_factory):
+    """Starts Python processes warm (``tests/warm_processes.py``): one parent per test process, started on first use."""
+    parent = WarmPython(tmp_path_factory.mktemp("warm_python"))
+    yield parent
+    parent.close()
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,8 @@
 """The test marks, applied by rule and enforced (a pytest plugin, loaded by tests/conftest.py).
 
 * ``e2e``: every test in a folder named e2e (tests/e2e/: whole jobs run end to end), marked at collection.
-* ``multiprocess``: the test starts a process (``subprocess``, ``multiprocessing``, dataloader or ``datasets`` workers)
-  or a ``torch.distributed`` process group.
+* ``multiprocess``: the test starts a process (``subprocess``, ``multiprocessing``, dataloader or ``datasets`` workers,
+  a warm process of ``tests/warm_processes.py``) or a ``torch.distributed`` process group.
 * ``compile``: the test traces with dynamo: ``torch.compile``, ``torch._dynamo.explain``, ``torch.export.export`` or
   ``torch.onnx.export``.
 * ``slow``: the test takes over about 10 s; an unmarked one whose call phase takes longer than the
@@ -29,6 +29,8 @@ import torch.distributed
 import torch.export
 import torch.onnx
 
+from tests.warm_processes import WarmPython
+
 E2E_FOLDER = "e2e"
 WHAT_NEEDS_A_MARK = {
     "multiprocess": "starts a process or a process group",
@@ -41,6 +43,7 @@ def watched_calls() -> list[tuple[object, str, str]]:
     calls = [
         (subprocess.Popen, "_execute_child", "multiprocess"),
         (multiprocessing.process.BaseProcess, "start", "multiprocess"),
+        (WarmPython, "start", "multiprocess"),
         (torch.distributed, "init_process_group", "multiprocess"),
         (torch, "compile", "compile"),
         (torch._dynamo, "explain", "compile"),

@@ -2,8 +2,9 @@
 ``usage:`` lines naming the subcommand, ``--version``, flags checked against the model before the
 output folder exists, and what resource downloads report.
 
-In-process through ``mlm_suite.cli.main`` (what the console script calls), plus two subprocesses
-for what only a real process shows (the traceback, the exit status, ``python -m`` names).
+In-process through ``mlm_suite.cli.main`` (what the console script calls), plus processes for what only a process
+shows (the traceback, the exit status, ``python -m`` names, the libraries a command imports): started warm
+(``tests/warm_processes.py``), and one real ``python -m``.
 """
 
 from __future__ import annotations
@@ -202,18 +203,16 @@ def test_run_job_sorts_user_errors_from_bugs(capsys):
 
 
 @pytest.mark.multiprocess
-@pytest.mark.slow
-def test_a_real_process_prints_one_line_or_with_debug_the_traceback(tmp_path):
+def test_a_process_prints_one_line_or_with_debug_the_traceback(tmp_path, warm_python):
     """Exit statuses and streams as a shell sees them (``python -m mlm_suite.cli`` = the console script)."""
     argv = [sys.executable, "-m", "mlm_suite.cli", "finetune-ner", "--train_file", str(tmp_path / "missing.conll"),
             "--output_dir", str(tmp_path / "out")]
-    env_run = dict(capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    plain = subprocess.run(argv, **env_run)
+    plain = warm_python.run(argv, cwd=tmp_path)
     assert plain.returncode == 2, plain.stderr[-2000:]
     assert plain.stderr.splitlines() == [
         f"mlm-suite finetune-ner: error: --train_file {tmp_path / 'missing.conll'}: no such file"
     ]
-    debug = subprocess.run([*argv[:3], "--debug", *argv[3:]], **env_run)
+    debug = warm_python.run([*argv[:3], "--debug", *argv[3:]], cwd=tmp_path)
     assert debug.returncode == 1
     assert "Traceback (most recent call last):" in debug.stderr
     assert debug.stderr.splitlines()[-1].startswith("mlm_suite.errors.UsageError: --train_file ")
@@ -222,22 +221,28 @@ def test_a_real_process_prints_one_line_or_with_debug_the_traceback(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_python_dash_m_names_the_module(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "mlm_suite.jobs.finetune_pair", "--learning_rate", "-1"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert done.returncode == 2
-    assert done.stderr.splitlines() == [
+def test_python_dash_m_names_the_module(tmp_path, warm_python):
+    """A real ``python -m`` (start-up included), and the same command started warm (``tests/warm_processes.py``, which
+    the other process tests use) with the same streams and status."""
+    argv = [sys.executable, "-m", "mlm_suite.jobs.finetune_pair", "--learning_rate", "-1"]
+    real = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert real.returncode == 2
+    assert real.stderr.splitlines() == [
         "python -m mlm_suite.jobs.finetune_pair: error: --learning_rate must not be negative, got -1.0"
     ]
+    warm = warm_python.run(argv, cwd=tmp_path)
+    assert (warm.returncode, warm.stdout, warm.stderr) == (real.returncode, real.stdout, real.stderr)
 
 
 @pytest.mark.multiprocess
-def test_the_commands_start_without_the_libraries_only_some_steps_need():
+def test_the_commands_start_without_the_libraries_only_some_steps_need(tmp_path, warm_python):
     """A job's process imports scikit-learn, seqeval and matplotlib only when it scores or draws (~2.5 s of start-up
     together): a command that stops at a flag error, and every pretraining process, never pays for them."""
     modules = sorted({module for module, _ in SUBCOMMANDS.values()})
-    script = f"import sys; import {', '.join(['mlm_suite.cli', *modules])}; print(sorted(m for m in ('sklearn', 'seqeval', 'matplotlib') if m in sys.modules))"
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    script = tmp_path / "imports.py"
+    script.write_text(f"import sys; import {', '.join(['mlm_suite.cli', *modules])}; "
+                      "print(sorted(m for m in ('sklearn', 'seqeval', 'matplotlib') if m in sys.modules))")
+    done = warm_python.run([sys.executable, script])
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "[]"
 

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from safetensors.torch import load_file
 
 from tests.helpers import assert_refused, folder_files, run_command
+from tests.warm_processes import WarmPython
 
 TINY = (
     "num_hidden_layers=2,hidden_size=32,num_attention_heads=2,intermediate_size=48,max_position_embeddings=64,"
@@ -198,7 +198,7 @@ def test_a_non_finite_loss_stops_the_run_without_saving_its_weights(tmp_path, da
 
 
 # --------------------------------------------------------------------------------------------
-# Kill tests: SIGKILL a real mlm-suite process, then resume
+# Kill tests: SIGKILL an mlm-suite process (started warm, tests/warm_processes.py), then resume
 # --------------------------------------------------------------------------------------------
 KILL_STEPS = ["--max_steps", "120", "--save_strategy", "steps", "--save_steps", "20", "--logging_steps", "5"]
 
@@ -207,19 +207,18 @@ def mlm_suite_command(argv: list) -> list[str]:
     return [str(Path(sys.executable).with_name("mlm-suite")), *map(str, argv)]
 
 
-def run_to_the_end(argv: list) -> None:
-    result = subprocess.run(mlm_suite_command(argv), capture_output=True, text=True, env=kill_environment())
-    assert result.returncode == 0, result.stderr[-3000:]
-
-
 def kill_environment() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "MLM_SUITE_DEBUG": "0"}
 
 
-def kill_when(argv: list, ready) -> None:
+def run_to_the_end(warm_python: WarmPython, argv: list) -> None:
+    result = warm_python.run(mlm_suite_command(argv), env=kill_environment())
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def kill_when(warm_python: WarmPython, argv: list, ready) -> None:
     """Start ``mlm-suite argv`` and SIGKILL it as soon as ``ready()`` holds (asserting it had not finished)."""
-    process = subprocess.Popen(mlm_suite_command(argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               env=kill_environment())
+    process = warm_python.start(mlm_suite_command(argv), env=kill_environment())
     try:
         deadline = time.monotonic() + 300
         while not ready():
@@ -236,16 +235,16 @@ def complete_checkpoints(output_dir: Path) -> list[Path]:
     return [folder for folder in output_dir.glob("checkpoint-*") if (folder / "trainer_state.json").is_file()]
 
 
-def resume_after_kill(argv: list, output_dir: Path) -> None:
+def resume_after_kill(warm_python: WarmPython, argv: list, output_dir: Path) -> None:
     """Run the same command again; a checkpoint the kill cut short is refused in one line, deleted, and the run
     continues from the one before (as the refusal says)."""
-    result = subprocess.run(mlm_suite_command(argv), capture_output=True, text=True, env=kill_environment())
+    result = warm_python.run(mlm_suite_command(argv), env=kill_environment())
     if result.returncode == 2 and "was cut short while being saved" in result.stderr:
         assert "Traceback" not in result.stderr
         partial = [folder for folder in output_dir.glob("checkpoint-*") if folder not in complete_checkpoints(output_dir)]
         assert len(partial) == 1 and str(partial[0]) in result.stderr
         shutil.rmtree(partial[0])
-        result = subprocess.run(mlm_suite_command(argv), capture_output=True, text=True, env=kill_environment())
+        result = warm_python.run(mlm_suite_command(argv), env=kill_environment())
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resuming training from" in result.stderr
 
@@ -260,34 +259,34 @@ def assert_same_result(full: Path, resumed: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted_run(tmp_path_factory, data_files) -> Path:
+def uninterrupted_run(tmp_path_factory, data_files, warm_python) -> Path:
     output_dir = tmp_path_factory.mktemp("kill") / "uninterrupted"
-    run_to_the_end(pretrain_argv(output_dir, data_files["text"], *KILL_STEPS))
+    run_to_the_end(warm_python, pretrain_argv(output_dir, data_files["text"], *KILL_STEPS))
     return output_dir
 
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_a_run_killed_while_training_resumes_to_the_same_result(tmp_path, data_files, uninterrupted_run):
+def test_a_run_killed_while_training_resumes_to_the_same_result(tmp_path, data_files, uninterrupted_run, warm_python):
     output_dir = tmp_path / "killed"
     argv = pretrain_argv(output_dir, data_files["text"], *KILL_STEPS)
-    kill_when(argv, lambda: (output_dir / "checkpoint-20" / "trainer_state.json").is_file())
+    kill_when(warm_python, argv, lambda: (output_dir / "checkpoint-20" / "trainer_state.json").is_file())
     saved = complete_checkpoints(output_dir)
     assert saved and not (output_dir / "model.safetensors").exists()
     for checkpoint in saved:  # every checkpoint the kill left is intact: each file parses
         assert load_file(checkpoint / "model.safetensors") and load_file(checkpoint / "optimizer.safetensors")
         json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
-    resume_after_kill(argv, output_dir)
+    resume_after_kill(warm_python, argv, output_dir)
     assert_same_result(uninterrupted_run, output_dir)
 
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_a_run_killed_during_its_final_save_resumes_to_the_same_result(tmp_path, data_files, uninterrupted_run):
+def test_a_run_killed_during_its_final_save_resumes_to_the_same_result(tmp_path, data_files, uninterrupted_run, warm_python):
     output_dir = tmp_path / "killed"
     argv = pretrain_argv(output_dir, data_files["text"], *KILL_STEPS)
-    kill_when(argv, lambda: (output_dir / "model.safetensors").exists())  # the final save has begun
+    kill_when(warm_python, argv, lambda: (output_dir / "model.safetensors").exists())  # the final save has begun
     last = output_dir / "checkpoint-120"
     assert (last / "trainer_state.json").is_file() and load_file(last / "model.safetensors")
-    resume_after_kill(argv, output_dir)
+    resume_after_kill(warm_python, argv, output_dir)
     assert_same_result(uninterrupted_run, output_dir)

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -232,15 +231,15 @@ def test_a_run_inside_a_folder_another_run_writes_is_refused(tmp_path, data_file
 
 
 @pytest.mark.multiprocess
-def test_a_second_mlm_suite_process_is_refused_while_the_first_holds_the_folder(tmp_path, data_files, tiny_model):
+def test_a_second_mlm_suite_process_is_refused_while_the_first_holds_the_folder(tmp_path, data_files, tiny_model,
+                                                                                 warm_python):
     """Two real processes: this one claims the folder as a running job does, a second ``mlm-suite`` is refused."""
     output_dir = tmp_path / "out"
     claim_output_folder(output_dir)
     try:
         command = [Path(sys.executable).parent / "mlm-suite",
                    *job_argv("finetune-retrieval", tiny_model, data_files), "--output_dir", output_dir]
-        second = subprocess.run([str(arg) for arg in command], capture_output=True, text=True, timeout=300,
-                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+        second = warm_python.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"})
         assert second.returncode == 2, second.stderr[-3000:]
         assert "Traceback" not in second.stderr
         errors = [line for line in second.stderr.splitlines() if ": error: " in line]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
@@ -29,11 +28,9 @@ def test_export_onnx_command_writes_a_file_onnxruntime_runs_like_eager(tmp_path,
 
 
 @pytest.mark.multiprocess
-def test_export_onnx_user_errors_are_one_line(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "mlm_suite.cli", "export-onnx", "--model_name_or_path", str(tmp_path), "--output", "x.onnx"],
-        capture_output=True,
-        text=True,
+def test_export_onnx_user_errors_are_one_line(tmp_path, warm_python):
+    result = warm_python.run(
+        [sys.executable, "-m", "mlm_suite.cli", "export-onnx", "--model_name_or_path", str(tmp_path), "--output", "x.onnx"]
     )
     assert result.returncode == 2
     assert result.stderr.strip() == f"mlm-suite export-onnx: error: --model_name_or_path {tmp_path}: no config.json there (an mlm_suite checkpoint folder)"
