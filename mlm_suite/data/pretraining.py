@@ -15,6 +15,7 @@ from datasets import Dataset, Features, List, Value
 from transformers import PreTrainedTokenizerBase
 
 from mlm_suite.data.chunking import tokenize_for_mlm
+from mlm_suite.data.mapping import map_options
 from mlm_suite.data.masking import count_tokens
 from mlm_suite.data.nsp import build_nsp_examples, split_sentences
 from mlm_suite.data.packing import content_tokens, pack_documents, packing_map_function
@@ -99,26 +100,23 @@ def document_rows(
     Documents are tokenised on ``num_proc`` processes; packed rows are packed afterwards in this one, in batches
     of :data:`PACKING_BATCH` documents, so the rows do not depend on ``num_proc``. Stored compactly (int32/int8).
     """
-    options = {"num_proc": num_proc if num_proc and num_proc > 1 else None}
-    if overwrite_cache:
-        options["load_from_cache_file"] = False
     if packing:
         content = documents.map(
             _content_ids, batched=True, remove_columns=documents.column_names, fn_kwargs={"tokenizer": tokenizer},
-            desc=f"tokenising {split} documents", **options,
+            desc=f"tokenising {split} documents", **map_options(documents, num_proc, overwrite_cache),
         )  # fmt: skip
-        options.pop("num_proc")
         sample = _pack({"content_ids": [[tokenizer.cls_token_id]], "content_word_ids": [[0]]}, tokenizer, max_seq_length)
         rows = content.map(
             _pack, batched=True, batch_size=PACKING_BATCH, remove_columns=["content_ids", "content_word_ids"],
             fn_kwargs={"tokenizer": tokenizer, "max_length": max_seq_length}, features=_row_features(list(sample)),
-            desc=f"packing {split} documents", **options,
+            desc=f"packing {split} documents", **map_options(content, overwrite_cache=overwrite_cache),
         )  # fmt: skip
     else:
         sample = tokenize_for_mlm({"text": ["a"]}, tokenizer, max_seq_length)
         rows = documents.map(
             pretraining_rows_function(tokenizer, max_seq_length), batched=True, remove_columns=documents.column_names,
-            features=_row_features(list(sample)), desc=f"tokenising {split} documents", **options,
+            features=_row_features(list(sample)), desc=f"tokenising {split} documents",
+            **map_options(documents, num_proc, overwrite_cache),
         )  # fmt: skip
     if len(rows) == 0:
         raise ValueError(f"the {split} documents produced no rows")

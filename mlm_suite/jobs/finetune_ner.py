@@ -21,6 +21,7 @@ from mlm_suite.data import resources
 from mlm_suite.data.alignment import tokenize_and_align
 from mlm_suite.data.builtin import BUILTIN_DATASETS
 from mlm_suite.data.labels import has_placeholder_labels, hub_tag_sequences, label_maps, resolve_label_list
+from mlm_suite.data.mapping import map_options
 from mlm_suite.data.readers import (
     SPLITS,
     Sentence,
@@ -227,7 +228,7 @@ def encode(
         batched=True,
         with_indices=True,
         remove_columns=raw.column_names,
-        num_proc=num_proc if num_proc and num_proc > 1 else None,
+        **map_options(raw, num_proc),
     )
     # Bookkeeping columns the collator cannot pad (word_ids holds None).
     return encoded.remove_columns(["word_ids", "example_id", "num_words"])

@@ -28,6 +28,7 @@ from mlm_suite.data.labels import (
     resolve_label_list,
     split_is_labelled,
 )
+from mlm_suite.data.mapping import map_options
 from mlm_suite.data.readers import Example, TextSplit, first_n
 from mlm_suite.errors import UsageError
 from mlm_suite.evaluation.classification import (
@@ -215,8 +216,6 @@ def text_encoder(
 ) -> Callable[[TextSplit], Any]:
     """A function that tokenises a :class:`TextSplit` into a ``datasets.Dataset`` with its ``labels`` (class ids,
     or scores for a regression; no ``labels`` column for a split without labels)."""
-    workers = data_args.preprocessing_num_workers
-
     def encode(split: TextSplit) -> Any:
         # Each row is tokenised alone: the same rows whatever the number of processes.
         encoded = split.texts.map(
@@ -224,8 +223,7 @@ def text_encoder(
                                     max_length=data_args.max_seq_length),
             batched=True,
             remove_columns=list(text_columns),
-            num_proc=workers if workers and workers > 1 else None,
-            load_from_cache_file=False if data_args.overwrite_cache else None,
+            **map_options(split.texts, data_args.preprocessing_num_workers, data_args.overwrite_cache),
         )
         if split.labels and split.labels[0] is None:  # a split without labels: predicted only
             return encoded
