@@ -17,7 +17,7 @@ log_dir=${LOG_DIR:-$(mktemp -d -t distributed-tests.XXXXXX)}
 mkdir -p "$log_dir"
 # One thread per process, as the tests' subprocesses use: the machines running this have few cores.
 export OMP_NUM_THREADS=1
-# Every test that launches processes (they all go through tests.helpers.launch_two_processes).
+# Every test that starts a process group (tests.helpers.launch_two_processes, or warm_python.launch).
 tests=(
     tests/e2e/test_distributed.py
     tests/training/test_trainer.py

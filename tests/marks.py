@@ -43,7 +43,7 @@ def watched_calls() -> list[tuple[object, str, str]]:
     calls = [
         (subprocess.Popen, "_execute_child", "multiprocess"),
         (multiprocessing.process.BaseProcess, "start", "multiprocess"),
-        (WarmPython, "start", "multiprocess"),
+        (WarmPython, "_request", "multiprocess"),
         (torch.distributed, "init_process_group", "multiprocess"),
         (torch, "compile", "compile"),
         (torch._dynamo, "explain", "compile"),

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import Trainer
 
-from tests.helpers import launch_two_processes, make_tiny_config
+from tests.helpers import make_tiny_config
 from tests.conformance.semantics_cases import CASES
 from tests.conformance.semantics_cases import IN_BATCH_NEGATIVES
 from tests.conformance.semantics_cases import ROWS
@@ -82,10 +82,10 @@ def two_halves(tmp_path_factory):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_two_processes_equal_one_process(one_batch, two_halves, tmp_path):
+def test_two_processes_equal_one_process(one_batch, two_halves, tmp_path, warm_python):
     """2 processes × 4 rows (gloo): the Trainer sums the labelled items of both processes and multiplies each
     process's loss by 2, which DDP's averaging of the gradients undoes (the gradient cache does the same)."""
-    result = launch_two_processes(Path(__file__).with_name("semantics_cases.py"), [str(tmp_path)], timeout=600)
+    result = warm_python.launch(Path(__file__).with_name("semantics_cases.py"), [str(tmp_path)], timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     for name in CASES:
         expected = two_halves[name] if name in IN_BATCH_NEGATIVES else one_batch[name]

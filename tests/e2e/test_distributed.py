@@ -266,14 +266,14 @@ def test_jobs_on_two_processes(tmp_path, tokenizer, tiny_model, retrieval_files,
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_a_shard_count_that_does_not_divide_is_refused_before_anything_is_written(tmp_path):
+def test_a_shard_count_that_does_not_divide_is_refused_before_anything_is_written(tmp_path, warm_python):
     folder = tmp_path / "dataset"
     folder.mkdir()
     for index in range(3):
         (folder / f"train-{index}.jsonl").write_text(json.dumps({"text": make_documents(1, seed=index)[0]}) + "\n")
     output_dir = tmp_path / "out"
     argv = job_args(output_dir, "--streaming", "--dataset_name", str(folder), "--train_tokenizer", "false", "--max_steps", "2")
-    result = launch_two_processes(PRETRAIN_SCRIPT, argv, 300)
+    result = warm_python.launch(PRETRAIN_SCRIPT, argv, 300)
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
     assert errors and all(

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import BERT_ARCHITECTURE, free_port, job_args, launch_two_processes, make_documents, max_difference, read_json, weights, write_text
+from tests.helpers import BERT_ARCHITECTURE, free_port, job_args, make_documents, max_difference, read_json, weights, write_text
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -162,7 +162,7 @@ end_process_group()
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_fsdp2_on_two_cpu_processes_matches_one_process_and_reloads(tmp_path):
+def test_fsdp2_on_two_cpu_processes_matches_one_process_and_reloads(tmp_path, warm_python):
     """accelerate's FSDP2 preparation on 2 gloo processes: one group per ``MlmSuiteLayer`` (``_no_split_modules``)
     and the tied embedding/decoder in one group, still one parameter; two AdamW steps on 2 × 2 rows equal one
     process on the 4 rows (losses and weights to 1e-5); a checkpoint after step 1 (weights by ``save_pretrained``,
@@ -170,7 +170,7 @@ def test_fsdp2_on_two_cpu_processes_matches_one_process_and_reloads(tmp_path):
     and through ``AutoModelForMaskedLM`` into a plain model with the same logits."""
     script = tmp_path / "fsdp2_on_cpu.py"
     script.write_text(FSDP2_ON_CPU)
-    result = launch_two_processes(script, [str(tmp_path)], 300)
+    result = warm_python.launch(script, [str(tmp_path)], 300)
     assert result.returncode == 0, result.stderr[-4000:]
     outcome = json.loads((tmp_path / "result.json").read_text())
     assert outcome["units"].count("FSDPMlmSuiteLayer") == 2 and "FSDPMlmSuiteForMaskedLM" in outcome["units"]
@@ -185,12 +185,12 @@ def test_fsdp2_on_two_cpu_processes_matches_one_process_and_reloads(tmp_path):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_fsdp_on_cpu_processes_is_an_error_not_silent_ddp(tmp_path):
+def test_fsdp_on_cpu_processes_is_an_error_not_silent_ddp(tmp_path, warm_python):
     """With an FSDP config, 2 CPU processes would train plain DDP (accelerate keeps MULTI_CPU): refused in one line."""
     train = write_text(tmp_path / "train.txt", make_documents(8, seed=1))
     argv = job_args(tmp_path / "out", "--train_file", str(train), "--train_tokenizer", "false", "--max_steps", "1")
     argv += ["--fsdp", "full_shard auto_wrap", "--fsdp_config", json.dumps({"fsdp_version": 2})]
-    result = launch_two_processes(ROOT / "examples" / "pretrain_mlm.py", argv, 300)
+    result = warm_python.launch(ROOT / "examples" / "pretrain_mlm.py", argv, 300)
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
     assert errors and all("FSDP was asked for, but accelerate runs MULTI_CPU here" in line for line in errors), result.stderr[-3000:]
