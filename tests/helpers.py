@@ -328,6 +328,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def launch_environment() -> dict[str, str]:
+    """The environment of a launched process: offline, one thread, and the repository root on the path (a launched
+    test script imports ``tests.helpers`` as the test modules do)."""
+    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": python_path}
+
+
 def launch_two_processes(
     script: Path, argv: Sequence[str], timeout: float, config_file: Path | None = None
 ) -> subprocess.CompletedProcess:
@@ -348,10 +355,8 @@ def launch_two_processes(
         launch += ["--dynamo_backend", "no"]
     launch += ["--main_process_port", str(free_port())]
     command = [*launch, str(script), *argv, "--use_cpu", "true"]
-    # The repository root on the path: a launched test script imports ``tests.helpers`` as the test modules do.
-    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": python_path}
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as process:
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=launch_environment()) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

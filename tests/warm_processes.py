@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tests.helpers import REPO, free_port
+from tests.helpers import free_port, launch_environment
 
 # What the parent imports before it forks: what every job process imports, but not the modules a process
 # runs as ``__main__`` (runpy would warn about a module run twice).
@@ -121,11 +122,11 @@ class WarmProcess:
             select.select([self.parent.replies], [], [], left)
         return self.returncode
 
-    def send_signal(self, signal: int) -> None:
+    def send_signal(self, sig: int) -> None:
         if self.returncode is None:
             for pid in self.pids:
                 try:
-                    os.kill(pid, signal)
+                    os.kill(pid, sig)
                 except ProcessLookupError:  # that one ended already
                     pass
 
@@ -194,10 +195,8 @@ class WarmPython:
         fails) launches for real.
         """
         port = str(free_port())
-        python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-        common = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": python_path,
-                  "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": str(processes),
-                  "LOCAL_WORLD_SIZE": str(processes)}
+        common = {**launch_environment(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+                  "WORLD_SIZE": str(processes), "LOCAL_WORLD_SIZE": str(processes)}
         envs = [{**common, "RANK": str(rank), "LOCAL_RANK": str(rank)} for rank in range(processes)]
         return self._finish(self._request([sys.executable, script, *argv, "--use_cpu", "true"], envs, None), timeout)
 
@@ -206,7 +205,7 @@ class WarmPython:
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
-            process.send_signal(9)
+            process.send_signal(signal.SIGKILL)
             process.wait()
             raise
         return process.completed()

@@ -178,6 +178,17 @@ def check_split_by_file(folder: Path, per_file: list[set]) -> None:
 
 
 # --- distributed evaluation: each evaluated item once, the metrics of one process ---
+def one_and_two_process_runs(folder: Path, job, common: list[str]) -> dict:
+    """``job`` on one process now (``folder/single``); returns its plan entry on 2 processes (``folder/ddp``)."""
+    job.main([*common, "--output_dir", str(folder / "single")])
+    return {"job": job.__name__.rsplit(".", 1)[-1], "argv": [*common, "--output_dir", str(folder / "ddp"),
+                                                            *ON_TWO_PROCESSES], "record": None}
+
+
+def one_and_two_process_results(folder: Path) -> tuple[dict, dict]:
+    return read_json(folder / "single" / "all_results.json"), read_json(folder / "ddp" / "all_results.json")
+
+
 def ner_evaluation_run(tmp_path: Path, tiny_model: Path) -> dict:
     """7 eval sentences (odd, uneven across 2 processes). Learning rate 0: one real DDP step that leaves the
     weights as they were, so both runs evaluate the same model and must agree exactly."""
@@ -187,13 +198,11 @@ def ner_evaluation_run(tmp_path: Path, tiny_model: Path) -> dict:
     common = ["--model_name_or_path", str(tiny_model), "--train_file", str(train), "--validation_file", str(dev),
               "--max_steps", "1", "--learning_rate", "0", "--per_device_eval_batch_size", "2",
               "--report_to", "none", "--disable_tqdm", "true"]
-    finetune_ner.main([*common, "--output_dir", str(tmp_path / "single")])
-    return {"job": "finetune_ner", "argv": [*common, "--output_dir", str(tmp_path / "ddp"), *ON_TWO_PROCESSES],
-            "record": None}
+    return one_and_two_process_runs(tmp_path, finetune_ner, common)
 
 
 def check_ner_evaluation(tmp_path: Path) -> None:
-    single, ddp = read_json(tmp_path / "single" / "all_results.json"), read_json(tmp_path / "ddp" / "all_results.json")
+    single, ddp = one_and_two_process_results(tmp_path)
     assert ddp["eval_n_sentences"] == 7
     assert ddp["eval_gold_entities"] == sum(tag.startswith("B-") for _, tags in SENTENCES for tag in tags)
     for key in ("eval_f1", "eval_precision", "eval_recall", "eval_accuracy", "eval_n_sentences", "eval_gold_entities"):
@@ -210,13 +219,11 @@ def retrieval_evaluation_run(tmp_path: Path, tiny_model: Path, retrieval_files: 
               "--max_eval_samples", "29", "--max_steps", "2", "--learning_rate", "0", "--per_device_train_batch_size", "6",
               "--mini_batch_size", "5", "--activation_checkpointing", "true", "--report_to", "none",
               "--disable_tqdm", "true", "--per_device_eval_batch_size", "8"]
-    finetune_retrieval.main([*common, "--output_dir", str(tmp_path / "single")])
-    return {"job": "finetune_retrieval", "argv": [*common, "--output_dir", str(tmp_path / "ddp"), *ON_TWO_PROCESSES],
-            "record": None}
+    return one_and_two_process_runs(tmp_path, finetune_retrieval, common)
 
 
 def check_retrieval_evaluation(tmp_path: Path) -> None:
-    single, ddp = read_json(tmp_path / "single" / "all_results.json"), read_json(tmp_path / "ddp" / "all_results.json")
+    single, ddp = one_and_two_process_results(tmp_path)
     assert ddp["eval_n_queries"] == 29
     for key in ("eval_recall@1", "eval_recall@10", "eval_mrr@10", "eval_ndcg@10"):
         assert ddp[key] == pytest.approx(single[key], abs=1e-6), key
