@@ -42,6 +42,7 @@ from transformers.utils import (
 )
 
 from mlm_suite.data.streaming import ProcessStream
+from mlm_suite.data.worker_batches import OneBufferCollator
 from mlm_suite.cards import JobCard, TrainedModelCard, markdown_table, render_card
 from mlm_suite.errors import UsageError
 from mlm_suite.training.controls import StepRateCallback, rows_per_step
@@ -691,7 +692,9 @@ class JobTrainer(PickleFreeTrainer):
     ``--hub_model_id``, else the output folder); ``push_to_hub(license=..., tags=..., ...)`` updates its front
     matter. With ``keep_predictions=True`` it keeps what each evaluation scored (:attr:`kept_predictions`), for
     the job's plots. An ``eval_data_collator`` collates evaluation and prediction batches instead of
-    ``data_collator`` (which then collates training batches only).
+    ``data_collator`` (which then collates training batches only). With loader workers, both are wrapped in
+    :class:`~mlm_suite.data.worker_batches.OneBufferCollator`, so that a worker's batch reaches this process in one
+    transfer.
 
     What the run delivers goes into its end-of-training metrics and its card (:mod:`mlm_suite.training.throughput`):
     ``train_tokens_per_second``, the real (non-pad) tokens of the steady steps, and, for a Trainer whose
@@ -710,6 +713,10 @@ class JobTrainer(PickleFreeTrainer):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        if self.args.dataloader_num_workers > 0:  # the workers' batches reach this process as one buffer each
+            self.data_collator = OneBufferCollator(self.data_collator)
+            if eval_data_collator is not None:
+                eval_data_collator = OneBufferCollator(eval_data_collator)
         self.eval_data_collator = eval_data_collator
         self.step_rate = StepRateCallback()
         self.add_callback(self.step_rate)

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import BERT_ARCHITECTURE, free_port, job_args, make_documents, max_difference, read_json, weights, write_text
+from tests.helpers import (BERT_ARCHITECTURE, free_port, job_args, make_documents, make_tiny_config, max_difference,
+                           read_json, weights, write_text)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -238,3 +239,34 @@ def test_trainer_fsdp2_on_two_gpus_matches_one_gpu_and_resumes(tmp_path):
     assert not [path.name for path in checkpoint.iterdir() if path.suffix in (".bin", ".pt", ".pth", ".pkl")]
     launch(resumed, "--resume_from_checkpoint", str(checkpoint))
     assert max_difference(weights(sharded), weights(resumed)) < 1e-5
+
+
+# ------------------------------------------------------------------------------------------------
+# Batches from loader workers
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("workers", [0, 1])
+def test_batches_from_loader_workers_reach_the_training_process_as_one_buffer(tmp_path, tokenizer, workers):
+    """Training and evaluation batches alike; without workers the job's collators are used as they are."""
+    from transformers import TrainingArguments
+
+    from mlm_suite import MlmSuiteForSequenceClassification
+    from mlm_suite.data.padding import DataCollatorForPadding
+    from mlm_suite.training.trainer import JobTrainer
+
+    rows = [{"input_ids": tokenizer(text)["input_ids"], "labels": index % 2}
+            for index, text in enumerate(["a short one", "a somewhat longer text here", "three", "and four words"])]  # fmt: skip
+    training, evaluation = DataCollatorForPadding(tokenizer), DataCollatorForPadding(tokenizer)
+    args = TrainingArguments(tmp_path, use_cpu=True, report_to="none", dataloader_num_workers=workers,
+                             per_device_train_batch_size=2, per_device_eval_batch_size=2)  # fmt: skip
+    trainer = JobTrainer(model=MlmSuiteForSequenceClassification(make_tiny_config(vocab_size=tokenizer.vocab_size)),
+                         args=args, train_dataset=rows, eval_dataset=rows, data_collator=training,
+                         eval_data_collator=evaluation)  # fmt: skip
+    if not workers:
+        assert trainer.data_collator is training and trainer.eval_data_collator is evaluation
+    for loader in (trainer.get_train_dataloader(), trainer.get_eval_dataloader()):
+        batch = next(iter(loader))
+        storages = {value.untyped_storage().data_ptr() for value in batch.values()}
+        assert len(storages) == (1 if workers else len(batch))
+    expected = evaluation(rows[:2])  # the evaluation loader keeps the rows' order
+    assert all(torch.equal(batch[key], expected[key]) for key in expected) and batch.keys() == expected.keys()
