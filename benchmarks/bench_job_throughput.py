@@ -26,7 +26,9 @@ job's host code costs per step: the Trainer's loop, the data loader and collator
 the process's CPU clock (``time.process_time``, one torch thread), so that other processes on shared cores do not
 count; each job and its bare loop run in pairs, interleaved, ``--repeats`` times, and the median difference is
 reported. Each job runs with its batches collated in the training process (the CPU default) and in one loader
-worker (as on a GPU, where the training process only receives them). The target is at most 1 ms per step.
+worker (as on a GPU, where the training process only receives them). A last row measures the stock
+``transformers.Trainer`` alike, on one batch made beforehand: its own loop's host work, which no job can go below.
+The target is at most 1 ms per step.
 """
 
 from __future__ import annotations
@@ -39,10 +41,12 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import torch
-from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer
+from torch.utils.data import DataLoader
+from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer, TrainingArguments
 
 from mlm_suite.data import resources
 from mlm_suite.data.chunking import tokenize_for_mlm
@@ -50,6 +54,7 @@ from mlm_suite.data.masking import DataCollatorForMaskedLM
 from mlm_suite.data.padding import DataCollatorForPadding, DataCollatorForTokenLabels
 from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, finetune_retrieval, pretrain
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
+from mlm_suite.data.worker_batches import OneBufferCollator
 from mlm_suite.training.trainer import JobTrainer
 from mlm_suite.training.controls import rows_per_step
 
@@ -91,6 +96,7 @@ OVERHEAD_JOBS = [
 # workers, whose batches the training process then receives (the host work that GPU steps wait behind).
 LOADERS = {"in the process (CPU default)": ["--dataloader_num_workers", "0"],
            "in a loader worker (as on a GPU)": ["--dataloader_num_workers", "1"]}  # fmt: skip
+TRAINER_FLOOR_LOADER = "none: one batch made before"
 QUIET = ["--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true",
          "--logging_steps", "50", "--max_eval_samples", "64"]  # the final evaluation is not timed: keep it short
 
@@ -259,6 +265,75 @@ def job_overhead(name: str, module, flags: list[str], steps: int, warmup: int, r
     return result
 
 
+class ZerosBatch:
+    """A collator of ``tensors`` zero ``(rows, length)`` int64 tensors, whatever the features."""
+
+    def __init__(self, rows: int, length: int, tensors: int) -> None:
+        self.rows, self.length, self.tensors = rows, length, tensors
+
+    def __call__(self, features: list) -> dict[str, torch.Tensor]:
+        return {f"tensor_{index}": torch.zeros(self.rows, self.length, dtype=torch.long) for index in range(self.tensors)}
+
+
+# (rows, length, tensors): the near-zero-compute jobs' batches, fine-tuning and pretraining batches on a GPU
+TRANSFER_SHAPES = [(4, 32, 3), (32, 128, 4), (128, 128, 4), (256, 128, 4), (256, 512, 4)]
+
+
+def worker_transfer_ms(collate: Callable[[list], Any], batches: int) -> float:
+    """The training process's CPU ms to receive one batch from a loader worker (median of 5 runs of ``batches``)."""
+    loader = DataLoader(range(10**7), batch_size=1, num_workers=1, collate_fn=collate, prefetch_factor=4,
+                        persistent_workers=True)  # fmt: skip
+    received = iter(loader)
+    for _ in range(30):  # the worker started and its queue filled
+        next(received)
+    runs = []
+    for _ in range(5):
+        started = time.process_time()
+        for _ in range(batches):
+            next(received)
+        runs.append((time.process_time() - started) / batches * 1000)
+    return statistics.median(runs)
+
+
+def worker_transfers(batches: int) -> list[dict]:
+    """Per batch shape: what receiving a worker's batch costs the training process, tensor by tensor (torch's
+    default) and in one transfer (:class:`~mlm_suite.data.worker_batches.OneBufferCollator`)."""
+    results = []
+    for rows, length, tensors in TRANSFER_SHAPES:
+        collate = ZerosBatch(rows, length, tensors)
+        results.append(dict(shape=f"{tensors} x ({rows}, {length}) int64", kib=rows * length * tensors * 8 / 1024,
+                            tensor_by_tensor=worker_transfer_ms(collate, batches),
+                            one_transfer=worker_transfer_ms(OneBufferCollator(collate), batches)))  # fmt: skip
+    return results
+
+
+def trainer_floor(model_folder: Path, steps: int, warmup: int, repeats: int) -> dict:
+    """The same measure for the stock ``transformers.Trainer`` training the fine-tuning jobs' model (a sequence
+    classifier) on one batch collated beforehand and handed over as it is: the host work of its loop alone, which
+    the jobs' overhead cannot go below."""
+    from mlm_suite import MlmSuiteForSequenceClassification
+    from mlm_suite.training.controls import StepRateCallback
+
+    torch.manual_seed(0)
+    batch = {"input_ids": torch.randint(1000, 30000, (4, 32)), "attention_mask": torch.ones(4, 32, dtype=torch.long),
+             "labels": torch.randint(0, 2, (4,))}  # fmt: skip
+    pairs = []
+    for _ in range(repeats):
+        step_rate = StepRateCallback(clock=time.process_time)
+        with tempfile.TemporaryDirectory() as output:
+            args = TrainingArguments(output, use_cpu=True, max_steps=steps + warmup, per_device_train_batch_size=1,
+                                     report_to="none", save_strategy="no", logging_steps=50, disable_tqdm=True,
+                                     dataloader_pin_memory=False, logging_nan_inf_filter=False)  # fmt: skip
+            trainer = Trainer(model=MlmSuiteForSequenceClassification.from_pretrained(model_folder), args=args,
+                              train_dataset=[batch] * (steps + warmup), data_collator=lambda rows: rows[0],
+                              callbacks=[step_rate])  # fmt: skip
+            trainer.train()
+            pairs.append((1000 / step_rate.steps_per_second(), 1000 / bare_loop_steps_per_second(trainer, steps, warmup, time.process_time)))
+    return {"job": "transformers.Trainer (its own loop: the floor)", "repeats": repeats, TRAINER_FLOOR_LOADER: dict(
+        job_ms=statistics.median(job for job, _ in pairs), bare_ms=statistics.median(bare for _, bare in pairs),
+        overhead_ms=statistics.median(job - bare for job, bare in pairs))}  # fmt: skip
+
+
 def overheads(jobs: list[str] | None, steps: int, warmup: int, repeats: int) -> list[dict]:
     """Each job's host overhead per step on CPU with the near-zero-compute model."""
     threads = torch.get_num_threads()
@@ -273,6 +348,7 @@ def overheads(jobs: list[str] | None, steps: int, warmup: int, repeats: int) -> 
             data_flags = corpus if module is pretrain else ["--model_name_or_path", model]
             flags = ["--use_cpu", "true", *TINY_ROWS, *data_flags, *flags, "--max_eval_samples", "16"]
             results.append(job_overhead(name, module, flags, steps, warmup, repeats))
+        results.append(trainer_floor(Path(model), steps, warmup, repeats))
     torch.set_num_threads(threads)
     return results
 
@@ -293,6 +369,13 @@ def markdown(collators: list[tuple[str, str, float]], jobs: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def transfer_markdown(results: list[dict]) -> str:
+    lines = ["| worker batch | KiB | training process ms/batch, tensor by tensor | in one transfer | ratio |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['shape']} | {r['kib']:,.0f} | {r['tensor_by_tensor']:.2f} | {r['one_transfer']:.2f} | "
+              f"{r['tensor_by_tensor'] / r['one_transfer']:.1f}x |" for r in results]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def overhead_markdown(results: list[dict]) -> str:
     lines = ["| job (1 layer, hidden 32, 4 rows) | batches collated | job ms/step | bare loop ms/step | overhead ms/step (median of pairs) | ≤ 1 ms |",
              "|---|---|---:|---:|---:|---|"]  # fmt: skip
@@ -300,7 +383,8 @@ def overhead_markdown(results: list[dict]) -> str:
         f"| {r['job']} | {loader} | {r[loader]['job_ms']:.2f} | {r[loader]['bare_ms']:.2f} | {r[loader]['overhead_ms']:.2f} | "
         f"{'yes' if r[loader]['overhead_ms'] <= TARGET_OVERHEAD_MS else 'no'} |"
         for r in results
-        for loader in LOADERS
+        for loader in [*LOADERS, TRAINER_FLOOR_LOADER]
+        if loader in r
     ]
     return "\n".join(lines) + "\n"
 
@@ -325,7 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     steps = args.steps or (8 if args.quick else 300 if args.device == "cuda" else 200)
     warmup = 2 if args.quick else args.warmup
     if args.overhead:
-        return report(overhead_markdown(overheads(args.jobs, steps, warmup, 1 if args.quick else args.repeats)), args.markdown)
+        transfers = transfer_markdown(worker_transfers(20 if args.quick else 200))
+        jobs = overhead_markdown(overheads(args.jobs, steps, warmup, 1 if args.quick else args.repeats))
+        return report(transfers + "\n" + jobs, args.markdown)
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the collators: one loader process's worth of CPU

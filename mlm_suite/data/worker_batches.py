@@ -4,8 +4,9 @@ A ``DataLoader`` worker hands each tensor of a batch to the main process through
 the main process fetches every file with a new authenticated connection to the worker: ~0.5 ms of the training
 process's time per tensor, on the host thread that feeds the GPU. A batch of four tensors then costs the training
 loop ~2 ms per step before the step even starts. Copied into one buffer in the worker, the same batch arrives in
-one transfer, as views of that buffer: through the worker's pipe when it is small (a few hundred microseconds for
-up to :data:`PIPE_BYTES`), else as one shared-memory file (~0.6 ms, whatever its size).
+one transfer, as views of that buffer: through the worker's pipe when it is small (0.2–0.4 ms for up to
+:data:`PIPE_BYTES`), else as one shared-memory file (0.8–1.8 ms up to 4 MiB; the pipe's copies would cost more).
+``python benchmarks/bench_job_throughput.py --overhead`` measures both against torch's transfer.
 """
 
 from __future__ import annotations

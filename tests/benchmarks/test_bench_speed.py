@@ -136,11 +136,19 @@ def test_job_throughput_compares_a_job_with_a_bare_loop_over_its_own_batches(tmp
 @pytest.mark.slow  # over 10 s on 2 cores
 @pytest.mark.multiprocess  # the loader worker
 def test_job_overhead_is_the_job_ms_per_step_minus_the_bare_loops(tmp_path):
-    """bench_job_throughput.py --overhead: a job with the near-zero-compute model against its bare loop."""
+    """bench_job_throughput.py --overhead: what receiving a worker's batch costs, a job with the near-zero-compute
+    model against its bare loop, and the stock Trainer's floor."""
     throughput = load_benchmark("bench_job_throughput")
-    [result] = throughput.overheads(["finetune-cls"], steps=8, warmup=1, repeats=1)
-    assert result["job"] == "finetune-cls"
-    table = throughput.overhead_markdown([result])
+    transfers = throughput.worker_transfers(batches=4)
+    assert len(transfers) == len(throughput.TRANSFER_SHAPES)
+    assert all(row["tensor_by_tensor"] > 0 and row["one_transfer"] > 0 for row in transfers)
+    assert "| 3 x (4, 32) int64 | 3 |" in throughput.transfer_markdown(transfers)
+    result, floor = throughput.overheads(["finetune-cls"], steps=8, warmup=1, repeats=1)
+    assert result["job"] == "finetune-cls" and floor["job"].startswith("transformers.Trainer")
+    table = throughput.overhead_markdown([result, floor])
+    floor_timing = floor[throughput.TRAINER_FLOOR_LOADER]
+    assert floor_timing["overhead_ms"] == pytest.approx(floor_timing["job_ms"] - floor_timing["bare_ms"])
+    assert f"| {floor['job']} | {throughput.TRAINER_FLOOR_LOADER} | {floor_timing['job_ms']:.2f} |" in table
     for loader in ("in the process (CPU default)", "in a loader worker (as on a GPU)"):
         timing = result[loader]
         assert timing["job_ms"] > 0 and timing["bare_ms"] > 0

@@ -311,3 +311,25 @@ def test_bad_variant_names_are_rejected():
         MlmSuiteConfig(norm_position="middle")
     with pytest.raises(ValueError, match="ids"):
         build_model()(input_ids=None)
+
+
+def test_train_and_eval_set_every_module_and_skip_the_walk_when_nothing_changes(monkeypatch):
+    """``model.train()``, which the Trainer calls before every step, sets no flag when every module already trains."""
+    from mlm_suite import MlmSuiteForMaskedLM
+
+    model = MlmSuiteForMaskedLM(make_tiny_config())
+    modes = lambda: {module.training for module in model.modules()}  # noqa: E731
+    assert model.eval() is model and modes() == {False}
+    model.encoder.layers[1].attention.train()  # one submodule out of step: the next call walks again
+    assert model.eval() is model and modes() == {False}
+    assert model.train() is model and modes() == {True}
+
+    walks = []
+    module_train = torch.nn.Module.train
+    monkeypatch.setattr(torch.nn.Module, "train", lambda module, mode=True: walks.append(module) or module_train(module, mode))
+    assert model.train() is model and walks == [] and modes() == {True}
+    model.lm_head.eval()
+    model.train()
+    assert modes() == {True} and model in walks
+    with pytest.raises(ValueError, match="boolean"):
+        model.train("yes")
