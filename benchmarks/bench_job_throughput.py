@@ -295,11 +295,11 @@ def worker_transfer_ms(collate: Callable[[list], Any], batches: int) -> float:
     return statistics.median(runs)
 
 
-def worker_transfers(batches: int) -> list[dict]:
+def worker_transfers(batches: int, shapes: list[tuple[int, int, int]] = TRANSFER_SHAPES) -> list[dict]:
     """Per batch shape: what receiving a worker's batch costs the training process, tensor by tensor (torch's
     default) and in one transfer (:class:`~mlm_suite.data.worker_batches.OneBufferCollator`)."""
     results = []
-    for rows, length, tensors in TRANSFER_SHAPES:
+    for rows, length, tensors in shapes:
         collate = ZerosBatch(rows, length, tensors)
         results.append(dict(shape=f"{tensors} x ({rows}, {length}) int64", kib=rows * length * tensors * 8 / 1024,
                             tensor_by_tensor=worker_transfer_ms(collate, batches),

@@ -25,11 +25,15 @@ PIPE_BYTES = 256 * 1024
 Layout = list[tuple[str, torch.dtype, tuple[int, ...], int]]
 
 
+def _packable(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.layout == torch.strided and value.device.type == "cpu"
+
+
 def buffer_layout(batch: Mapping[str, Any]) -> tuple[Layout, int]:
-    """Where each tensor of ``batch`` lies in one buffer, and the buffer's size in bytes."""
+    """Where each dense CPU tensor of ``batch`` lies in one buffer, and the buffer's size in bytes."""
     layout, size = [], 0
     for key, value in batch.items():
-        if isinstance(value, torch.Tensor):
+        if _packable(value):
             layout.append((key, value.dtype, tuple(value.shape), size))
             size += -(-value.numel() * value.element_size() // _ALIGNMENT) * _ALIGNMENT
     return layout, size
@@ -52,7 +56,7 @@ def in_one_buffer(batch: Mapping[str, Any]) -> tuple[torch.Tensor, Layout, dict[
     buffer = torch.empty(size, dtype=torch.uint8)
     for key, view in views_of(buffer, layout, {}).items():
         view.copy_(batch[key])
-    return buffer, layout, {key: value for key, value in batch.items() if not isinstance(value, torch.Tensor)}
+    return buffer, layout, {key: value for key, value in batch.items() if not _packable(value)}
 
 
 class PipedBatch:

@@ -44,6 +44,8 @@ def test_in_one_buffer_keeps_every_value_and_shares_one_buffer():
     assert len({tensor.untyped_storage().data_ptr() for tensor in tensors}) == 1
     packed["input_ids"][0, 0] = -1  # views of their own buffer, not of the collator's tensors
     assert batch["input_ids"][0, 0] == 300
+    sparse = torch.eye(2).to_sparse()  # not a dense tensor: passed as it is
+    assert views_of(*in_one_buffer({"sparse": sparse, "ids": torch.ones(2)}))["sparse"] is sparse
 
 
 def test_in_the_training_process_the_collators_batch_is_returned_untouched():
