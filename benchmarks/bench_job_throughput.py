@@ -258,11 +258,14 @@ def job_overhead(name: str, module, flags: list[str], steps: int, warmup: int, r
     for loader, loader_flags in LOADERS.items():
         pairs = [job_against_bare_loop(name, module, [*flags, *loader_flags], steps, warmup, time.process_time)
                  for _ in range(repeats)]  # fmt: skip
-        job_ms = [1000 / pair["job_steps"] for pair in pairs]
-        bare_ms = [1000 / pair["bare_steps"] for pair in pairs]
-        result[loader] = dict(job_ms=statistics.median(job_ms), bare_ms=statistics.median(bare_ms),
-                              overhead_ms=statistics.median(job - bare for job, bare in zip(job_ms, bare_ms)))  # fmt: skip
+        result[loader] = median_overhead([(1000 / pair["job_steps"], 1000 / pair["bare_steps"]) for pair in pairs])
     return result
+
+
+def median_overhead(pairs: list[tuple[float, float]]) -> dict[str, float]:
+    """(job ms/step, bare loop ms/step) pairs → their medians and the median of their differences."""
+    return dict(job_ms=statistics.median(job for job, _ in pairs), bare_ms=statistics.median(bare for _, bare in pairs),
+                overhead_ms=statistics.median(job - bare for job, bare in pairs))  # fmt: skip
 
 
 class ZerosBatch:
@@ -329,9 +332,8 @@ def trainer_floor(model_folder: Path, steps: int, warmup: int, repeats: int) -> 
                               callbacks=[step_rate])  # fmt: skip
             trainer.train()
             pairs.append((1000 / step_rate.steps_per_second(), 1000 / bare_loop_steps_per_second(trainer, steps, warmup, time.process_time)))
-    return {"job": "transformers.Trainer (its own loop: the floor)", "repeats": repeats, TRAINER_FLOOR_LOADER: dict(
-        job_ms=statistics.median(job for job, _ in pairs), bare_ms=statistics.median(bare for _, bare in pairs),
-        overhead_ms=statistics.median(job - bare for job, bare in pairs))}  # fmt: skip
+    return {"job": "transformers.Trainer (its own loop: the floor)", "repeats": repeats,
+            TRAINER_FLOOR_LOADER: median_overhead(pairs)}  # fmt: skip
 
 
 def overheads(jobs: list[str] | None, steps: int, warmup: int, repeats: int) -> list[dict]:

@@ -35,6 +35,11 @@ MAX_LENGTH = 32  # the jobs' rows in the streaming runs
 ON_TWO_PROCESSES = ["--use_cpu", "true"]
 
 
+def plan_entry(job: str, argv: list[str], record: Path | None = None) -> dict:
+    """A run of ``two_process_jobs.py``'s plan: ``job`` (a module of mlm_suite.jobs) on 2 processes with ``argv``."""
+    return {"job": job, "argv": [*argv, *ON_TWO_PROCESSES], "record": None if record is None else str(record)}
+
+
 def run_plan(tmp_path: Path, runs: dict[str, dict]) -> Path:
     """Launch ``two_process_jobs.py`` once for every run of ``runs`` (name → plan entry); returns the folder of
     the processes' ending records."""
@@ -65,8 +70,7 @@ def one_step_run(tmp_path: Path) -> tuple[dict, Path]:
     common += BERT_ARCHITECTURE  # likewise
     single = tmp_path / "single"
     assert pretrain.main(job_args(single, *common, "--per_device_train_batch_size", "4")) == 0
-    argv = job_args(tmp_path / "parallel", *common, "--per_device_train_batch_size", "2", *ON_TWO_PROCESSES)
-    return {"job": "pretrain", "argv": argv, "record": None}, single
+    return plan_entry("pretrain", job_args(tmp_path / "parallel", *common, "--per_device_train_batch_size", "2")), single
 
 
 def first_loss(output_dir: Path) -> float:
@@ -91,8 +95,8 @@ def time_budget_run(tmp_path: Path) -> dict:
     validation = write_text(tmp_path / "validation.txt", make_documents(4, seed=8))
     argv = job_args(tmp_path / "budget", "--train_file", str(train), "--validation_file", str(validation))
     argv += ["--train_tokenizer", "false", "--max_train_minutes", "0.05", "--eval_strategy", "no"]
-    argv += ["--fill_mask_probes", "0", *ON_TWO_PROCESSES]
-    return {"job": "pretrain", "argv": argv, "record": None}
+    argv += ["--fill_mask_probes", "0"]
+    return plan_entry("pretrain", argv)
 
 
 def check_time_budget(tmp_path: Path) -> None:
@@ -120,8 +124,8 @@ def streaming_run(folder: Path, data_flags: list[str]) -> dict:
     validation = write_text(folder / "validation.txt", make_documents(4, seed=99))
     argv = job_args(folder / "out", "--streaming", *data_flags, "--validation_file", str(validation))
     argv += ["--train_tokenizer", "false", "--max_steps", "8", "--flatten_batches", "--eval_strategy", "no"]
-    argv += ["--max_eval_samples", "4", "--fill_mask_probes", "0", *ON_TWO_PROCESSES]
-    return {"job": "pretrain", "argv": argv, "record": str(record)}
+    argv += ["--max_eval_samples", "4", "--fill_mask_probes", "0"]
+    return plan_entry("pretrain", argv, record)
 
 
 def recorded_rows(folder: Path) -> dict[int, list[tuple[int, tuple[int, ...]]]]:
@@ -180,9 +184,9 @@ def check_split_by_file(folder: Path, per_file: list[set]) -> None:
 # --- distributed evaluation: each evaluated item once, the metrics of one process ---
 def one_and_two_process_runs(folder: Path, job, common: list[str]) -> dict:
     """``job`` on one process now (``folder/single``); returns its plan entry on 2 processes (``folder/ddp``)."""
+    common = [*common, "--report_to", "none", "--disable_tqdm", "true"]
     job.main([*common, "--output_dir", str(folder / "single")])
-    return {"job": job.__name__.rsplit(".", 1)[-1], "argv": [*common, "--output_dir", str(folder / "ddp"),
-                                                            *ON_TWO_PROCESSES], "record": None}
+    return plan_entry(job.__name__.rsplit(".", 1)[-1], [*common, "--output_dir", str(folder / "ddp")])
 
 
 def one_and_two_process_results(folder: Path) -> tuple[dict, dict]:
@@ -196,8 +200,7 @@ def ner_evaluation_run(tmp_path: Path, tiny_model: Path) -> dict:
     train = write_conll(tmp_path / "train.conll", SENTENCES * 2)
     dev = write_conll(tmp_path / "dev.conll", SENTENCES)
     common = ["--model_name_or_path", str(tiny_model), "--train_file", str(train), "--validation_file", str(dev),
-              "--max_steps", "1", "--learning_rate", "0", "--per_device_eval_batch_size", "2",
-              "--report_to", "none", "--disable_tqdm", "true"]
+              "--max_steps", "1", "--learning_rate", "0", "--per_device_eval_batch_size", "2"]
     return one_and_two_process_runs(tmp_path, finetune_ner, common)
 
 
@@ -217,8 +220,7 @@ def retrieval_evaluation_run(tmp_path: Path, tiny_model: Path, retrieval_files: 
     common = ["--model_name_or_path", str(tiny_model), "--train_file", str(retrieval_files["train"]),
               "--corpus_file", str(retrieval_files["corpus"]), "--queries_file", str(retrieval_files["queries"]),
               "--max_eval_samples", "29", "--max_steps", "2", "--learning_rate", "0", "--per_device_train_batch_size", "6",
-              "--mini_batch_size", "5", "--activation_checkpointing", "true", "--report_to", "none",
-              "--disable_tqdm", "true", "--per_device_eval_batch_size", "8"]
+              "--mini_batch_size", "5", "--activation_checkpointing", "true", "--per_device_eval_batch_size", "8"]
     return one_and_two_process_runs(tmp_path, finetune_retrieval, common)
 
 
