@@ -48,7 +48,8 @@ HF_INPUTS = ("input_ids", "attention_mask", "special_tokens_mask")
 
 
 def run_mlm_suite(output_dir: Path, minutes: float, job_args: list[str]) -> dict:
-    argv = ["--output_dir", str(output_dir), "--max_train_minutes", str(minutes), "--disable_tqdm", "true"]
+    argv = ["--output_dir", str(output_dir), "--overwrite_output_dir", "--max_train_minutes", str(minutes),
+            "--disable_tqdm", "true"]
     argv += ["--eval_strategy", "no", *job_args]
     pretrain.main(argv)
     return {
@@ -97,6 +98,8 @@ def run_hf(output_dir: Path, tokenizer_dir: Path, minutes: float, job_args: list
         report_to="none",
         disable_tqdm=True,
         seed=job_training_args.seed,
+        # The job's loading for this device (no pinned memory on CPU: torch warns when there is no accelerator).
+        dataloader_pin_memory=job_training_args.dataloader_pin_memory,
         # The evaluation collator keys its fixed masks by example_index, so no column may be dropped.
         remove_unused_columns=False,
         include_for_metrics=["inputs"],

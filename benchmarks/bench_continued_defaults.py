@@ -56,7 +56,7 @@ def run(name: str, output_dir: Path, flags: list[str], before: torch.Tensor, qui
     started = time.time()
     sink = io.StringIO()
     with contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext():
-        pretrain.main(["--output_dir", str(output_dir), *flags])
+        pretrain.main(["--output_dir", str(output_dir), "--overwrite_output_dir", *flags])
     seconds = time.time() - started
     results = json.loads((output_dir / "all_results.json").read_text())
     after = word_embeddings(output_dir)

@@ -209,7 +209,7 @@ def run_once(job: Any, argv: list[str], output_dir: Path, keep_model: bool = Tru
     wall = output_dir / "bench_wall.json"
     if not results.is_file():
         started = time.perf_counter()
-        job.main([*argv, "--output_dir", str(output_dir)])
+        job.main([*argv, "--output_dir", str(output_dir), "--overwrite_output_dir"])  # an unfinished run starts again
         wall.write_text(json.dumps({"wall_s": time.perf_counter() - started}) + "\n")
         if not keep_model:
             for weights in output_dir.glob("*.safetensors"):

@@ -115,6 +115,7 @@ def evaluate_at_job_rows(folder: Path, job_args: list[str]) -> dict:
     training_args = TrainingArguments(
         output_dir=str(folder / "eval"), per_device_eval_batch_size=64, report_to="none", disable_tqdm=True,
         remove_unused_columns=False, include_for_metrics=["inputs"],
+        dataloader_pin_memory=job_training_args.dataloader_pin_memory,  # the job's for this device: none on CPU
     )  # fmt: skip
     trainer = PretrainingTrainer(
         model=MlmSuiteForMaskedLM.from_pretrained(folder),

@@ -83,7 +83,7 @@ def run_once(job, argv: list[str], output_dir: Path) -> dict:
     """The job's ``all_results.json``, training first unless a finished run is there."""
     results = output_dir / "all_results.json"
     if not results.is_file():
-        job.main([*argv, "--output_dir", str(output_dir)])
+        job.main([*argv, "--output_dir", str(output_dir), "--overwrite_output_dir"])  # an unfinished run starts again
     return json.loads(results.read_text())
 
 

@@ -112,7 +112,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, dict[str, float]]
 
     # mlm_suite: the job, from the converted MiniLM
     job_dir = out / "mlm_suite"
-    flags = ["--output_dir", str(job_dir), "--seed", str(seed), "--num_train_epochs", str(args.epochs),
+    flags = ["--output_dir", str(job_dir), "--overwrite_output_dir", "--seed", str(seed), "--num_train_epochs", str(args.epochs),
              "--per_device_train_batch_size", str(args.batch_size), "--learning_rate", str(args.learning_rate),
              "--max_seq_length", str(args.max_seq_length), "--do_eval", "False", "--report_to", "none",
              "--use_cpu", "True"]
@@ -179,7 +179,7 @@ def rerank_stage(seed: int, args: argparse.Namespace) -> dict[str, dict[str, flo
     cross_dir = out / "cross_encoder"
     started = time.perf_counter()
     finetune_pair.main(["--train_file", str(out / "rerank_train.jsonl"), "--validation_file", str(out / "rerank_validation.jsonl"),
-                        "--output_dir", str(cross_dir), "--seed", str(seed), "--num_train_epochs", "1",
+                        "--output_dir", str(cross_dir), "--overwrite_output_dir", "--seed", str(seed), "--num_train_epochs", "1",
                         "--learning_rate", str(args.learning_rate), "--max_seq_length", str(args.max_seq_length),
                         "--report_to", "none", "--use_cpu", "True", "--disable_tqdm", "True"])
     train_seconds = time.perf_counter() - started

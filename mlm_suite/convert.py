@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file
 
 from mlm_suite.errors import UsageError
-from mlm_suite.model_files import check_tokenizer_files, found_files, read_json_object
+from mlm_suite.model_files import check_tokenizer_files, found_files, read_json_object, staged_model_folder
 from mlm_suite.model import (
     MlmSuiteConfig,
     MlmSuiteForMaskedLM,
@@ -358,11 +358,11 @@ def convert_bert_checkpoint(
     if (source / "tokenizer.json").exists() or (source / "vocab.txt").exists():
         check_tokenizer_files(source)  # copied as they are: a damaged one is refused before anything is written
 
-    destination.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(destination)
-    for filename in TOKENIZER_FILES:
-        if (source / filename).exists():
-            shutil.copy(source / filename, destination / filename)
+    with staged_model_folder(destination) as staging:
+        model.save_pretrained(staging)
+        for filename in TOKENIZER_FILES:
+            if (source / filename).exists():
+                shutil.copy(source / filename, staging / filename)
     for note in notes:
         print(f"mlm_suite: converting {source}: {note}", file=sys.stderr)
     return destination

@@ -10,6 +10,11 @@ through :func:`mlm_suite.jobs.distributed.run_job`, which sorts what the job rai
   ``OSError`` (a file or folder that is missing or unreadable, a model name that resolves to
   nothing, no network). The command prints ``<prog>: error: <message>`` on stderr and exits with
   status 2, as argparse does for a bad flag.
+* **write failures** — :class:`WriteError`: an output the machine would not store (no space left, a file-size
+  limit, no permission, a read-only file system). Not the user's mistake, and no bug: the command prints
+  ``<prog>: error: could not write <path>: [Errno N] <reason>`` and exits with status 1. The saves name what they
+  write with :func:`writing`; a failure only a write can raise (no space, a file-size limit, a read-only file
+  system) elsewhere is reported alike, naming the file when the OS does.
 * anything else (``RuntimeError`` from torch, ``KeyError``, ``TypeError`` ...) is a bug or a failure
   worth reading in full: it propagates with its traceback (exit status 1).
 
@@ -19,7 +24,11 @@ full traceback. Ctrl-C prints ``<prog>: interrupted`` and exits with 130.
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 DEBUG_ENVIRONMENT_VARIABLE = "MLM_SUITE_DEBUG"
 
@@ -40,8 +49,54 @@ class InputIndexError(UsageError, IndexError):
     """An index in an input file (e.g. a target word's position) outside what it indexes."""
 
 
-# What the command line reports in one line (exit status 2) rather than with a traceback.
+class WriteError(MlmSuiteError, OSError):
+    """An output that could not be written (see :func:`writing`); the command line exits with status 1."""
+
+
+# What the command line reports in one line (exit status 2, or 1 for a WriteError) rather than with a traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (MlmSuiteError, ValueError, OSError)
+
+#: OS errors that only a write raises: no space left (or quota), a file-size limit (``ulimit -f``; CPython ignores
+#: SIGXFSZ, so the write fails with EFBIG instead of killing the process), a read-only file system.
+ONLY_WRITES_FAIL_WITH = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+#: OS errors of a failed write: those, and no permission (which a read can raise too).
+WRITE_FAILURES = (*ONLY_WRITES_FAIL_WITH, errno.EACCES, errno.EPERM)
+# How Rust libraries (safetensors, tokenizers) report an I/O error in their exceptions' messages.
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def write_error(
+    error: BaseException, path: str | os.PathLike | None, failures: tuple[int, ...] = WRITE_FAILURES
+) -> WriteError | None:
+    """``error`` as the :class:`WriteError` ``could not write <path>: [Errno N] <reason>``, or None when it is not
+    an OS error among ``failures``: an ``OSError``'s ``errno``, or the ``(os error N)`` of safetensors' and tokenizers'
+    messages (they name no file). ``path`` None: the file the ``OSError`` names, else "an output"."""
+    if isinstance(error, WriteError):
+        return error
+    number = error.errno if isinstance(error, OSError) else None
+    if number is None:
+        match = _RUST_OS_ERROR.search(str(error))
+        number = int(match.group(1)) if match else None
+    if number not in failures:
+        return None
+    if path is None:
+        path = getattr(error, "filename", None) or "an output"
+    failure = WriteError(f"could not write {os.fspath(path)}: [Errno {number}] {os.strerror(number)}")
+    failure.errno = number
+    return failure
+
+
+@contextmanager
+def writing(path: str | os.PathLike) -> Iterator[None]:
+    """Within the block, a write failure (:data:`WRITE_FAILURES`) raises :class:`WriteError` naming ``path`` (the
+    file or folder the block writes); other errors pass unchanged. The one place a save's failure gets its message."""
+    try:
+        yield
+    except Exception as error:
+        failure = write_error(error, path)
+        if failure is None or failure is error:
+            raise
+        raise failure from error
 
 
 def is_user_error(error: BaseException) -> bool:
@@ -66,8 +121,13 @@ __all__ = [
     "FetchError",
     "InputIndexError",
     "MlmSuiteError",
+    "ONLY_WRITES_FAIL_WITH",
     "UsageError",
+    "WRITE_FAILURES",
+    "WriteError",
     "debug_enabled",
     "error_line",
     "is_user_error",
+    "write_error",
+    "writing",
 ]

@@ -4,18 +4,27 @@ A truncated download, an interrupted copy or a file of another kind would otherw
 deep inside safetensors, tokenizers or transformers, or as a model that loads with the wrong weights. Each check
 reads only the files' structure (JSON, a safetensors header against the file's size, a zip archive's directory,
 never the weights) and raises :class:`~mlm_suite.errors.UsageError` naming the file and what is wrong. The jobs
-call them through :mod:`mlm_suite.jobs.model_loading`. See docs/command_line.md.
+call them through :mod:`mlm_suite.jobs.model_loading`.
+
+Every model folder a job writes (a checkpoint's, the final model, ``quickstart``'s, ``convert-bert``'s) is saved
+through :func:`staged_model_folder`, so that it never holds a ``config.json`` without the weights saved with it.
+See docs/command_line.md.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import struct
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mlm_suite.errors import UsageError
+from mlm_suite.errors import UsageError, writing
 
 #: Files a tokenizer is built from; a folder needs at least one of them.
 TOKENIZER_VOCABULARY_FILES = (
@@ -25,6 +34,10 @@ TOKENIZER_VOCABULARY_FILES = (
 TOKENIZER_SETTINGS_FILES = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 #: Weights a folder holds, in the order ``from_pretrained`` looks for them.
 WEIGHTS_FILES = ("model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json", "pytorch_model.bin")
+#: Any weights file of a folder: those, and their shards (``model-00001-of-00003.safetensors``).
+_WEIGHTS_FILE = re.compile(r"(model|pytorch_model)(-\d{5}-of-\d{5})?\.(safetensors|bin)(\.index\.json)?")
+#: The folder, inside the model folder, that a save writes before its files are moved into place.
+STAGING_FOLDER = ".saving"
 
 
 def found_files(folder: Path) -> str:
@@ -162,6 +175,36 @@ def check_tokenizer_files(folder: Path) -> None:
             raise UsageError(f"{vocabulary} is empty; a WordPiece vocabulary holds one token a line")
 
 
+@contextmanager
+def staged_model_folder(folder: str | os.PathLike) -> Iterator[Path]:
+    """Yield a folder to save a model (and its tokenizer) into; when the block ends, move its files into ``folder``,
+    ``config.json`` last.
+
+    ``folder`` thus never holds a ``config.json`` without the weights saved with it: the earlier ``config.json`` and
+    weights files that the save does not replace go first. A write failure in the block raises
+    :class:`~mlm_suite.errors.WriteError` naming ``folder``, and then, as after any error, nothing of the save is
+    left (a staging folder left by a killed process goes at the next save).
+    """
+    folder = Path(folder)
+    staging = folder / STAGING_FOLDER
+    with writing(folder):
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        try:
+            yield staging
+            saved = sorted(path.name for path in staging.iterdir())
+            # The earlier config.json goes first, and the earlier weights this save does not replace (another
+            # sharding) before the new ones: at no moment does a config.json stand beside weights of another save.
+            (folder / "config.json").unlink(missing_ok=True)
+            for path in list(folder.iterdir()):
+                if _WEIGHTS_FILE.fullmatch(path.name) and path.name not in saved:
+                    path.unlink()
+            for name in sorted(saved, key=lambda name: name == "config.json"):
+                os.replace(staging / name, folder / name)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
 def check_model_folder(folder: Path, *, weights: bool = True, tokenizer: bool = False) -> None:
     """``folder``'s ``config.json``, its weights (``weights``) and its tokenizer (``tokenizer``), as above."""
     if not folder.is_dir():
@@ -186,4 +229,5 @@ __all__ = [
     "check_weights_files",
     "found_files",
     "read_json_object",
+    "staged_model_folder",
 ]

@@ -43,7 +43,8 @@ tests=(
     tests/e2e/test_finetune.py tests/jobs/test_checkpoints.py tests/conformance/test_training_semantics.py
     tests/data/test_schedules.py tests/evaluation/test_metric_modules.py tests/evaluation/test_plots.py
     tests/evaluation/test_classification.py tests/evaluation/test_intervals.py tests/cards/test_metadata.py
-    tests/jobs/test_commands.py tests/conformance/test_package_layout.py
+    tests/jobs/test_commands.py tests/conformance/test_package_layout.py tests/training/test_trainer.py
+    tests/e2e/test_hostile_minor.py tests/e2e/test_hostile_writes.py tests/e2e/test_hostile_reruns.py
 )
 
 start=$SECONDS

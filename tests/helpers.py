@@ -38,7 +38,7 @@ from huggingface_hub.repocard_data import eval_results_to_model_index, model_ind
 from matplotlib.image import imread
 from safetensors import safe_open
 from safetensors.torch import load_file
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast, TrainerCallback
 
 from mlm_suite import (
@@ -113,7 +113,8 @@ def held_by_another_process(folder: Path) -> Iterator[int]:
     pid. The lock is gone afterwards."""
     process = subprocess.Popen(["sleep", "300"])
     lock = lock_path(folder)
-    lock.parent.mkdir(parents=True, exist_ok=True)
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
     lock.write_text(json.dumps({"pid": process.pid, "host": socket.gethostname(), "command": ["mlm-suite"]}))
     try:
         yield process.pid
@@ -121,6 +122,8 @@ def held_by_another_process(folder: Path) -> Iterator[int]:
         process.kill()
         process.wait()
         lock.unlink(missing_ok=True)
+        if created:
+            folder.rmdir()
 
 
 def finished_process_id() -> int:
@@ -597,6 +600,19 @@ def train_sentencepiece_unigram(texts: list[str]) -> PreTrainedTokenizerFast:
         mask_token="[MASK]",
         unk_token="[UNK]",
     )
+
+
+def special_tokens_only() -> PreTrainedTokenizerFast:
+    """A BERT-style WordPiece tokenizer whose whole vocabulary is its 5 special tokens (every word is [UNK])."""
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokenizer = Tokenizer(models.WordPiece({token: index for index, token in enumerate(specials)}, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer()
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]")
 
 
 NON_WORDPIECE_TOKENIZERS = pytest.mark.parametrize(

@@ -13,9 +13,11 @@ import importlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -26,7 +28,7 @@ from mlm_suite.data import resources
 from mlm_suite.cli import SUBCOMMANDS, main
 from mlm_suite.errors import FetchError, UsageError, is_user_error
 from mlm_suite.jobs.distributed import command_prog, run_job
-from mlm_suite.jobs.output_folder import claim_output_folder, lock_path, release_output_folder
+from mlm_suite.jobs.output_folder import LOCK_NAME, claim_output_folder, lock_path, release_output_folder
 from tests.helpers import assert_one_line_error, finetuning_dataclasses, launch_two_processes, run_cli
 from mlm_suite.jobs import arguments
 
@@ -328,7 +330,7 @@ def test_run_job_releases_the_output_folder_however_the_job_ends(tmp_path, capsy
             assert (record["pid"], record["host"]) == (os.getpid(), socket.gethostname())
             if outcome is not None:
                 raise outcome
-            folder.mkdir()
+            (folder / "results.json").write_text("{}")
             return 0
         return main
 
@@ -341,8 +343,46 @@ def test_run_job_releases_the_output_folder_however_the_job_ends(tmp_path, capsy
         run_job(job(RuntimeError("a bug")), [], prog="mlm-suite demo")
     assert not (tmp_path / "made").exists()
     assert run_job(job(None), [], prog="mlm-suite demo") == 0
-    assert folder.is_dir() and not lock_path(folder).exists()
+    assert [path.name for path in folder.iterdir()] == ["results.json"]  # the run's output, without the lock
     capsys.readouterr()
+
+
+def test_sigterm_ends_a_job_as_ctrl_c_does_once_it_cleaned_up(tmp_path, capsys):
+    staging = tmp_path / ".out.partial"
+
+    def main(argv):
+        claim_output_folder(tmp_path / "out")
+        staging.mkdir()
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)  # what `kill <pid>` sends
+            time.sleep(3)  # interrupted by the handler
+        finally:
+            staging.rmdir()
+
+    def own_handler(signum, frame):  # this process's own, which a job replaces only while it runs
+        pass
+
+    previous = signal.signal(signal.SIGTERM, own_handler)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            run_job(main, [], prog="mlm-suite demo")
+        assert exit_info.value.code == 143 and capsys.readouterr().err == "mlm-suite demo: terminated\n"
+        assert list(tmp_path.iterdir()) == []  # the staging folder and the lock are gone
+        assert signal.getsignal(signal.SIGTERM) is own_handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_an_error_of_a_clean_up_cut_short_by_ctrl_c_is_the_interruption(capsys):
+    def main(argv):
+        try:
+            raise KeyboardInterrupt
+        finally:  # as datasets' worker pool does, waiting for workers that were stopped
+            raise RuntimeError("the workers did not answer")
+
+    with pytest.raises(SystemExit) as exit_info:
+        run_job(main, [], prog="mlm-suite demo")
+    assert exit_info.value.code == 130 and capsys.readouterr().err == "mlm-suite demo: interrupted\n"
 
 
 def test_claims_are_re_entrant_and_only_the_main_process_locks(tmp_path, monkeypatch):
@@ -351,7 +391,8 @@ def test_claims_are_re_entrant_and_only_the_main_process_locks(tmp_path, monkeyp
     try:
         claim_output_folder(sweep)  # the same process again: a job of mlm-suite seeds, the NER baseline
         claim_output_folder(sweep / "seed_1")
-        assert sorted(path.name for path in tmp_path.iterdir()) == [".sweep.lock"]
+        assert [path.relative_to(tmp_path).as_posix() for path in sorted(tmp_path.rglob("*"))] == [
+            "sweep", f"sweep/{LOCK_NAME}"]
     finally:
         release_output_folder(sweep)
     assert not any(tmp_path.iterdir())
@@ -374,6 +415,7 @@ def test_which_locks_are_stale(record, taken_over, tmp_path, capsys):
     if record == "this host, a pid beyond any":
         record = json.dumps({"pid": os.getpid() + 10**7, "host": socket.gethostname()})
     folder = tmp_path / "out"
+    folder.mkdir()
     lock_path(folder).write_text(record)
     if not taken_over:
         with pytest.raises(UsageError, match="is in use by process 1 on another-host"):

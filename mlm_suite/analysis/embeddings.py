@@ -29,6 +29,11 @@ POOLING_CHOICES = ("mean", "first")
 WORD_PATTERN = re.compile(r"\w+|[^\w\s]")
 # Below this many batches a progress bar is more noise than help.
 _PROGRESS_MIN_BATCHES = 10
+# anisotropy() draws its pairs in blocks of this many (8 MB of indices) and gathers at most this many vector entries at
+# a time (2 MB of float64, which stays in cache): memory stays bounded however many pairs are asked for, and a seed
+# draws the same pairs whatever the vectors' width.
+_PAIRS_PER_DRAW = 1 << 20
+_ENTRIES_PER_PRODUCT = 1 << 18
 
 
 def split_words(text: str) -> list[tuple[str, int, int]]:
@@ -316,7 +321,8 @@ def anisotropy(vectors: ArrayLike, n_pairs: int = 10000, seed: int = 0) -> float
 
     Args:
         vectors: ``(n, dim)`` word-instance vectors, ``n >= 2``.
-        n_pairs: pairs ``(i, j)``, ``i != j``, drawn uniformly with replacement.
+        n_pairs: pairs ``(i, j)``, ``i != j``, drawn uniformly with replacement. Computed in blocks, so memory does
+            not grow with it (10^8 pairs of 128-wide vectors at once would take 100 GB); time does.
         seed: the random generator's seed (the same seed gives the same pairs).
 
     Returns:
@@ -329,12 +335,18 @@ def anisotropy(vectors: ArrayLike, n_pairs: int = 10000, seed: int = 0) -> float
     if n_pairs < 1:
         raise ValueError(f"n_pairs must be >= 1, got {n_pairs}")
     generator = torch.Generator().manual_seed(seed)
-    first = torch.randint(n, (n_pairs,), generator=generator)
-    # Drawing from n - 1 values and skipping `first` gives a uniform distinct partner.
-    second = torch.randint(n - 1, (n_pairs,), generator=generator)
-    second = second + (second >= first).long()
     unit = _normalize(tensor.double())
-    return float((unit[first] * unit[second]).sum(dim=1).mean())
+    rows_per_product = max(1, _ENTRIES_PER_PRODUCT // unit.shape[1])
+    total = 0.0
+    for start in range(0, n_pairs, _PAIRS_PER_DRAW):
+        count = min(_PAIRS_PER_DRAW, n_pairs - start)
+        first = torch.randint(n, (count,), generator=generator)
+        # Drawing from n - 1 values and skipping `first` gives a uniform distinct partner.
+        second = torch.randint(n - 1, (count,), generator=generator)
+        second = second + (second >= first).long()
+        for rows, partners in zip(first.split(rows_per_product), second.split(rows_per_product)):
+            total += float((unit[rows] * unit[partners]).sum())
+    return total / n_pairs
 
 
 @dataclass

@@ -20,8 +20,11 @@ Prediction strategies (how a word's label is read from its pieces' logits):
   distributions (meant for models trained with ``"all"``).
 
 Long inputs are split into overlapping windows by the fast tokenizer
-(``return_overflowing_tokens`` with ``stride``) rather than cut, and each word takes its
-prediction from the window where it has the most context on both sides. A window may start in
+(``return_overflowing_tokens`` with ``stride``, by default a quarter of a window: :func:`window_stride`)
+rather than cut, and each word takes its prediction from the window where it has the most context
+on both sides (:func:`document_word_predictions` from logits, :class:`SentenceWindows` from the
+labels a Trainer predicted per window), so a long input is read in windows but predicted and scored
+as the one input it is. A window may start in
 the middle of a word; such a word's leading pieces are not its first piece and are treated as
 continuation pieces. When a window starts exactly at a word that the previous window also
 holds, that word is conservatively treated the same way; this never leaves a word without a
@@ -30,6 +33,7 @@ labelled first piece, because the earlier window has it.
 
 from __future__ import annotations
 
+import itertools
 import re
 import warnings
 from collections.abc import Mapping, Sequence
@@ -322,20 +326,17 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
-def _word_labels_and_scores(
-    window_logits: Sequence[Any],
-    window_word_ids: Sequence[WordIds],
-    strategy: str,
-    num_words: int | None,
-    fallback_label: int | None,
-) -> tuple[list[int], list[float]]:
-    """Label id and its probability for each word of one document split into windows."""
-    if strategy not in PREDICTION_STRATEGIES:
-        raise ValueError(f"unknown prediction strategy {strategy!r}; expected one of {PREDICTION_STRATEGIES}")
-    if len(window_logits) != len(window_word_ids):
-        raise ValueError(f"{len(window_logits)} windows of logits but {len(window_word_ids)} of word_ids")
-    # For each word, the window giving it the most context; ties go to the window holding its
-    # first piece (needed by "first"), then to the one holding more of its pieces.
+def _best_windows(window_word_ids: Sequence[WordIds]) -> tuple[dict[int, int], list[dict[int, list[int]]]]:
+    """For each word of one document split into windows, the window it is predicted from, and the positions of
+    each word's pieces in each window.
+
+    The window is the one where the word has the most context on both sides: the largest min(tokens left of the
+    word, tokens right of it) in the window, the "maximum context" rule of BERT's SQuAD windows
+    (``_check_is_max_context``) that stride-based Hugging Face pipelines follow too; a word near a window's edge
+    is thus read where it is far from any edge. Ties go to the window holding its first piece (the one labelled
+    in training and evaluation, and read by the ``"first"`` strategy), then to the one holding more of its pieces,
+    then to the earlier window.
+    """
     best: dict[int, tuple[tuple[int, bool, int], int]] = {}
     positions: list[dict[int, list[int]]] = []
     previous: WordIds | None = None
@@ -355,6 +356,22 @@ def _word_labels_and_scores(
             key = (min(left, right), word != continued, len(word_positions))
             if word not in best or key > best[word][0]:
                 best[word] = (key, window)
+    return {word: window for word, (_, window) in best.items()}, positions
+
+
+def _word_labels_and_scores(
+    window_logits: Sequence[Any],
+    window_word_ids: Sequence[WordIds],
+    strategy: str,
+    num_words: int | None,
+    fallback_label: int | None,
+) -> tuple[list[int], list[float]]:
+    """Label id and its probability for each word of one document split into windows."""
+    if strategy not in PREDICTION_STRATEGIES:
+        raise ValueError(f"unknown prediction strategy {strategy!r}; expected one of {PREDICTION_STRATEGIES}")
+    if len(window_logits) != len(window_word_ids):
+        raise ValueError(f"{len(window_logits)} windows of logits but {len(window_word_ids)} of word_ids")
+    best, positions = _best_windows(window_word_ids)
 
     total = num_words if num_words is not None else (max(best) + 1 if best else 0)
     if best and max(best) >= total:
@@ -372,7 +389,7 @@ def _word_labels_and_scores(
             labels.append(int(fallback_label))
             scores.append(0.0)
             continue
-        window = best[word][1]
+        window = best[word]
         if window not in cache:
             logits = _as_numpy(window_logits[window])
             if logits.ndim != 2 or logits.shape[0] != len(window_word_ids[window]):
@@ -435,6 +452,75 @@ def document_word_predictions(
     return _word_labels_and_scores(window_logits, window_word_ids, strategy, num_words, fallback_label)[0]
 
 
+def window_stride(tokenizer: Any, max_length: int) -> int:
+    """Tokens shared by consecutive windows of ``max_length`` tokens: a quarter of a window's own tokens, so that
+    every word can be predicted from a window where it has context on both sides (as
+    :func:`document_word_predictions` and :class:`SentenceWindows` choose it)."""
+    return max(max_length - tokenizer.num_special_tokens_to_add(pair=False), 0) // 4
+
+
+class SentenceWindows:
+    """How the windows of a set of examples make up the examples, so that what is predicted window by window is
+    read, and scored, example by example (``mlm-suite finetune-ner``'s evaluation).
+
+    The windows are rows of :func:`tokenize_and_align` with labels aligned with the ``"first"`` strategy, in the
+    order it emits them, given by their ``example_id`` and ``word_ids`` columns. A Trainer predicts a label at
+    every labelled position of every window; :meth:`merge` turns those (one sequence per window, the labelled
+    positions in order, as a ``compute_metrics`` reads them once the -100 positions are dropped) into one label
+    per word of each example. A word that several windows hold (windows overlap by a ``stride``) takes the label
+    of the window where it has the most context on both sides, as :func:`document_word_predictions` chooses; an
+    entity cut by a window's edge is thus one entity, and a word in two windows one word. A word that produced no
+    sub-token has no label to merge and is left out (:func:`tokenize_and_align` warns about it).
+    """
+
+    def __init__(self, example_ids: Sequence[Any], word_ids: Sequence[WordIds]) -> None:
+        if len(example_ids) != len(word_ids):
+            raise ValueError(f"{len(example_ids)} example ids but {len(word_ids)} windows of word_ids")
+        # Per window: for each word labelled there ("first": at its first piece, unless the window continues
+        # the word from the previous window), its index among the window's labelled positions.
+        self._labelled: list[dict[int, int]] = []
+        # Per example: for each word, in order, (window, index among that window's labelled positions).
+        self._sources: list[list[tuple[int, int]]] = []
+        start, seen = 0, set()
+        for example_id, windows in itertools.groupby(example_ids):
+            if example_id in seen:
+                raise ValueError(f"the windows of example {example_id} are not consecutive")
+            seen.add(example_id)
+            end = start + len(list(windows))
+            self._add_example(word_ids[start:end], first_window=start)
+            start = end
+
+    def _add_example(self, window_word_ids: Sequence[WordIds], first_window: int) -> None:
+        previous = None
+        for word_ids in window_word_ids:
+            present = [word for word in word_ids if word is not None]
+            words = _align(range(max(present, default=-1) + 1), word_ids, "first", -1, None,
+                           _continued_word(word_ids, previous))
+            self._labelled.append({word: index for index, word in enumerate(word for word in words if word != -1)})
+            previous = word_ids
+        best, _ = _best_windows(window_word_ids)
+        # The chosen window holds the word's first piece, labelled there (_best_windows' first tie-break).
+        self._sources.append([(first_window + best[word], self._labelled[first_window + best[word]][word])
+                              for word in sorted(best)])
+
+    def merge(self, window_labels: Sequence[Sequence[Label]]) -> list[list[Label]]:
+        """One label per word of each example from the labels at each window's labelled positions.
+
+        Raises:
+            ValueError: not one sequence per window, or a window whose sequence is not as long as its labelled
+                positions (labels not aligned with ``"first"``, or rows out of order).
+        """
+        if len(window_labels) != len(self._labelled):
+            raise ValueError(f"{len(window_labels)} windows of labels for {len(self._labelled)} windows")
+        for window, (labels, words) in enumerate(zip(window_labels, self._labelled)):
+            if len(labels) != len(words):
+                raise ValueError(
+                    f"window {window} has {len(labels)} labels but {len(words)} labelled words: the labels must "
+                    "be aligned with the 'first' strategy, the windows in tokenize_and_align's order"
+                )
+        return [[window_labels[window][index] for window, index in sources] for sources in self._sources]
+
+
 def _split_words(text: str, pattern: str) -> tuple[list[str], list[tuple[int, int]]]:
     matches = list(re.finditer(pattern, text))
     return [match.group() for match in matches], [match.span() for match in matches]
@@ -468,7 +554,7 @@ def predict_entities(
         scheme: tag scheme of the model's labels.
         batch_size: windows per forward pass.
         max_length: tokens per window; default the smaller of the tokenizer's and the model's limit.
-        stride: tokens shared by consecutive windows; default a quarter of a window.
+        stride: tokens shared by consecutive windows; default a quarter of a window (:func:`window_stride`).
         word_pattern: regular expression matching one word.
 
     Returns:
@@ -482,7 +568,7 @@ def predict_entities(
     limits = [tokenizer.model_max_length, getattr(model.config, "max_position_embeddings", None), max_length]
     max_length = min(limit for limit in limits if limit)
     if stride is None:
-        stride = (max_length - tokenizer.num_special_tokens_to_add(pair=False)) // 4
+        stride = window_stride(tokenizer, max_length)
     split = [_split_words(text, word_pattern) for text in texts]
     encoded = tokenize_and_align(
         {"tokens": [words for words, _ in split]}, tokenizer, label2id={}, labels_column=None,

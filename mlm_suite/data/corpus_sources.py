@@ -14,11 +14,13 @@ import torch
 from datasets import Dataset, DatasetDict, IterableDataset
 from transformers import PreTrainedTokenizerBase
 
+from mlm_suite.data.packing import content_tokens
 from mlm_suite.data.prepared import PreparedData, check_tokenizer
 from mlm_suite.data.pretraining import (
     EVAL_SEED, RowFormat, most_frequent_row_token, most_frequent_token, pretraining_rows_function,
 )  # fmt: skip
 from mlm_suite.data.streaming import ProcessStream, stream_rows
+from mlm_suite.errors import UsageError
 
 __all__ = ["BASELINE_SAMPLE_DOCUMENTS", "CorpusSource", "InMemoryCorpus", "PreparedCorpus", "StreamedCorpus"]
 
@@ -50,7 +52,8 @@ class CorpusSource:
         return []
 
     def check_tokenizer(self, tokenizer: PreTrainedTokenizerBase) -> None:
-        """Raise ValueError when the rows need another tokenizer (any fast one with mask and pad tokens will do)."""
+        """Raise ValueError when the rows need another tokenizer (any fast one with mask and pad tokens will do), or
+        when the training documents hold no word for it."""
 
     def train_rows(self, tokenizer: PreTrainedTokenizerBase, seed: int) -> Dataset | ProcessStream:
         raise NotImplementedError
@@ -77,16 +80,30 @@ class InMemoryCorpus(CorpusSource):
 
     Args:
         documents: ``train`` and ``validation`` splits with a ``text`` column.
+        source: the training documents as the command line names them (``--train_file corpus.txt``), for messages.
     """
 
     def __init__(
-        self, documents: DatasetDict, description: str, row_format: RowFormat, held_out_split: str | None = None
-    ) -> None:
+        self, documents: DatasetDict, description: str, row_format: RowFormat, held_out_split: str | None = None,
+        source: str = "the training documents",
+    ) -> None:  # fmt: skip
         super().__init__(description, documents["validation"], row_format, held_out_split)
         self.train = documents["train"]
+        self.source = source
 
     def tokenizer_texts(self) -> list[str]:
         return self.train["text"]
+
+    def check_tokenizer(self, tokenizer: PreTrainedTokenizerBase) -> None:
+        # A document the tokenizer reads as empty (only characters its normaliser drops, such as zero-width spaces)
+        # becomes a row of special tokens alone: documents of nothing else would train on nothing, with a loss of 0.
+        for batch in self.train.iter(batch_size=16):  # the first batch, as a rule
+            if any(content_tokens(batch["text"], tokenizer)[0]):
+                return
+        raise UsageError(
+            f"{self.source}: no word to train on after normalisation: the tokenizer reads every training document as "
+            "empty (nothing but characters it drops, such as zero-width spaces or control characters)"
+        )
 
     def train_rows(self, tokenizer: PreTrainedTokenizerBase, seed: int) -> Dataset:
         return self.row_format.rows(self.train, tokenizer, seed, "training")

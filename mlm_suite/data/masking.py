@@ -51,15 +51,34 @@ _PADDED_PASSTHROUGH = ("token_type_ids", "position_ids")
 _SCALAR_PASSTHROUGH = ("next_sentence_label",)
 
 
-def check_mlm_tokenizer(tokenizer: PreTrainedTokenizerBase) -> None:
-    """Raise a ValueError if ``tokenizer`` lacks the mask or pad token that masked language modelling needs."""
+def _special_token_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    """The ids masking never selects nor draws as a random replacement: the special tokens, added ones included."""
+    special = set(tokenizer.all_special_ids)
+    special.update(index for index, token in tokenizer.added_tokens_decoder.items() if token.special)
+    return special
+
+
+def check_mlm_tokenizer(tokenizer: PreTrainedTokenizerBase, source: str | None = None) -> None:
+    """Raise a ValueError if ``tokenizer`` lacks what masked language modelling needs: a mask token, a pad token and
+    a token besides the special ones (to predict, and to draw random replacements from).
+
+    ``source`` names the tokenizer in the message (the flag that gave it, say); default: its class.
+    """
+    name = source or type(tokenizer).__name__
     if tokenizer.mask_token is None or tokenizer.mask_token_id is None:
         raise ValueError(
-            f"{type(tokenizer).__name__} has no mask token (tokenizer.mask_token is None); masked "
+            f"{name} has no mask token (tokenizer.mask_token is None); masked "
             "language modelling needs one: add it with tokenizer.add_special_tokens({'mask_token': ...})"
         )
     if tokenizer.pad_token_id is None:
-        raise ValueError(f"{type(tokenizer).__name__} has no pad token (tokenizer.pad_token is None)")
+        raise ValueError(f"{name} has no pad token (tokenizer.pad_token is None)")
+    special = _special_token_ids(tokenizer)
+    if all(index in special for index in range(len(tokenizer))):
+        tokens = ", ".join(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))))
+        raise ValueError(
+            f"{name}: the vocabulary has no token besides special tokens ({tokens}): masked language modelling "
+            "predicts the tokens of a vocabulary; give a tokenizer that has one"
+        )
 
 
 def count_tokens(data: Iterable[Any], vocab_size: int, column: str = "input_ids") -> torch.Tensor:
@@ -214,9 +233,7 @@ class DataCollatorForMaskedLM:
         if self.pad_to_tokens is not None and not (self.flatten and self.pad_to_tokens >= 1):
             raise ValueError(f"pad_to_tokens pads a flattened batch (flatten=True) to a positive size, got {self.pad_to_tokens}")
 
-        special = set(tokenizer.all_special_ids)
-        special.update(index for index, token in tokenizer.added_tokens_decoder.items() if token.special)
-        self._special_ids = torch.tensor(sorted(special), dtype=torch.long)
+        self._special_ids = torch.tensor(sorted(_special_token_ids(tokenizer)), dtype=torch.long)
         self._replacement_cdf = self._build_replacement_cdf()
 
     def _build_replacement_cdf(self) -> torch.Tensor:

@@ -104,13 +104,13 @@ def _usable_documents(
             "pass on_short_document='skip' to leave such documents out"
         )
     usable = [index for index, sentences in enumerate(tokenized) if len(sentences) >= 2]
-    if short:
-        warnings.warn(f"skipped {len(short)} of {len(tokenized)} documents with fewer than 2 sentences")
-    if len(usable) < 2:
+    if len(usable) < 2:  # refused at once: the message counts the usable documents, a warning would repeat it
         raise ValueError(
             f"NSP needs at least 2 documents of >= 2 sentences (a random B always comes from another "
             f"document), got {len(usable)} of {len(tokenized)}{hint}"
         )
+    if short:
+        warnings.warn(f"skipped {len(short)} of {len(tokenized)} documents with fewer than 2 sentences")
     return usable
 
 

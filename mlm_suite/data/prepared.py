@@ -106,7 +106,7 @@ def prepare_data(
     Without ``validation_file``, ``validation_split_percentage`` of the documents are held out with
     ``split_seed`` (the job's seeded split: the same documents as in memory). Everything is written into a
     temporary folder beside ``output_dir`` and moved there at the end, so an interrupted or failed run leaves
-    no half-written folder. ``output_dir`` must not exist, or be empty. ``max_train_samples`` keeps only the first
+    no half-written folder. ``output_dir`` must not exist, or hold nothing but the job's lock. ``max_train_samples`` keeps only the first
     training rows (as the pretraining job's ``--max_train_samples`` keeps them in memory).
 
     Returns:
@@ -161,9 +161,10 @@ def prepare_data(
             "tokens_per_second": round(tokens / seconds),
         }
         (folder / METADATA_FILE).write_text(json.dumps(metadata, indent=1) + "\n", encoding="utf-8")
-        if output_dir.exists():
-            output_dir.rmdir()  # empty (checked by the caller); a non-empty folder raises here and is kept
-        os.replace(folder, output_dir)
+        # Moved in part by part, the metadata last: a folder cut short without it is refused by load_prepared.
+        output_dir.mkdir(exist_ok=True)  # empty but for the job's lock (checked by the caller)
+        for part in sorted(folder.iterdir(), key=lambda part: part.name == METADATA_FILE):
+            os.replace(part, output_dir / part.name)
         return metadata
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import json
 import random
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,9 @@ from mlm_suite.errors import UsageError
 
 SPLITS = ("train", "validation", "test")
 Sentence = tuple[list[str], list[str]]  # tokens and their tags
+# What separates the columns of a CoNLL line: whitespace other than the no-break spaces (U+00A0, U+2007, U+202F),
+# which str.split also splits at but which belong to their token ("New York" with a no-break space is one token).
+_CONLL_COLUMN_SEPARATOR = re.compile(r"[^\S\u00a0\u2007\u202f]+")
 
 
 # --------------------------------------------------------------------------------------------
@@ -47,8 +51,9 @@ def read_conll(
     """Sentences of a CoNLL column file as ``(tokens, tags)``.
 
     One token per line with the token in the first column and the tag in the last one (columns
-    in between, e.g. POS and chunk tags, are ignored); a blank line ends a sentence. Lines
-    starting with ``-DOCSTART-`` (document separators) are skipped.
+    in between, e.g. POS and chunk tags, are ignored); a blank line ends a sentence. Columns are separated by
+    whitespace other than a no-break space, which is part of its token. Lines starting with ``-DOCSTART-``
+    (document separators) are skipped.
 
     With ``with_lines``, returns ``(sentences, lines)`` where ``lines[i][j]`` is the 1-based line
     number of token ``j`` of sentence ``i``, for error messages that point into the file
@@ -64,13 +69,13 @@ def read_conll(
     numbers: list[int] = []
     with open_text(path) as handle:
         for line_number, line in enumerate(handle, start=1):
-            columns = line.split()
-            if not columns:
+            if not line.strip():
                 if tokens:
                     sentences.append((tokens, tags))
                     lines.append(numbers)
                     tokens, tags, numbers = [], [], []
                 continue
+            columns = [column for column in _CONLL_COLUMN_SEPARATOR.split(line) if column]
             if columns[0] == "-DOCSTART-":
                 continue
             if len(columns) < 2:
@@ -556,6 +561,12 @@ class DocumentSource:
 
     def validation_documents(self) -> list[str] | None:
         return read_documents(self.validation_file, self.text_column) if self.validation_file else None
+
+    def training_flag(self) -> str:
+        """The training documents as the command line names them, for messages."""
+        if self.dataset_name:
+            return f"--dataset_name {self.dataset_name}"
+        return f"--train_file {self.train_file}" if self.train_file else "the embedded default data"
 
 
 def load_pretraining_documents(

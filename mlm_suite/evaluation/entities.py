@@ -255,16 +255,23 @@ def make_compute_metrics(
     """
     labels = dict(id2label) if isinstance(id2label, Mapping) else dict(enumerate(id2label))
     labels = {int(key): value for key, value in labels.items()}
-    scheme = _check_mode(mode, scheme, allow_none=True)
+    _check_mode(mode, scheme, allow_none=True)
 
     def compute_metrics(eval_pred: Any) -> dict[str, float]:
-        gold, pred = tag_sequences(eval_pred, labels)
-        if scheme == NO_SCHEME:
-            return flat_tag_scores(tag_scores(gold, pred))
-        scores = entity_scores(gold, pred, scheme=scheme, mode=mode)
-        return {key: float(scores[key]) for key in ("precision", "recall", "f1", "accuracy", "macro_f1")}
+        return sequence_metrics(*tag_sequences(eval_pred, labels), scheme=scheme, mode=mode)
 
     return compute_metrics
+
+
+def sequence_metrics(
+    gold: TagSequences, pred: TagSequences, scheme: str | None = "BIO", mode: str = "conlleval"
+) -> dict[str, float]:
+    """The scores :func:`make_compute_metrics` reports, of tag sequences: ``{"precision", "recall", "f1",
+    "accuracy", "macro_f1"}`` of :func:`entity_scores`, or for ``scheme="none"`` :func:`flat_tag_scores`."""
+    if _check_mode(mode, scheme, allow_none=True) == NO_SCHEME:
+        return flat_tag_scores(tag_scores(gold, pred))
+    scores = entity_scores(gold, pred, scheme=scheme, mode=mode)
+    return {key: float(scores[key]) for key in ("precision", "recall", "f1", "accuracy", "macro_f1")}
 
 
 def tag_sequences(eval_pred: Any, id2label: Mapping[int, str]) -> tuple[list[list[str]], list[list[str]]]:

@@ -1,7 +1,9 @@
 """Scoring a token-classification model inside the HF ``Trainer`` for ``mlm-suite finetune-ner``: its
 ``compute_metrics`` (entity F1 in both modes or token scores, and what was scored), logits turned into label ids
 before they are gathered (Viterbi with a CRF), the predicted tags kept for the paired bootstrap, and the per-split
-figures. Scores are word-level: evaluation data are aligned with the ``first`` strategy (one label per word).
+figures. Scores are word-level: evaluation data are aligned with the ``first`` strategy (one label per word). They
+are sentence-level too: a sentence longer than a window is read in overlapping windows, whose predictions are
+merged back into one label per word (:class:`~mlm_suite.data.alignment.SentenceWindows`) before anything is scored.
 See docs/finetuning.md.
 """
 
@@ -14,13 +16,14 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
+from mlm_suite.data.alignment import SentenceWindows
 from mlm_suite.data.tagging import NO_SCHEME
 from mlm_suite.evaluation.entities import (
     MODES,
     entity_counts,
     entity_scores,
     label_counts,
-    make_compute_metrics,
+    sequence_metrics,
     tag_scores,
     tag_sequences,
 )
@@ -28,6 +31,10 @@ from mlm_suite.evaluation.plots import plot_label_scores
 
 #: Scores that exist only for entity schemes (never reported for scheme none).
 ENTITY_METRICS = ("f1", "precision", "recall", "conlleval_f1", "strict_f1", "gold_entities")
+
+#: The columns of an evaluation split that place each window in its sentence (``tokenize_and_align``'s): read by
+#: :func:`sentence_windows`, never given to the model.
+WINDOW_COLUMNS = ("example_id", "word_ids")
 
 
 def main_metric(scheme: str) -> str:
@@ -69,39 +76,44 @@ class PredictionMemory(TrainerCallback):
         self._predictions.clear()
 
 
+def sentence_windows(dataset: Any) -> SentenceWindows:
+    """How the windows (rows) of an evaluation split make up its sentences, from its :data:`WINDOW_COLUMNS`."""
+    return SentenceWindows(dataset["example_id"], dataset["word_ids"])
+
+
+def sentence_tags(
+    eval_pred: Any, id2label: Mapping[int, str], windows: SentenceWindows
+) -> tuple[list[list[str]], list[list[str]]]:
+    """Gold and predicted tags per sentence (one per word) from a Trainer's predictions per window."""
+    gold, pred = tag_sequences(eval_pred, id2label)
+    return windows.merge(gold), windows.merge(pred)
+
+
 def ner_compute_metrics(id2label: Mapping[int, str], scheme: str, mode: str, memory: PredictionMemory | None = None):
-    """``make_compute_metrics`` in ``mode`` plus F1 in both modes and what was scored.
+    """``compute_metrics(eval_pred, windows)``: ``make_compute_metrics`` in ``mode`` plus F1 in both modes and what
+    was scored, over whole sentences.
 
-    ``n_sentences`` (rows with at least one labelled word) and ``gold_entities`` make it
-    checkable that every evaluation example was scored exactly once (e.g. under ``accelerate
-    launch``, where the Trainer gathers predictions across processes). For scheme ``none`` the
-    scores are token-level (accuracy, per-tag and macro/micro precision/recall/F1, ``n_tokens``)
-    with ``n_sentences``. A ``memory`` keeps the predicted tags (see :class:`PredictionMemory`).
+    The predictions of the windows are first merged into one tag per word of each sentence by ``windows``
+    (:func:`sentence_tags`), so an entity cut by a window's edge is one entity and a word in two windows one
+    token. ``n_sentences``, ``n_tokens`` (words) and ``gold_entities`` are thus the data's and make it checkable
+    that every sentence and word was scored exactly once (also under ``accelerate launch``, where the Trainer
+    gathers predictions across processes). For scheme ``none`` the scores are token-level (accuracy, per-tag and
+    macro/micro precision/recall/F1, ``n_tokens``) with ``n_sentences``. A ``memory`` keeps the predicted tags
+    (see :class:`PredictionMemory`).
     """
-    if scheme == NO_SCHEME:
-        token_scorer = make_compute_metrics(id2label, scheme=NO_SCHEME)
 
-        def compute_token_metrics(eval_pred: Any) -> dict[str, float]:
-            results = token_scorer(eval_pred)
-            gold, pred = tag_sequences(eval_pred, id2label)
-            if memory is not None:
-                memory.remember(gold, pred)
-            results["n_sentences"] = sum(1 for tags in gold if tags)
-            return results
-
-        return compute_token_metrics
-    scorers = {m: make_compute_metrics(id2label, scheme=scheme, mode=m) for m in MODES}
-
-    def compute_metrics(eval_pred: Any) -> dict[str, float]:
-        results = scorers[mode](eval_pred)
-        for other in MODES:
-            results[f"{other}_f1"] = results["f1"] if other == mode else scorers[other](eval_pred)["f1"]
-        all_gold, pred = tag_sequences(eval_pred, id2label)
+    def compute_metrics(eval_pred: Any, windows: SentenceWindows) -> dict[str, float]:
+        gold, pred = sentence_tags(eval_pred, id2label, windows)
         if memory is not None:
-            memory.remember(all_gold, pred)
-        gold = [tags for tags in all_gold if tags]
+            memory.remember(gold, pred)
+        results = sequence_metrics(gold, pred, scheme=scheme, mode=mode)
+        if scheme != NO_SCHEME:
+            for other in MODES:
+                results[f"{other}_f1"] = results["f1"] if other == mode else entity_scores(
+                    gold, pred, scheme=scheme, mode=other)["f1"]
+            results["gold_entities"] = int(entity_counts(gold, gold, scheme=scheme, mode=mode)[:, 2].sum())
+            results["n_tokens"] = sum(map(len, gold))
         results["n_sentences"] = len(gold)
-        results["gold_entities"] = int(entity_counts(gold, gold, scheme=scheme, mode=mode)[:, 2].sum())
         return results
 
     return compute_metrics
@@ -129,15 +141,16 @@ def make_preprocess_logits(model: Any):
 
 
 def predicted_tags(trainer: Any, dataset: Any) -> tuple[list[list[str]], list[list[str]]]:
-    """Gold and predicted tags of ``dataset`` (rows as the Trainer scores them), predicted only if the
-    trainer's :class:`PredictionMemory` did not keep them from the final evaluation."""
+    """Gold and predicted tags of the sentences of ``dataset`` (one per word, as the Trainer scores them), predicted
+    only if the trainer's :class:`PredictionMemory` did not keep them from the final evaluation."""
     id2label = {int(i): label for i, label in trainer.model.config.id2label.items()}
-    gold = [[id2label[label] for label in row if label != -100] for row in dataset["labels"]]
+    windows = sentence_windows(dataset)
+    gold = windows.merge([[id2label[label] for label in row if label != -100] for row in dataset["labels"]])
     memory = getattr(trainer, "prediction_memory", None)
     pred = memory.recall(gold) if memory is not None else None
     if pred is not None:
         return gold, pred
-    predicted_gold, pred = tag_sequences(trainer.predict(dataset), id2label)
+    predicted_gold, pred = sentence_tags(trainer.predict(dataset), id2label, windows)
     if predicted_gold != gold:
         raise RuntimeError("the predicted rows do not line up with the dataset's labels")
     return gold, pred

@@ -26,9 +26,9 @@ from mlm_suite.analysis.embeddings import ContextualEmbedder, layerwise_anisotro
 from mlm_suite.errors import UsageError
 from mlm_suite.evaluation.plots import plot_anisotropy
 from mlm_suite.jobs.distributed import command_prog
-from mlm_suite.jobs.output_folder import claim_output_folder
+from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder
 from mlm_suite.jobs.arguments import check_at_least, check_model_source
-from mlm_suite.jobs.model_loading import pretrained_config, pretrained_model, pretrained_tokenizer
+from mlm_suite.jobs.model_loading import check_vocabulary, pretrained_config, pretrained_model, pretrained_tokenizer
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--output_dir", default="outputs/anisotropy")
+    parser.add_argument("--overwrite_output_dir", action="store_true", help=OVERWRITE_HELP)
     return parser
 
 
@@ -53,7 +54,8 @@ def check_flags(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     check_flags(args)
-    claim_output_folder(args.output_dir, {"--model_name_or_path": args.model_name_or_path})
+    claim_output_folder(args.output_dir, {"--model_name_or_path": args.model_name_or_path},
+                        overwrite=args.overwrite_output_dir)
     texts = BUILTIN_DATASETS["pang_lee_sentences"].read()
     if not 2 <= args.num_sentences <= len(texts):
         raise UsageError(f"--num_sentences must be between 2 and {len(texts)}, got {args.num_sentences}")
@@ -61,8 +63,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     sentences = [[word for word, _, _ in split_words(text)] for text in sample]
 
     model_path = args.model_name_or_path or str(resources.converted_minilm_dir())
-    model = pretrained_model(AutoModel, model_path, config=pretrained_config(model_path))
+    config = pretrained_config(model_path)
     tokenizer = pretrained_tokenizer(model_path)
+    check_vocabulary(tokenizer, config, model_path, model_path)
+    model = pretrained_model(AutoModel, model_path, config=config)
     embedder = ContextualEmbedder(model, tokenizer, batch_size=args.batch_size)
     results = layerwise_anisotropy(embedder, sentences, n_pairs=args.n_pairs, seed=args.seed)
 

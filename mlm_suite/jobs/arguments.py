@@ -12,11 +12,16 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from transformers import HfArgumentParser, TrainingArguments
 
 from mlm_suite.errors import UsageError
+from mlm_suite.jobs.output_folder import OVERWRITE_HELP
+
+#: ``--resume_from_checkpoint`` values (any case) meaning the last checkpoint of ``--output_dir``.
+LAST_CHECKPOINT = ("true",)
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,17 +183,15 @@ class JobTrainingArguments(TrainingArguments):
     the values the Trainer would otherwise take silently or fail on deep in a run. Each job subclasses it with its
     own defaults as field defaults."""
 
-    overwrite_output_dir: bool = field(
-        default=False,
-        metadata={
-            "help": "Train from scratch even when --output_dir holds checkpoint-* folders (by default the job "
-            "continues from the last one). Nothing is deleted: the new run overwrites what it writes."
-        },
-    )
+    overwrite_output_dir: bool = field(default=False, metadata={"help": OVERWRITE_HELP})
 
     #: The flags the command line (or the ``.json`` file of flags) gave, by field name, however abbreviated: set by
     #: :func:`parse_arguments`. A class attribute rather than a field, so it is neither a flag nor saved.
     flags_given = frozenset()
+    #: The values of the job's :data:`DATA_FLAGS`, as parsed (:func:`data_flag_values`): set by :func:`parse_arguments`.
+    #: Every checkpoint records them, and a run resumed from it names those that differ
+    #: (:func:`mlm_suite.training.trainer.check_resumed_run`). Not a field either.
+    data_flags = MappingProxyType({})
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():  # no float flag means anything as NaN or infinity
@@ -212,7 +215,48 @@ class JobTrainingArguments(TrainingArguments):
         check_non_negative("weight_decay", self.weight_decay)
         for name in ("label_smoothing_factor", "adam_beta1", "adam_beta2"):
             check_within(name, getattr(self, name), 0.0, 1.0)
+        self._check_overwrite_keeps_the_checkpoint()
         super().__post_init__()
+
+    def _check_overwrite_keeps_the_checkpoint(self) -> None:
+        # --overwrite_output_dir empties --output_dir first: a checkpoint to continue cannot come from there.
+        resume = (self.resume_from_checkpoint or "").strip()
+        if not (self.overwrite_output_dir and resume):
+            return
+        inside = resume.lower() in LAST_CHECKPOINT or Path(resume).expanduser().resolve().is_relative_to(
+            Path(self.output_dir).expanduser().resolve())
+        if inside:
+            raise UsageError(f"--resume_from_checkpoint {resume} continues a run of --output_dir {self.output_dir}, "
+                             "which --overwrite_output_dir deletes: give one of the two")
+
+
+#: The flags that decide what a run trains on: where its training data come from, how they become rows, its tokenizer
+#: and its seeds (each job has some of them).
+DATA_FLAGS = (
+    "train_file", "dataset_name", "dataset_config_name", "prepared_data", "text_column_name", "label_column_name",
+    "sentence1_column", "sentence2_column", "query_column", "document_column", "tokenizer_name", "max_seq_length",
+    "packing", "objective", "masking", "max_train_samples", "seed", "data_seed",
+)  # fmt: skip
+# The data flags that name local files or folders (or Hub ids): recorded resolved, another spelling is the same data.
+_PATH_FLAGS = ("train_file", "dataset_name", "prepared_data", "tokenizer_name")
+
+
+def data_flag_values(parsed: Sequence[Any]) -> dict[str, Any]:
+    """The values of the :data:`DATA_FLAGS` of the ``parsed`` argument dataclasses, a local file or folder as its
+    resolved path."""
+
+    def resolved(value: Any) -> Any:
+        if isinstance(value, list):
+            return [resolved(item) for item in value]
+        return str(Path(value).expanduser().resolve()) if isinstance(value, str) and os.path.exists(value) else value
+
+    values = {}
+    for arguments in parsed:
+        for name in DATA_FLAGS:
+            if name in getattr(type(arguments), "__dataclass_fields__", {}):
+                value = getattr(arguments, name)
+                values[name] = resolved(value) if name in _PATH_FLAGS else value
+    return values
 
 
 def given_flags(parser: HfArgumentParser, argv: Sequence[str]) -> frozenset[str]:
@@ -249,7 +293,8 @@ def parse_arguments(dataclass_types: Sequence[type], argv: Sequence[str] | None,
 
     An unknown flag is an argparse error (exit status 2); a value a dataclass's ``__post_init__`` refuses is a
     :class:`~mlm_suite.errors.UsageError`. ``TrainingArguments`` learn which flags were given
-    (:attr:`JobTrainingArguments.flags_given`) and get the data-loading defaults of their device
+    (:attr:`JobTrainingArguments.flags_given`) and the values of the data flags
+    (:attr:`JobTrainingArguments.data_flags`), and get the data-loading defaults of their device
     (:func:`feed_the_device`).
     """
     parser = argument_parser(dataclass_types, **parser_kwargs)
@@ -262,9 +307,11 @@ def parse_arguments(dataclass_types: Sequence[type], argv: Sequence[str] | None,
         if remaining:
             parser.error(f"unrecognized arguments: {' '.join(remaining)}")
         given = given_flags(parser, argv)
+    data_flags = MappingProxyType(data_flag_values(parsed))
     for arguments in parsed:
         if isinstance(arguments, JobTrainingArguments):
             arguments.flags_given = given
+            arguments.data_flags = data_flags
             feed_the_device(arguments)
     return tuple(parsed)
 
@@ -327,9 +374,11 @@ def apply_defaults(
 
 
 __all__ = [
+    "DATA_FLAGS",
     "GIVEN",
     "HubArguments",
     "JobTrainingArguments",
+    "LAST_CHECKPOINT",
     "apply_defaults",
     "argument_parser",
     "check_at_least",
@@ -340,6 +389,7 @@ __all__ = [
     "check_positive",
     "check_seed",
     "check_within",
+    "data_flag_values",
     "feed_the_device",
     "flatten_batches_field",
     "given_flags",

@@ -16,10 +16,9 @@ from transformers import TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
 from mlm_suite.errors import UsageError
+from mlm_suite.jobs.arguments import LAST_CHECKPOINT
 from mlm_suite.training.trainer import TRAINER_STATE_JSON
 
-#: ``--resume_from_checkpoint`` values (any case) meaning the last checkpoint of ``--output_dir``.
-LAST_CHECKPOINT = ("true",)
 
 
 def last_checkpoint(folder: str | os.PathLike | None) -> str | None:

@@ -14,7 +14,7 @@ import json
 
 from mlm_suite.convert import convert_bert_checkpoint
 from mlm_suite.jobs.distributed import command_prog
-from mlm_suite.jobs.output_folder import claim_output_folder
+from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder
 
 DESCRIPTION = "convert a Hugging Face BERT folder (the encoder and its head) into an mlm_suite folder"
 
@@ -28,12 +28,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("cls", "mean"),
         help="pooling of the sequence heads (default: the pooling a sentence-transformers folder was trained with, else cls)",
     )
+    parser.add_argument("--overwrite_output_dir", action="store_true", help=OVERWRITE_HELP)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    claim_output_folder(args.dst, inputs={"src": args.src}, flag="dst")
+    claim_output_folder(args.dst, inputs={"src": args.src}, flag="dst", overwrite=args.overwrite_output_dir)
     destination = convert_bert_checkpoint(args.src, args.dst, classifier_pooling=args.classifier_pooling)
     config = json.loads((destination / "config.json").read_text())
     print(f"converted {args.src} -> {destination} ({config['architectures'][0]}, classifier_pooling={config['classifier_pooling']})")

@@ -1,5 +1,6 @@
-"""Running a job's ``main`` from the command line: one-line user errors, the command's name, and a clean end
-when it runs as one of several processes (docs/command_line.md).
+"""Running a job's ``main`` from the command line: one-line user errors, the command's name, an end by Ctrl-C or
+SIGTERM that cleans up as an error does, and a clean end when it runs as one of several processes
+(docs/command_line.md).
 
 The Trainer joins a torch.distributed process group and never leaves it; with gloo a process can then abort at
 interpreter exit, after the job succeeded (a collective's worker thread freeing Python objects during shutdown).
@@ -11,7 +12,9 @@ until exit so that the main thread frees them. It runs once per process, where `
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -19,7 +22,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from mlm_suite.errors import debug_enabled, error_line, is_user_error
+from mlm_suite.errors import ONLY_WRITES_FAIL_WITH, WriteError, debug_enabled, error_line, is_user_error, write_error
 from mlm_suite.jobs.output_folder import output_folders_released
 
 # The job's final barrier, freed with this module when the interpreter exits (see above).
@@ -70,6 +73,43 @@ def _module_prog(main: Callable) -> str | None:
     return None
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a scheduler's or a launcher's stop) raised in the job's main thread as Ctrl-C raises
+    KeyboardInterrupt, so that the job ends as it does on Ctrl-C: what it cleans up on its way out (a staging
+    folder, its output folder's lock) is cleaned up, where the signal's default action would leave it."""
+
+
+@contextmanager
+def _sigterm_raises_terminated() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated` in this process's main thread; outside the main thread
+    (where no handler can be set) nothing changes. A process forked meanwhile (a ``datasets`` or data-loader
+    worker) still dies of SIGTERM at once, as its parent stops it that way."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    owner = os.getpid()
+
+    def terminate(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:  # a forked worker, which inherited the handler: the default action
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _interruption(error: BaseException | None) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM that ``error`` is, or that it was raised while handling (a library's clean-up that
+    fails once interrupted, as the worker pool of ``datasets.map`` does), else None."""
+    while error is not None and not isinstance(error, KeyboardInterrupt):
+        error = error.__context__
+    return error
+
+
 def _exit_after_error(status: int) -> None:
     """Exit with ``status``; in a multi-process run, without waiting for the process group's threads.
 
@@ -97,8 +137,10 @@ def run_job(
 
     ``prog`` names the command for the job's argument parser and for error lines (default: see
     :func:`command_prog`). A user error (:data:`mlm_suite.errors.USER_ERRORS`) prints
-    ``<prog>: error: <message>`` on stderr and exits with status 2 (``SystemExit``), Ctrl-C prints
-    ``<prog>: interrupted`` and exits with 130; other exceptions propagate with their traceback, and so
+    ``<prog>: error: <message>`` on stderr and exits with status 2 (``SystemExit``); a write failure
+    (:class:`~mlm_suite.errors.WriteError`, or an error only a write raises) prints ``<prog>: error: could not write
+    ...`` and exits with status 1; Ctrl-C prints ``<prog>: interrupted`` and exits with 130, SIGTERM
+    ``<prog>: terminated`` and 143 (:class:`Terminated`); other exceptions propagate with their traceback, and so
     does every exception with ``debug`` (default: ``$MLM_SUITE_DEBUG``). ``SystemExit`` (argparse's
     errors and ``--help``) passes through. The output folders ``main`` claimed
     (:func:`~mlm_suite.jobs.output_folder.claim_output_folder`) are released however it ends.
@@ -109,19 +151,26 @@ def run_job(
     prog = prog or _module_prog(main)
     token = _PROG.set(prog)
     try:
-        with output_folders_released():  # before the exit below, which may skip every finally
+        # Both end before the exit below, which may skip every finally.
+        with output_folders_released(), _sigterm_raises_terminated():
             result = main(argv)
     except (Exception, KeyboardInterrupt) as error:
-        if debug_enabled(debug) or not (is_user_error(error) or isinstance(error, KeyboardInterrupt)):
+        # A full disk or a file-size limit hit by a write no save named (mlm_suite.errors.writing) is one too.
+        error = write_error(error, None, ONLY_WRITES_FAIL_WITH) or error
+        interruption = _interruption(error)
+        if debug_enabled(debug) or not (is_user_error(error) or interruption is not None):
             raise
         name = prog or os.path.basename(sys.argv[0]) or "mlm-suite"
-        interrupted = isinstance(error, KeyboardInterrupt)
-        print(f"{name}: interrupted" if interrupted else error_line(name, error), file=sys.stderr)
-        _exit_after_error(130 if interrupted else 2)
+        if interruption is not None:  # the status a shell gives a process its signal ended: 128 + the signal
+            terminated = isinstance(interruption, Terminated)
+            print(f"{name}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+            _exit_after_error(128 + (signal.SIGTERM if terminated else signal.SIGINT))
+        print(error_line(name, error), file=sys.stderr)
+        _exit_after_error(1 if isinstance(error, WriteError) else 2)
     finally:
         _PROG.reset(token)
     end_process_group()
     return result
 
 
-__all__ = ["command_prog", "end_process_group", "run_job", "running_as"]
+__all__ = ["Terminated", "command_prog", "end_process_group", "run_job", "running_as"]

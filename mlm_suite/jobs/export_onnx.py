@@ -19,7 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from mlm_suite.errors import UsageError
+from mlm_suite.errors import UsageError, writing
 from mlm_suite.export import OPSET_VERSIONS, export_onnx, onnx_difference
 
 
@@ -46,6 +46,8 @@ def check_flags(args: argparse.Namespace) -> None:
         )
     if not (math.isfinite(args.tolerance) and args.tolerance >= 0):
         raise UsageError(f"--tolerance must be a non-negative number (the largest allowed difference), got {args.tolerance}")
+    if Path(args.output).is_dir():
+        raise UsageError(f"--output {args.output} is a folder: name the .onnx file to write (e.g. {Path(args.output) / 'model.onnx'})")
     if Path(args.output).suffix != ".onnx":
         raise UsageError(f"--output {args.output}: the file name must end in .onnx")
 
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> float:
     created = next((folder for folder in reversed([output.parent, *output.parent.parents]) if not folder.exists()), None)
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.staging-") as staging:
+        with writing(output), tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.staging-") as staging:
             staged = Path(staging) / output.name
             names = export_onnx(model, staged, args.opset_version)
             difference = onnx_difference(model, staged)

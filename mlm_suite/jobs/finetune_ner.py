@@ -3,7 +3,8 @@
 Data: CoNLL column files or JSON lines; without data flags, a built-in corpus (``--builtin_dataset wnut16``, the
 default, or ``oanc_pos``) and, in the same run, HF's ``BertForTokenClassification`` from the same weights for
 comparison (``--compare_hf``). Entity schemes get entity F1 (conlleval or strict), tag sets without entities token
-accuracy and per-tag scores, all at the word level. See docs/finetuning.md::
+accuracy and per-tag scores, all at the word level and over whole sentences, however many windows of
+``--max_seq_length`` a long one takes. See docs/finetuning.md::
 
     mlm-suite finetune-ner --output_dir outputs/ner
     mlm-suite finetune-ner --builtin_dataset oanc_pos --output_dir outputs/pos
@@ -12,13 +13,14 @@ accuracy and per-tag scores, all at the word level. See docs/finetuning.md::
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mlm_suite.data import resources
-from mlm_suite.data.alignment import tokenize_and_align
+from mlm_suite.data.alignment import SentenceWindows, tokenize_and_align, window_stride
 from mlm_suite.data.builtin import BUILTIN_DATASETS
 from mlm_suite.data.labels import has_placeholder_labels, hub_tag_sequences, label_maps, resolve_label_list
 from mlm_suite.data.mapping import map_options
@@ -61,13 +63,13 @@ from mlm_suite.jobs.model_loading import (
     load_tokenizer,
     resolve_model_path,
 )
-from mlm_suite.jobs.output_folder import claim_output_folder
+from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
 from mlm_suite.data.tagging import NO_SCHEME, check_tags_in, scheme_labels, settle_scheme
 from mlm_suite.evaluation.baseline import compare_with_hf_baseline
 from mlm_suite.evaluation.plots import figures_section
 from mlm_suite.evaluation.tagging_metrics import (
-    PredictionMemory, check_best_model_metric, main_metric, make_preprocess_logits, ner_compute_metrics,
-    plot_scores_per_split,
+    WINDOW_COLUMNS, PredictionMemory, check_best_model_metric, main_metric, make_preprocess_logits,
+    ner_compute_metrics, plot_scores_per_split, sentence_windows,
 )
 from mlm_suite.cards import (
     CardDataset, FinetunedCard, card_base_model, card_scores, markdown_table, ner_card_score_names, ner_labels_section,
@@ -93,7 +95,9 @@ class NerDataArguments:
     test_file: str | None = field(default=None, metadata={"help": "CoNLL or JSON-lines test file."})
     text_column_name: str = field(default="tokens", metadata={"help": "JSON-lines/Hub column of token lists."})
     label_column_name: str = field(default="ner_tags", metadata={"help": "JSON-lines/Hub column of tag lists."})
-    max_seq_length: int = field(default=128, metadata={"help": "Sub-tokens per window; longer sentences are split."})
+    max_seq_length: int = field(
+        default=128, metadata={"help": "Sub-tokens per window; a longer sentence is read in windows and scored whole."}
+    )
     label_strategy: Literal["first", "all", "all_b_to_i"] = field(
         default="first", metadata={"help": "Which sub-tokens of a word carry its label in training."}
     )
@@ -214,33 +218,43 @@ def split_sources(sources: dict[str, Source], seed: int) -> dict[str, list[Sente
 
 def encode(
     sentences: Sequence[Sentence], tokenizer: Any, label2id: Mapping[str, int], strategy: str, max_length: int,
-    num_proc: int | None = None,
+    num_proc: int | None = None, scored: bool = False,
 ):
     """A ``datasets.Dataset`` of model inputs and aligned labels, one row per window, tokenised on ``num_proc``
-    processes (``--preprocessing_num_workers``; every sentence is tokenised alone, so the rows are the same)."""
+    processes (``--preprocessing_num_workers``; every sentence is tokenised alone, so the rows are the same).
+
+    A sentence longer than ``max_length`` sub-tokens is split into windows. Training windows follow one another;
+    the windows of a ``scored`` split (validation, test) overlap by a quarter (:func:`window_stride`), so that each
+    word is scored from a window where it has context on both sides, and keep the :data:`WINDOW_COLUMNS` that
+    place them in their sentence: the job scores whole sentences (:class:`TaggingTrainer`).
+    """
     from datasets import Dataset
 
     raw = Dataset.from_dict({"tokens": [list(t) for t, _ in sentences], "ner_tags": [list(t) for _, t in sentences]})
+    stride = window_stride(tokenizer, max_length) if scored else 0
     encoded = raw.map(
         lambda batch, indices: tokenize_and_align(
-            batch, tokenizer, label2id, strategy=strategy, max_length=max_length, example_ids=indices
+            batch, tokenizer, label2id, strategy=strategy, max_length=max_length, stride=stride, example_ids=indices
         ),
         batched=True,
         with_indices=True,
         remove_columns=raw.column_names,
         **map_options(raw, num_proc),
     )
-    # Bookkeeping columns the collator cannot pad (word_ids holds None).
-    return encoded.remove_columns(["word_ids", "example_id", "num_words"])
+    # Bookkeeping columns the collator cannot pad (word_ids holds None); the window columns a scored split keeps
+    # are read, and taken off before the collator, by TaggingTrainer.
+    kept = WINDOW_COLUMNS if scored else ()
+    return encoded.remove_columns([name for name in ("word_ids", "example_id", "num_words") if name not in kept])
 
 
 def encode_splits(sentences: Mapping[str, Sequence[Sentence]], tokenizer: Any, label2id: Mapping[str, int],
                   args: NerDataArguments) -> dict[str, Any]:
     """Every split :func:`encode`d: training labels aligned with ``--label_strategy``, evaluation data with
-    ``first`` (one label per word, so scores are word-level whatever the training strategy)."""
+    ``first`` (one label per word, so scores are word-level whatever the training strategy) in overlapping
+    windows scored as whole sentences."""
     return {
         split: encode(data, tokenizer, label2id, args.label_strategy if split == "train" else "first",
-                      args.max_seq_length, args.preprocessing_num_workers)
+                      args.max_seq_length, args.preprocessing_num_workers, scored=split != "train")
         for split, data in sentences.items()
     }
 
@@ -248,9 +262,46 @@ def encode_splits(sentences: Mapping[str, Sequence[Sentence]], tokenizer: Any, l
 # --------------------------------------------------------------------------------------------
 # The job
 # --------------------------------------------------------------------------------------------
+class TaggingTrainer(JobTrainer):
+    """A :class:`JobTrainer` that scores whole sentences, however many windows hold them.
+
+    Its validation and test datasets keep the :data:`WINDOW_COLUMNS` (:func:`encode` of a scored split).
+    :meth:`evaluate` and :meth:`predict` read them (:class:`SentenceWindows`), give the Trainer the windows without
+    them, and score with ``score_sentences(eval_pred, windows)`` (:func:`ner_compute_metrics`), which merges the
+    windows' predictions into one per word first; transformers' question-answering Trainer of ``run_qa.py`` turns
+    its windows back into examples the same way. Predictions returned stay per window.
+    """
+
+    def __init__(self, *args: Any, score_sentences: Any, **kwargs: Any) -> None:
+        self.score_sentences = score_sentences
+        self._windows: SentenceWindows | None = None
+        super().__init__(*args, compute_metrics=self._compute_metrics, **kwargs)
+
+    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]:
+        with self._sentences_of(self.eval_dataset if eval_dataset is None else eval_dataset) as rows:
+            return super().evaluate(rows, ignore_keys, metric_key_prefix)
+
+    def predict(self, test_dataset: Any, ignore_keys: list[str] | None = None, metric_key_prefix: str = "test"):
+        with self._sentences_of(test_dataset) as rows:
+            return super().predict(rows, ignore_keys, metric_key_prefix)
+
+    @contextlib.contextmanager
+    def _sentences_of(self, dataset: Any) -> Iterator[Any]:
+        """Score the sentences of ``dataset`` inside the block, which gets its rows without the window columns."""
+        self._windows = sentence_windows(dataset)
+        try:
+            yield dataset.remove_columns(list(WINDOW_COLUMNS))
+        finally:
+            self._windows = None
+
+    def _compute_metrics(self, eval_pred: Any) -> dict[str, float]:
+        return self.score_sentences(eval_pred, self._windows)
+
+
 def build_trainer(model, args, tokenizer, datasets: Mapping[str, Any], scheme: str, mode: str):
-    """A trainer for token classification scored by :func:`ner_compute_metrics` (entities in ``mode``); early
-    stopping (if asked for) watches the validation score of the ``scheme`` (:func:`main_metric`).
+    """A :class:`TaggingTrainer` for token classification scored by :func:`ner_compute_metrics` (entities in
+    ``mode``); early stopping (if asked for) watches the validation score of the ``scheme`` (:func:`main_metric`).
 
     Its ``prediction_memory`` (:class:`PredictionMemory`) keeps the predicted tags of the final evaluations.
     """
@@ -258,7 +309,7 @@ def build_trainer(model, args, tokenizer, datasets: Mapping[str, Any], scheme: s
 
     id2label = {int(i): label for i, label in model.config.id2label.items()}
     memory = PredictionMemory()
-    trainer = JobTrainer(
+    trainer = TaggingTrainer(
         model=model,
         args=args,
         train_dataset=datasets.get("train"),
@@ -266,7 +317,7 @@ def build_trainer(model, args, tokenizer, datasets: Mapping[str, Any], scheme: s
         processing_class=tokenizer,
         data_collator=DataCollatorForTokenLabels(tokenizer, flatten=trains_flattened(model, args)),
         eval_data_collator=DataCollatorForTokenLabels(tokenizer),  # DataCollatorForTokenClassification's batches, faster
-        compute_metrics=ner_compute_metrics(id2label, scheme, mode, memory),
+        score_sentences=ner_compute_metrics(id2label, scheme, mode, memory),
         preprocess_logits_for_metrics=make_preprocess_logits(model),
         callbacks=early_stopping(args, main_metric(scheme)) + [memory],
     )
@@ -280,7 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_args, data_args, training_args = parse_arguments((NerModelArguments, NerDataArguments, NerTrainingArguments), argv)
     if model_args.use_crf and training_args.flatten_batches and "flatten_batches" in training_args.flags_given:
         raise UsageError("--flatten_batches cannot be combined with --use_crf: the CRF scores each sequence as a whole")
-    claim_output_folder(training_args.output_dir, model_args.sources())
+    claim_output_folder(training_args.output_dir, {**model_args.sources(), **paths_read(data_args)},
+                        overwrite=training_args.overwrite_output_dir)
     # Everything that can fail on bad input happens before the Trainer creates the output folder.
     # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run in --output_dir
     training_args.resume_from_checkpoint = resume_checkpoint(training_args, trains=training_args.do_train)
@@ -325,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config.update(config_updates)
 
     # Label alignment, model
-    tokenizer = load_tokenizer(model_path, model_args)
+    tokenizer = load_tokenizer(model_path, model_args, config)
     check_max_seq_length(data_args.max_seq_length, config, model_path, tokenizer)
     if compare_hf:
         check_max_seq_length(data_args.max_seq_length, AutoConfig.from_pretrained(resources.minilm_dir()),

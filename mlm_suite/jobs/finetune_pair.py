@@ -19,7 +19,7 @@ from typing import Any
 from mlm_suite.data.builtin import BUILTIN_DATASETS
 from mlm_suite.data.readers import load_intermediate, load_labelled_text_splits
 from mlm_suite.jobs.arguments import check_at_least, parse_arguments
-from mlm_suite.jobs.output_folder import claim_output_folder
+from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
 from mlm_suite.jobs.checkpoints import resume_checkpoint
 from mlm_suite.jobs.finetune_training import FinetuneTrainingArguments, run_trainer, save_everything
 from mlm_suite.jobs.model_loading import (
@@ -92,7 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_args, data_args, training_args = parse_arguments(
         (ModelArguments, PairDataArguments, PairTrainingArguments), argv
     )
-    claim_output_folder(training_args.output_dir, model_args.sources())
+    claim_output_folder(training_args.output_dir, {**model_args.sources(), **paths_read(data_args)},
+                        overwrite=training_args.overwrite_output_dir)
 
     # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run (before the Trainer
     # creates the output folder)
@@ -118,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_path = resolve_model_path(model_args.model_name_or_path, training_args)
     config = load_config(model_path, model_args)
     label_list = configure_head(config, task_type, labels, model_path, model_args, data_args, intermediate)
-    tokenizer = load_tokenizer(model_path, model_args)
+    tokenizer = load_tokenizer(model_path, model_args, config)
     check_max_seq_length(data_args.max_seq_length, config, model_path, tokenizer, pair=True)
     encode = text_encoder(tokenizer, text_columns, data_args, task_type, config)
     datasets = {split: encode(examples) for split, examples in splits.items()}

@@ -21,7 +21,7 @@ from mlm_suite.data.builtin import BUILTIN_DATASETS
 from mlm_suite.data.readers import Pair, RetrievalSplit, first_n, read_retrieval_split, read_training_pairs
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import check_at_least, check_file, check_positive, parse_arguments
-from mlm_suite.jobs.output_folder import claim_output_folder
+from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
 from mlm_suite.jobs.checkpoints import resume_checkpoint
 from mlm_suite.jobs.finetune_training import FinetuneTrainingArguments, card_training_summary, early_stopping, run_trainer, save_everything
 from mlm_suite.jobs.model_loading import (
@@ -166,7 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_args, data_args, training_args = parse_arguments(
         (RetrievalModelArguments, RetrievalDataArguments, RetrievalTrainingArguments), argv
     )
-    claim_output_folder(training_args.output_dir, model_args.sources())
+    claim_output_folder(training_args.output_dir, {**model_args.sources(), **paths_read(data_args)},
+                        overwrite=training_args.overwrite_output_dir)
 
     # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run in --output_dir
     training_args.resume_from_checkpoint = resume_checkpoint(training_args, trains=training_args.do_train)
@@ -190,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         contrastive_temperature=model_args.temperature, learn_temperature=model_args.learn_temperature,
         contrastive_symmetric=model_args.symmetric_loss,
     ))
-    tokenizer = load_tokenizer(model_path, model_args)
+    tokenizer = load_tokenizer(model_path, model_args, config)
     check_max_seq_length(data_args.max_seq_length, config, model_path, tokenizer)
 
     def tokenized_pairs() -> list[dict[str, Any]]:

@@ -129,9 +129,28 @@ def load_config(model_path: str, model_args: ModelArguments) -> PretrainedConfig
     return pretrained_config(model_args.config_name or model_path, **model_args.pretrained_kwargs())
 
 
-def load_tokenizer(model_path: str, model_args: ModelArguments) -> Any:
-    """The tokenizer of ``--tokenizer_name`` (else of the model), loaded with the Hub flags."""
-    return pretrained_tokenizer(model_args.tokenizer_name or model_path, **model_args.pretrained_kwargs())
+def load_tokenizer(model_path: str, model_args: ModelArguments, config: PretrainedConfig) -> Any:
+    """The tokenizer of ``--tokenizer_name`` (else of the model), loaded with the Hub flags and checked against the
+    model's ``config`` (:func:`check_vocabulary`)."""
+    source = model_args.tokenizer_name or model_path
+    tokenizer = pretrained_tokenizer(source, **model_args.pretrained_kwargs())
+    check_vocabulary(tokenizer, config, source, model_args.config_name or model_path)
+    return tokenizer
+
+
+def check_vocabulary(tokenizer: Any, config: PretrainedConfig, tokenizer_source: str, model_source: str) -> None:
+    """Every id of ``tokenizer`` must have a word embedding in the model of ``config``: an id past them would stop
+    training at the first batch holding it (``IndexError: index out of range in self``).
+
+    Raises:
+        UsageError: naming both sizes and where they come from.
+    """
+    if len(tokenizer) > config.vocab_size:
+        raise UsageError(
+            f"the tokenizer ({tokenizer_source}) has {len(tokenizer)} tokens but the model ({model_source}) has "
+            f"vocab_size {config.vocab_size}, so ids from {config.vocab_size} on have no embedding: use the "
+            f"tokenizer the model was trained with, or a model with vocab_size {len(tokenizer)} or more"
+        )
 
 
 def mlm_suite_checkpoint(model_name_or_path: str, **pretrained: Any) -> str:
@@ -201,6 +220,7 @@ __all__ = [
     "ModelArguments",
     "apply_freezing",
     "check_max_seq_length",
+    "check_vocabulary",
     "load_config",
     "load_model",
     "load_tokenizer",

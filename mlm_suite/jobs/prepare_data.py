@@ -20,11 +20,11 @@ from mlm_suite.data.corpus import HELD_OUT_SEED
 from mlm_suite.data.masking import check_mlm_tokenizer
 from mlm_suite.data.packing import MIN_PACKING_LENGTH, check_row_layout
 from mlm_suite.data.prepared import prepare_data
-from mlm_suite.errors import UsageError
+from mlm_suite.errors import UsageError, writing
 from mlm_suite.jobs import arguments
 from mlm_suite.jobs.arguments import HubArguments, check_at_least, check_file, check_model_source, check_within
 from mlm_suite.jobs.model_loading import pretrained_tokenizer
-from mlm_suite.jobs.output_folder import claim_output_folder
+from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder, paths_read
 
 @dataclass
 class PrepareDataArguments:
@@ -32,7 +32,7 @@ class PrepareDataArguments:
     tokenizer_name: str = field(
         metadata={"help": "the tokenizer folder (or Hub id) pretraining will use"}
     )
-    output_dir: str = field(metadata={"help": "the prepared folder to write (must not exist, or be empty)"})
+    output_dir: str = field(metadata={"help": "the prepared folder to write (new or empty, or see --overwrite_output_dir)"})
     validation_file: str | None = field(default=None, metadata={"help": "held-out documents, same formats"})
     validation_split_percentage: float = field(
         default=5.0, metadata={"help": "without --validation_file: share of the documents held out (seeded, as pretrain)"}
@@ -53,6 +53,7 @@ class PrepareDataArguments:
     max_train_samples: int | None = field(
         default=None, metadata={"help": "write only the first N training rows (pretrain --max_train_samples keeps the same)"}
     )
+    overwrite_output_dir: bool = field(default=False, metadata={"help": OVERWRITE_HELP})
 
     def __post_init__(self) -> None:
         for path in self.train_file:
@@ -62,9 +63,6 @@ class PrepareDataArguments:
         check_within("validation_split_percentage", self.validation_split_percentage, 0.0, 100.0, low_open=True)
         for name in ("max_seq_length", "max_train_samples", "preprocessing_num_workers", "num_shards"):
             check_at_least(name, getattr(self, name), 1)
-        output = Path(self.output_dir)
-        if output.exists() and (not output.is_dir() or any(output.iterdir())):
-            raise UsageError(f"--output_dir {output} exists and is not an empty folder: choose another")
 
 
 def parse_arguments(argv: list[str] | None = None) -> tuple[PrepareDataArguments, HubArguments]:
@@ -74,27 +72,28 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[PrepareDataArguments
 
 def main(argv: list[str] | None = None) -> int:
     args, hub_args = parse_arguments(argv)  # PrepareDataArguments checks its flags
-    claim_output_folder(args.output_dir, {"--tokenizer_name": args.tokenizer_name})
+    claim_output_folder(args.output_dir, paths_read(args), overwrite=args.overwrite_output_dir)
     tokenizer = pretrained_tokenizer(args.tokenizer_name, **hub_args.pretrained_kwargs())
-    check_mlm_tokenizer(tokenizer)
+    check_mlm_tokenizer(tokenizer, f"--tokenizer_name {args.tokenizer_name}")
     if not tokenizer.is_fast:
         raise UsageError(f"a fast tokenizer is needed (word ids, batched encoding); {type(tokenizer).__name__} is not")
     minimum = MIN_PACKING_LENGTH if args.packing else 2
     check_row_layout(tokenizer, args.max_seq_length, minimum, "--packing" if args.packing else "a row")
-    metadata = prepare_data(
-        args.train_file,
-        tokenizer,
-        args.output_dir,
-        max_seq_length=args.max_seq_length,
-        packing=args.packing,
-        validation_file=args.validation_file,
-        validation_split_percentage=args.validation_split_percentage,
-        split_seed=HELD_OUT_SEED,  # the pretraining job's split: the same documents held out
-        text_column=args.text_column_name,
-        num_proc=args.preprocessing_num_workers,
-        num_shards=args.num_shards,
-        max_train_samples=args.max_train_samples,
-    )
+    with writing(args.output_dir):  # a full disk or a file-size limit names the folder (nothing of it is left)
+        metadata = prepare_data(
+            args.train_file,
+            tokenizer,
+            args.output_dir,
+            max_seq_length=args.max_seq_length,
+            packing=args.packing,
+            validation_file=args.validation_file,
+            validation_split_percentage=args.validation_split_percentage,
+            split_seed=HELD_OUT_SEED,  # the pretraining job's split: the same documents held out
+            text_column=args.text_column_name,
+            num_proc=args.preprocessing_num_workers,
+            num_shards=args.num_shards,
+            max_train_samples=args.max_train_samples,
+        )
     print(
         f"wrote {metadata['train_rows']:,} training rows ({metadata['train_tokens']:,} tokens, {metadata['train_shards']} "
         f"shards) from {metadata['train_documents']:,} documents, and {metadata['validation_documents']:,} held-out "

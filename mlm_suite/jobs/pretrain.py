@@ -43,7 +43,7 @@ from mlm_suite.jobs.pretraining_setup import (
     open_corpus_source, resolve_controls, resolve_job_defaults,
 )  # fmt: skip
 from mlm_suite.jobs import arguments
-from mlm_suite.jobs.output_folder import claim_output_folder
+from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
 from mlm_suite.jobs.checkpoints import resume_checkpoint
 from mlm_suite.jobs.arguments import (
     HubArguments,
@@ -461,7 +461,7 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
 
     # Everything that can fail on bad input happens before the Trainer creates the output folder.
     check_arguments(args, training_args)
-    claim_output_folder(training_args.output_dir, args.sources())
+    claim_output_folder(training_args.output_dir, {**args.sources(), **paths_read(args)}, overwrite=training_args.overwrite_output_dir)
     resolve_controls(args, training_args)  # schedules of masks, rows, learning rate
 
     # Detecting last checkpoint
@@ -470,8 +470,7 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
 
     # Data: documents in memory, a prepared folder or a stream; the tokenizer their rows are made with.
     corpus = open_corpus_source(args, training_args)
-    tokenizer = load_tokenizer(args, corpus.tokenizer_texts(), training_args.resume_from_checkpoint)
-    corpus.check_tokenizer(tokenizer)
+    tokenizer = load_tokenizer(args, corpus, training_args.resume_from_checkpoint)
     checkpoint = mlm_suite_checkpoint(args.model_name_or_path, **args.pretrained_kwargs()) if args.model_name_or_path else None
     config = build_config(args, tokenizer, checkpoint or args.decay_from_checkpoint)
     # Rows (tokenised or packed documents, or NSP pairs), each with the example_index its masks are keyed by.

@@ -32,7 +32,7 @@ from mlm_suite.data.streaming import split_for_processes
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import GIVEN, apply_defaults
-from mlm_suite.jobs.model_loading import pretrained_config, pretrained_tokenizer
+from mlm_suite.jobs.model_loading import check_vocabulary, pretrained_config, pretrained_tokenizer
 from mlm_suite.cards import default_source
 from mlm_suite.training.controls import DEFAULT_LR_DECAY, UNBOUNDED_STEPS, WSD, lr_schedule_summary, rows_per_step
 from mlm_suite.training.schedules import check_row_sampling
@@ -373,7 +373,7 @@ def open_corpus_source(args: Any, training_args: TrainingArguments) -> CorpusSou
         source, args.validation_split_percentage, args.preprocessing_num_workers, args.overwrite_cache,
         **args.dataset_kwargs(),
     )
-    return InMemoryCorpus(documents, description, _row_format(args), held_out_split)
+    return InMemoryCorpus(documents, description, _row_format(args), held_out_split, source.training_flag())
 
 
 def _row_format(args: Any) -> RowFormat:
@@ -387,8 +387,10 @@ def _row_format(args: Any) -> RowFormat:
 # ------------------------------------------------------------------------------------------------
 # Tokenizer and model
 # ------------------------------------------------------------------------------------------------
-def load_tokenizer(args: Any, train_texts: list[str], resumed: str | None = None) -> PreTrainedTokenizerBase:
-    """``--tokenizer_name``, the checkpoint's, a WordPiece vocabulary trained on ``train_texts``, or MiniLM's.
+def load_tokenizer(args: Any, corpus: CorpusSource, resumed: str | None = None) -> PreTrainedTokenizerBase:
+    """``--tokenizer_name``, the checkpoint's, a WordPiece vocabulary trained on ``corpus``' documents, or MiniLM's;
+    checked against ``corpus`` (:meth:`~mlm_suite.data.corpus_sources.CorpusSource.check_tokenizer`), then for
+    what masking needs.
 
     A run that trains its vocabulary and resumes from the checkpoint ``resumed`` takes the vocabulary saved there,
     the one its weights were trained with.
@@ -398,15 +400,20 @@ def load_tokenizer(args: Any, train_texts: list[str], resumed: str | None = None
         # A small vocabulary fitted to the data learns faster than a general 30k one (see the job's PretrainTrainingArguments).
         train = bool(args.vocab_size) or not (args.tokenizer_name or args.model_name_or_path)
     if train and resumed:
+        source = f"checkpoint {resumed}"
         tokenizer = _resumed_tokenizer(resumed, args.vocab_size or DEFAULT_TRAINED_VOCAB_SIZE)
     elif train:
-        tokenizer = train_wordpiece_tokenizer(train_texts, vocab_size=args.vocab_size or DEFAULT_TRAINED_VOCAB_SIZE)
+        source = None  # a vocabulary trained on the corpus has words when the corpus has: the corpus check names it
+        vocab_size = args.vocab_size or DEFAULT_TRAINED_VOCAB_SIZE
+        tokenizer = train_wordpiece_tokenizer(corpus.tokenizer_texts(), vocab_size=vocab_size)
     else:
-        source = args.tokenizer_name or args.model_name_or_path or str(resources.minilm_dir())
-        tokenizer = pretrained_tokenizer(source, **args.pretrained_kwargs())
-    check_mlm_tokenizer(tokenizer)
+        source = _fixed_tokenizer_flag(args) or "MiniLM's vocabulary (--train_tokenizer false)"
+        name = args.tokenizer_name or args.model_name_or_path or str(resources.minilm_dir())
+        tokenizer = pretrained_tokenizer(name, **args.pretrained_kwargs())
     if not tokenizer.is_fast:
         raise ValueError(f"a fast tokenizer is needed (word ids, batched encoding); {type(tokenizer).__name__} is not")
+    corpus.check_tokenizer(tokenizer)  # first: documents without a word train a vocabulary of special tokens only
+    check_mlm_tokenizer(tokenizer, source)
     return tokenizer
 
 
@@ -439,11 +446,12 @@ def _typed_value(text: str, current: Any) -> Any:
     raise ValueError(f"a {type(current).__name__}, which --config_overrides cannot set (use --config_name)")
 
 
-def apply_config_overrides(config: MlmSuiteConfig, overrides: str) -> None:
-    """Set ``overrides`` (``name=value,...``, ``--config_overrides``) on ``config``, each value read as its field's type.
+def apply_config_overrides(config: MlmSuiteConfig, overrides: str) -> MlmSuiteConfig:
+    """``config`` with ``overrides`` (``name=value,...``, ``--config_overrides``), each value read as its field's type.
 
     Raises:
-        UsageError: an item that is not ``name=value``, a name the config has not, a value not of the field's type.
+        UsageError: an item that is not ``name=value``, a name the config has not, a value not of the field's type,
+            or values the config's own checks refuse (``num_attention_heads=0``).
     """
     fields = config.to_dict()
     for item in overrides.split(","):
@@ -459,6 +467,13 @@ def apply_config_overrides(config: MlmSuiteConfig, overrides: str) -> None:
         except ValueError as error:
             raise UsageError(f"--config_overrides {name}={text}: {name} is {error}, not {text!r}") from None
         setattr(config, name, value)
+    try:
+        # Set one by one; rebuilding re-runs the config's own checks.
+        config = MlmSuiteConfig.from_dict(config.to_dict())
+        config.check_sizes()
+    except ValueError as error:
+        raise UsageError(f"--config_overrides {overrides}: {error}") from None
+    return config
 
 
 def _resumed_tokenizer(checkpoint: str, vocab_size: int) -> PreTrainedTokenizerBase:
@@ -500,16 +515,15 @@ def build_config(args: Any, tokenizer: PreTrainedTokenizerBase, checkpoint: str 
             classifier_pooling="mean" if args.objective == "mlm" else "cls",
         )
     if args.config_overrides:
-        apply_config_overrides(config, args.config_overrides)
-        # Set one by one; rebuilding re-runs the config's own checks.
-        config = MlmSuiteConfig.from_dict(config.to_dict())
+        config = apply_config_overrides(config, args.config_overrides)
     # --rope_theta; a rotary checkpoint's positions follow longer rows
     extension = extend_context(config, tokenizer, args.rope_theta, args.max_seq_length, continued=bool(checkpoint))
     if extension:
         args.schedules_applied["context extension" if checkpoint else "positions"] = extension
     config.check_sizes()
-    if len(tokenizer) > config.vocab_size:
-        raise ValueError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {config.vocab_size}")
+    # A preset is sized to the tokenizer: only --config_overrides can make it smaller.
+    model_source = args.config_name or args.model_name_or_path or checkpoint or f"--config_overrides {args.config_overrides}"
+    check_vocabulary(tokenizer, config, tokenizer.name_or_path or "trained on the corpus", model_source)
     if config.position_embedding_type == "absolute" and args.max_seq_length > config.max_position_embeddings:
         raise ValueError(
             f"--max_seq_length {args.max_seq_length} exceeds the model's max_position_embeddings "

@@ -29,7 +29,7 @@ from mlm_suite.cards import seed_summary_card
 from mlm_suite.jobs.commands import SUBCOMMANDS
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.distributed import command_prog, running_as
-from mlm_suite.jobs.output_folder import claim_output_folder
+from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder
 from mlm_suite.evaluation.plots import figures_section, plot_seed_scores
 from mlm_suite.training.trainer import JobTrainer
 
@@ -60,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", required=True, help="one run per seed")
     parser.add_argument("--output_dir", required=True, help="runs go to <output_dir>/seed_<seed>")
     parser.add_argument("--metric", help="score to summarise (default: f1 for NER, accuracy otherwise)")
+    parser.add_argument("--overwrite_output_dir", action="store_true",
+                        help="delete an earlier seeds run's folder and start anew (every seed's run included)")
     parser.epilog = "Flags after -- go to the job."
     argv = list(argv) if argv is not None else sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
@@ -69,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"{reserved} is set per run by mlm-suite seeds; leave it out of the job's flags")
     if len(set(args.seeds)) != len(args.seeds):
         raise UsageError(f"--seeds has repeats: {args.seeds}")
-    claim_output_folder(args.output_dir)  # each run's folder inside it is then this process's too
+    claim_output_folder(args.output_dir, overwrite=args.overwrite_output_dir)  # each run's folder inside it too
 
     metric = args.metric or JOB_METRICS[args.job]
     job_main = importlib.import_module(SUBCOMMANDS[args.job][0]).main

@@ -23,9 +23,9 @@ from mlm_suite.data import resources
 from mlm_suite.analysis.embeddings import ContextualEmbedder, save_json
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.distributed import command_prog
-from mlm_suite.jobs.output_folder import claim_output_folder
+from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder, paths_read
 from mlm_suite.jobs.arguments import check_at_least, check_file, check_model_source, check_within
-from mlm_suite.jobs.model_loading import pretrained_config, pretrained_model, pretrained_tokenizer
+from mlm_suite.jobs.model_loading import check_vocabulary, pretrained_config, pretrained_model, pretrained_tokenizer
 from mlm_suite.analysis.wordnet import WSDSplit, evaluate_wsd, limit_lemmas, read_jsonl, wordnet_wsd_dataset
 
 
@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="WordNet data: seed of the train/test split")
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--output_dir", default="outputs/wsd")
+    parser.add_argument("--overwrite_output_dir", action="store_true", help=OVERWRITE_HELP)
     return parser
 
 
@@ -87,7 +88,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     # Everything that can fail on bad input happens before the output folder is created.
     check_flags(args)
-    claim_output_folder(args.output_dir, {"--model_name_or_path": args.model_name_or_path})
+    claim_output_folder(args.output_dir, paths_read(args),
+                        overwrite=args.overwrite_output_dir)
     if args.train_file:
         split = WSDSplit(train=read_jsonl(args.train_file), test=read_jsonl(args.test_file), dropped_test=0)
         data_name = f"{args.train_file} / {args.test_file}"
@@ -101,8 +103,9 @@ def main(argv: list[str] | None = None) -> dict:
     model_path = args.model_name_or_path or str(resources.converted_minilm_dir())
     config = pretrained_config(model_path)
     check_layers(args.layers, config.num_hidden_layers, model_path)
-    model = pretrained_model(AutoModel, model_path, config=config)
     tokenizer = pretrained_tokenizer(model_path)
+    check_vocabulary(tokenizer, config, model_path, model_path)
+    model = pretrained_model(AutoModel, model_path, config=config)
     embedder = ContextualEmbedder(
         model, tokenizer, layers=args.layers, subword_pooling=args.subword_pooling, batch_size=args.batch_size
     )

@@ -16,6 +16,17 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
     "large": (1024, 24, 16, 4096),
 }
 
+# Size fields → their smallest value (type_vocab_size 0: no token-type embeddings).
+_SIZES = {
+    "vocab_size": 1,
+    "hidden_size": 1,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 1,
+    "intermediate_size": 1,
+    "max_position_embeddings": 1,
+    "type_vocab_size": 0,
+}
+
 _CHOICES = {
     "norm_position": ("post", "pre"),
     "position_embedding_type": ("absolute", "rotary"),
@@ -131,11 +142,16 @@ class MlmSuiteConfig(PreTrainedConfig):
         super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
 
     def check_sizes(self) -> None:
-        """Raise a ValueError if the attention sizes do not fit together.
+        """Raise a ValueError, naming the field and its value, if a size is not a whole number of at least its
+        minimum (:data:`_SIZES`) or the attention sizes do not fit together.
 
         Building a model calls this, not the constructor: as with ``BertConfig``, a config may be
         created (or updated attribute by attribute) before its sizes agree.
         """
+        for name, low in _SIZES.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be a whole number of at least {low}, got {value!r}")
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})"

@@ -359,6 +359,23 @@ def token_cross_entropy(
     return normalised_sum(losses, num_items_in_batch, (labels != IGNORE_INDEX).sum())
 
 
+def answer_boundary_loss(logits: torch.Tensor, positions: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor:
+    """Cross-entropy of answer starts (or ends) ``positions`` ``(batch,)`` over ``logits`` ``(batch, seq)``.
+
+    As in ``BertForQuestionAnswering``, a position outside the window (an answer truncated away) is ignored; so is
+    one on a pad (``real`` False there), which BERT would score against a pad's logit: here that logit is the
+    most negative float, whose loss of ~1e38 would swamp every logged loss (run_qa.py labels a pad when an answer
+    starts at the last token of a padded context). Without a position to learn from, the loss is 0, not 0 / 0.
+    """
+    seq_len = logits.shape[1]
+    positions = positions.view(-1).clamp(0, seq_len)
+    if real is not None:
+        on_a_pad = ~real.gather(1, positions.clamp(max=seq_len - 1)[:, None]).squeeze(1)
+        positions = positions.masked_fill(on_a_pad, seq_len)
+    losses = F.cross_entropy(logits, positions, ignore_index=seq_len, reduction="sum")
+    return normalised_sum(losses, None, (positions != seq_len).sum())
+
+
 # --------------------------------------------------------------------------------------------
 # The encoder
 # --------------------------------------------------------------------------------------------
@@ -980,13 +997,10 @@ class MlmSuiteForQuestionAnswering(MlmSuitePreTrainedModel):
         start_logits, end_logits = logits.unbind(-1)  # (batch, seq) each
         loss = None
         if start_positions is not None and end_positions is not None:
-            # Answers outside the (possibly truncated) window point one past the end and are ignored.
-            seq_len = start_logits.shape[1]
-            start = start_positions.view(-1).clamp(0, seq_len)
-            end = end_positions.view(-1).clamp(0, seq_len)
+            real = attention_mask.bool() if attention_mask is not None else None
             loss = (
-                F.cross_entropy(start_logits, start, ignore_index=seq_len)
-                + F.cross_entropy(end_logits, end, ignore_index=seq_len)
+                answer_boundary_loss(start_logits, start_positions, real)
+                + answer_boundary_loss(end_logits, end_positions, real)
             ) / 2
         output = QuestionAnsweringModelOutput(
             loss=loss,

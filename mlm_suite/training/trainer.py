@@ -17,7 +17,9 @@ import json
 import math
 import os
 import random
-from collections.abc import Iterator
+import shutil
+import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -44,7 +46,8 @@ from transformers.utils import (
 from mlm_suite.data.streaming import ProcessStream
 from mlm_suite.data.worker_batches import OneBufferCollator
 from mlm_suite.cards import JobCard, TrainedModelCard, markdown_table, render_card
-from mlm_suite.errors import UsageError
+from mlm_suite.errors import UsageError, WriteError, writing
+from mlm_suite.model_files import staged_model_folder
 from mlm_suite.training.controls import StepRateCallback, rows_per_step
 from mlm_suite.training.throughput import UNKNOWN, model_flops_utilisation, peak_tflops, real_tokens
 
@@ -61,6 +64,10 @@ MODEL_TENSORS_INDEX = "model.safetensors.index.json"
 #: The running loss total a checkpoint carries (an entry of trainer_state.json's ``stateful_callbacks``), so that a
 #: resumed run reports the uninterrupted run's ``train_loss``.
 TRAIN_LOSS_STATE = "TrainLoss"
+#: The values of the flags that decided what a checkpoint's run trained on (another entry of ``stateful_callbacks``,
+#: from the job's ``args.data_flags``: :data:`mlm_suite.jobs.arguments.DATA_FLAGS`), so that a run resumed with other
+#: values says so.
+DATA_FLAGS_STATE = "DataFlags"
 
 _Scalar = (bool, int, float, str, type(None))
 
@@ -86,6 +93,19 @@ def training_arguments_as_json() -> Iterator[None]:
         yield
     finally:
         torch.save = original
+
+
+@contextlib.contextmanager
+def _written_whole(name: str | os.PathLike, *files: str | os.PathLike) -> Iterator[None]:
+    """:func:`~mlm_suite.errors.writing` ``name``; when a write fails, ``files`` (what the block writes) are removed:
+    results or a card cut short would pass for a finished run's."""
+    try:
+        with writing(name):
+            yield
+    except WriteError:
+        for file in files:
+            Path(file).unlink(missing_ok=True)
+        raise
 
 
 def _write_json(path: str | os.PathLike, value: Any) -> None:
@@ -257,6 +277,14 @@ def _size_differences(model: torch.nn.Module, saved: dict[str, Any]) -> list[str
     ]
 
 
+def missing_weights(state: dict[str, torch.Tensor], loaded: Iterable[str]) -> list[str]:
+    """The weights of ``state`` (a model's ``state_dict``) that the ``loaded`` names leave out, but for those tied to a
+    loaded one: a tied weight (the MLM decoder shares the word embeddings) is saved once, under one of its names."""
+    loaded = set(loaded)
+    loaded_storage = {state[key].data_ptr() for key in loaded if key in state}
+    return [key for key in state if key not in loaded and state[key].data_ptr() not in loaded_storage]
+
+
 def check_resumable_checkpoint(checkpoint: str | os.PathLike, model: torch.nn.Module) -> None:
     """Raise UsageError (one line naming the checkpoint and what is wrong) unless ``model`` can resume from ``checkpoint``.
 
@@ -300,9 +328,7 @@ def check_resumable_checkpoint(checkpoint: str | os.PathLike, model: torch.nn.Mo
     current = model.state_dict()
     mismatched = [key for key, shape in shapes.items() if key in current and tuple(current[key].shape) != shape]
     unexpected = [key for key in shapes if key not in current]
-    saved_storage = {current[key].data_ptr() for key in shapes if key in current}
-    # A tied weight (the MLM decoder shares the word embeddings) is saved once, under one of its names.
-    missing = [key for key in current if key not in shapes and current[key].data_ptr() not in saved_storage]
+    missing = missing_weights(current, shapes)
     if mismatched:
         key = mismatched[0]
         differences = _size_differences(model, saved_config)
@@ -313,6 +339,37 @@ def check_resumable_checkpoint(checkpoint: str | os.PathLike, model: torch.nn.Mo
     if missing or unexpected:
         detail = f"it lacks {', '.join(missing[:3])}" if missing else f"it has {', '.join(unexpected[:3])}, which this model has not"
         raise UsageError(f"checkpoint {folder} does not hold this run's {name}: {detail}")
+
+
+def _shown(value: Any) -> str:
+    """A flag's value as a command line writes it."""
+    if value is None:
+        return "unset"
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def check_resumed_run(checkpoint: str | os.PathLike, args: TrainingArguments) -> None:
+    """Refuse ``checkpoint`` when it is past the run's last step, and print one line naming the data flags that
+    ``args`` (``args.data_flags``) give other values than the run that saved it (a checkpoint that records none, or a
+    run that has none, says nothing).
+
+    Raises:
+        UsageError: the checkpoint's step is past ``--max_steps`` (the stock loop would still train and save a step).
+    """
+    state = _read_json(Path(checkpoint) / TRAINER_STATE_JSON)
+    step = int(state.get("global_step", 0))
+    if 0 < args.max_steps < step:
+        raise UsageError(
+            f"checkpoint {checkpoint} is at step {step}, already past --max_steps {args.max_steps}: give --max_steps "
+            f"above {step} to train on from it, or resume from an earlier checkpoint"
+        )
+    saved = state.get("stateful_callbacks", {}).get(DATA_FLAGS_STATE, {}).get("attributes", {})
+    current = getattr(args, "data_flags", {})
+    changed = [f"--{name} {_shown(value)} (its run: {_shown(saved[name])})"
+               for name, value in current.items() if name in saved and saved[name] != value]
+    if changed and args.process_index == 0:
+        print(f"warning: resuming {checkpoint}, saved by a run with other data flags: {', '.join(changed)}; training "
+              "continues with the values given now", file=sys.stderr)
 
 
 class StreamProgressCallback(TrainerCallback):
@@ -336,7 +393,7 @@ class PickleFreeTrainer(transformers.Trainer):
         self._checked_checkpoint: str | None = None
         if training_args is not None:
             refuse_fsdp_on_cpu(training_args)
-            self._check_checkpoint(training_args.resume_from_checkpoint, model)
+            self._check_checkpoint(training_args.resume_from_checkpoint, model, training_args)
         cache_accelerate_package_probe()
         super().__init__(*args, **kwargs)
         # This train() call's step losses, on the device until a check reads them (None: not training).
@@ -378,19 +435,21 @@ class PickleFreeTrainer(transformers.Trainer):
         return inputs[main_input].numel() * self.flops_per_token()
 
     # ---- resuming, and what a run reports ---------------------------------------------------
-    def _check_checkpoint(self, checkpoint: Any, model: Any) -> None:
+    def _check_checkpoint(self, checkpoint: Any, model: Any, args: TrainingArguments) -> None:
         if isinstance(checkpoint, (str, os.PathLike)) and os.path.isdir(checkpoint) and model is not None:
             if str(checkpoint) != self._checked_checkpoint:
                 check_resumable_checkpoint(checkpoint, model)
+                check_resumed_run(checkpoint, args)
                 self._checked_checkpoint = str(checkpoint)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
-        """The stock ``train``, which refuses a checkpoint the model cannot resume from, stops with a UsageError when
+        """The stock ``train``, which refuses a checkpoint the model cannot resume from or that is past ``max_steps``
+        (and names the data flags given other values than the checkpoint's run), stops with a UsageError when
         the loss becomes non-finite (before anything is saved from then on), and reports a ``train_loss`` that
         leaves out steps with nothing to predict and, when resumed, also covers the checkpoint's steps."""
         if resume_from_checkpoint is True:
             resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
-        self._check_checkpoint(resume_from_checkpoint, self.model)
+        self._check_checkpoint(resume_from_checkpoint, self.model, self.args)
         self._step_losses = torch.zeros(1024, device=self.args.device)
         self._losses_checked, self._nonfinite_loss = 0, None
         self._empty_steps, self._empty_steps_logged = 0, 0
@@ -515,12 +574,23 @@ class PickleFreeTrainer(transformers.Trainer):
         self.state.stateful_callbacks[TRAIN_LOSS_STATE] = {
             "args": {}, "attributes": {"loss_sum": loss_sum, "counted_steps": counted}
         }
-        super()._save_checkpoint(model, trial)
-        if isinstance(self.train_dataset, ProcessStream):
-            folder = os.path.join(self._get_output_dir(trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-            os.makedirs(folder, exist_ok=True)
-            position = self.callback_handler.train_dataloader.state_dict()  # after the last batch trained on
-            _write_json(os.path.join(folder, self._process_file(DATA_STATE) + ".json"), position)
+        data_flags = dict(getattr(self.args, "data_flags", {}))  # a job's (mlm_suite.jobs.arguments.data_flag_values)
+        self.state.stateful_callbacks[DATA_FLAGS_STATE] = {"args": {}, "attributes": data_flags}
+        folder = os.path.join(self._get_output_dir(trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        try:
+            with writing(folder):
+                super()._save_checkpoint(model, trial)
+                if isinstance(self.train_dataset, ProcessStream):
+                    os.makedirs(folder, exist_ok=True)
+                    position = self.callback_handler.train_dataloader.state_dict()  # after the last batch trained on
+                    _write_json(os.path.join(folder, self._process_file(DATA_STATE) + ".json"), position)
+        except WriteError:
+            # A checkpoint cut short goes (the resume logic would refuse it), so that the next run resumes from
+            # the last whole one; the earlier checkpoints are intact (the rotation runs after a save only). The
+            # process that writes the checkpoint's model removes it.
+            if self.args.should_save:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
 
     def _load_data_state(self, checkpoint: str) -> None:
         path = os.path.join(checkpoint, self._process_file(DATA_STATE) + ".json")
@@ -528,10 +598,26 @@ class PickleFreeTrainer(transformers.Trainer):
             raise ValueError(f"{checkpoint} has no {os.path.basename(path)}: it was not saved by a run on this stream")
         self.callback_handler.train_dataloader.load_state_dict(_read_json(path))
 
-    # ---- training arguments ----------------------------------------------------------------
+    # ---- model folders, training arguments, results --------------------------------------------
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """The stock save, staged (:func:`~mlm_suite.model_files.staged_model_folder`): a checkpoint's or the final
+        model's folder never holds a ``config.json`` without its weights, and a write failure names the folder."""
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
         with training_arguments_as_json():
-            super()._save(output_dir, state_dict=state_dict)
+            if not self.args.should_save:  # a process that only joins the gathers of a model sharded at load time
+                return super()._save(output_dir, state_dict=state_dict)
+            with staged_model_folder(output_dir) as staging:
+                super()._save(str(staging), state_dict=state_dict)
+
+    def save_metrics(self, split: str, metrics: dict[str, Any], combined: bool = True) -> None:
+        files = [os.path.join(self.args.output_dir, name) for name in (f"{split}_results.json", "all_results.json")]
+        with _written_whole(self.args.output_dir, *files):
+            super().save_metrics(split, metrics, combined=combined)
+
+    def save_state(self) -> None:
+        path = os.path.join(self.args.output_dir, TRAINER_STATE_JSON)
+        with _written_whole(path, path):
+            super().save_state()
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         with training_arguments_as_json():
@@ -598,6 +684,13 @@ class PickleFreeTrainer(transformers.Trainer):
         if self._fsdp2_full_state() and model is not None and not glob.glob(os.path.join(resume_from_checkpoint, "pytorch_model_fsdp*")):
             return load_fsdp2_model_state(model, resume_from_checkpoint)
         return super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        # The stock check knows a tied weight only through _keys_to_ignore_on_save: it would report the MLM decoder,
+        # saved once under the word embeddings' name, as missing from every checkpoint. Untied ones are reported.
+        state = self.model.state_dict()
+        loaded = [key for key in state if key not in load_result.missing_keys]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing_weights(state, loaded)))
 
     def _load_best_model(self) -> None:
         if self._fsdp2_full_state():
@@ -860,7 +953,8 @@ class JobTrainer(PickleFreeTrainer):
         text = render_card(card, model_name=model_name or Path(output_dir).name, model_id=model_id or str(output_dir),
                            **metadata_updates)
         path = Path(output_dir) / "README.md"
-        path.write_text(text, encoding="utf-8")
+        with _written_whole(path, path):
+            path.write_text(text, encoding="utf-8")
         return path
 
     def publish(self, card: JobCard) -> None:
@@ -876,6 +970,7 @@ class JobTrainer(PickleFreeTrainer):
 
 
 __all__ = [
+    "DATA_FLAGS_STATE",
     "DATA_STATE",
     "JobTrainer",
     "OPTIMIZER_JSON",
@@ -889,10 +984,12 @@ __all__ = [
     "TRAIN_LOSS_STATE",
     "cache_accelerate_package_probe",
     "check_resumable_checkpoint",
+    "check_resumed_run",
     "fsdp2_optimizer_state",
     "join_optimizer_state",
     "load_fsdp2_model_state",
     "load_fsdp2_optimizer_state",
+    "missing_weights",
     "refuse_fsdp_on_cpu",
     "split_optimizer_state",
     "training_arguments_as_json",

@@ -13,6 +13,7 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
 
 from mlm_suite.data import resources
+from mlm_suite.analysis import embeddings
 from mlm_suite.analysis.embeddings import (
     ContextualEmbedder,
     SenseCentroidClassifier,
@@ -77,6 +78,23 @@ def test_anisotropy_is_seeded_and_checks_input():
         anisotropy(vectors[:1])
     with pytest.raises(ValueError, match="2-D"):
         anisotropy(torch.randn(8))
+
+
+def test_anisotropy_is_the_mean_cosine_of_pairs_drawn_and_gathered_in_blocks(monkeypatch):
+    """Memory stays bounded whatever ``n_pairs`` (``anisotropy --n_pairs 100000000`` asked for 102 GB at once): pairs
+    are drawn in blocks, each drawn as the whole sample was, and their vectors gathered a few rows at a time."""
+    monkeypatch.setattr(embeddings, "_PAIRS_PER_DRAW", 7)
+    monkeypatch.setattr(embeddings, "_ENTRIES_PER_PRODUCT", 3 * 8)  # 3 rows of 8 dimensions at a time
+    vectors = torch.randn(20, 8, generator=torch.Generator().manual_seed(0))
+    unit = vectors.double() / vectors.double().norm(dim=1, keepdim=True)
+    generator = torch.Generator().manual_seed(5)
+    cosines = []
+    for count in (7, 7, 3):
+        first = torch.randint(20, (count,), generator=generator)
+        second = torch.randint(19, (count,), generator=generator)
+        second += (second >= first).long()
+        cosines.append((unit[first] * unit[second]).sum(dim=1))
+    assert anisotropy(vectors, n_pairs=17, seed=5) == pytest.approx(float(torch.cat(cosines).mean()), abs=1e-12)
 
 
 def test_rogue_dimension_detection_finds_injected_dimension():

@@ -31,7 +31,7 @@ HEADS = {
     "nsp": ("MlmSuiteForNextSentencePrediction", {}, "AutoModelForNextSentencePrediction"),
     "seqcls": ("MlmSuiteForSequenceClassification", {"num_labels": 3}, "AutoModelForSequenceClassification"),
     "pair": ("MlmSuiteForPairClassification", {"num_labels": 3}, "AutoModelForSequenceClassification"),
-    "tokcls": ("MlmSuiteForTokenClassification", {"num_labels": 5}, "AutoModelForTokenClassification"),
+    "tokcls": ("MlmSuiteForTokenClassification", {"id2label": BIO}, "AutoModelForTokenClassification"),
     "crf": (
         "MlmSuiteForTokenClassification",
         {"use_crf": True, "tagging_scheme": "BIO", "id2label": BIO},

@@ -13,6 +13,10 @@ provided here as stand-ins so the two files import unchanged:
 
 The files are extracted once into the mlm_suite cache (``$MLM_SUITE_CACHE``) and imported as the
 package ``transformers_common_tests``; nothing of transformers' test code is kept in this repository.
+
+Their pytest marks (``flash_attn_test``, ``accelerate_tests``...) are registered as transformers registers them:
+``marks`` reads the ``markers`` of the sdist's ``pyproject.toml`` and adds those of the repository's root
+``conftest.py``, which the sdist does not ship (tests/conformance/conftest.py registers them).
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ import sys
 import tarfile
 import types
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pytest requires tomli before Python 3.11
+    import tomli as tomllib
 
 import transformers
 
@@ -41,6 +50,48 @@ CONFIG_COMMON_KWARGS = {
     "problem_type": "regression",
 }
 
+# The marks transformers' root conftest.py registers (its pytest_configure), copied from that file: the sdist does not
+# ship it. A mark the vendored tests use that neither this list nor the sdist's pyproject.toml declares fails their
+# collection (strict_markers in our pyproject.toml): copy its line from transformers' conftest.py to here.
+CONFTEST_MARKS = [
+    "is_pipeline_test: mark test to run only when pipelines are tested",
+    "is_staging_test: mark test to run only in the staging environment",
+    "accelerate_tests: mark test that require accelerate",
+    "not_device_test: mark the tests always running on cpu",
+    "torch_compile_test: mark test which tests torch compile functionality",
+    "torch_export_test: mark test which tests torch export functionality",
+    "flash_attn_test: mark test which tests flash attention functionality",
+    "flash_attn_3_test: mark test which tests flash attention 3 functionality",
+    "flash_attn_4_test: mark test which tests flash attention 4 functionality",
+    "all_flash_attn_test: mark test which tests all mainline flash attentions' functionality",
+    "training_ci: mark test for training CI validation",
+    "tensor_parallel_ci: mark test for tensor parallel CI validation",
+]
+
+
+def _sdist(version: str) -> Path:
+    sdist = resources.fetch_distribution(f"transformers=={version}", sdist=True)
+    if f"-{version}.tar.gz" not in sdist.name:
+        raise RuntimeError(f"expected the transformers {version} sdist, found {sdist} in the cache")
+    return sdist
+
+
+def marks() -> list[str]:
+    """The ``markers`` lines (``name: description``) transformers' test suite registers, one per mark."""
+    version = transformers.__version__
+    pyproject = f"transformers-{version}/pyproject.toml"
+    sdist = _sdist(version)
+    with tarfile.open(sdist) as archive:
+        # Iterated, not looked up by name: it sits near the start, and a lookup would first list the whole archive.
+        for member in archive:
+            if member.name == pyproject:
+                declared = tomllib.load(archive.extractfile(member))["tool"]["pytest"]["ini_options"]["markers"]
+                break
+        else:
+            raise RuntimeError(f"{pyproject} is not in {sdist}")
+    by_name = {line.partition(":")[0].strip(): line for line in CONFTEST_MARKS + declared}
+    return list(by_name.values())
+
 
 def _extract_tests(version: str) -> Path:
     """Unpack ``tests/*.py`` of the transformers sdist into the cache; return the folder holding the package."""
@@ -49,9 +100,7 @@ def _extract_tests(version: str) -> Path:
     marker = package / ".complete"
     if marker.exists():
         return root
-    sdist = resources.fetch_distribution(f"transformers=={version}", sdist=True)
-    if f"-{version}.tar.gz" not in sdist.name:
-        raise RuntimeError(f"expected the transformers {version} sdist, found {sdist} in the cache")
+    sdist = _sdist(version)
     prefix = f"transformers-{version}/tests/"
     package.mkdir(parents=True, exist_ok=True)
     with tarfile.open(sdist) as archive:

@@ -15,6 +15,7 @@ from mlm_suite.data import resources
 from mlm_suite.data.alignment import (
     ALIGN_STRATEGIES,
     AlignmentStats,
+    SentenceWindows,
     align_labels,
     b_to_i_map,
     document_word_predictions,
@@ -259,6 +260,55 @@ def test_windowed_predictions_equal_full_sequence_predictions(wnut, wordpiece):
         assert document_word_predictions(window_logits, encoded["word_ids"], strategy) == plain
         # A single window is the plain case.
         assert document_word_predictions([full_logits], [full.word_ids()], strategy) == plain
+
+
+def test_sentence_windows_merge_by_hand():
+    # Example 7: two windows sharing words 2 and 3. Word 2 has more context in window 0 (1 token on its right) than
+    # in window 1, which starts with it (and so leaves it unlabelled); word 3 has more in window 1 (left 1, right 2).
+    # Example 9: one window, word 0 in two pieces. Example 4: window 1 starts inside word 1, whose first piece (and
+    # label) is in window 0.
+    word_ids = [[None, 0, 1, 2, 3, None], [None, 2, 3, 4, 5, None], [None, 0, 0, 1, None],
+                [None, 0, 1, 1, None], [None, 1, 2, None]]
+    windows = SentenceWindows([7, 7, 9, 4, 4], word_ids)
+    labels = [["a0", "a1", "a2", "a3"], ["b3", "b4", "b5"], ["c0", "c1"], ["d0", "d1"], ["e2"]]
+    assert windows.merge(labels) == [["a0", "a1", "a2", "b3", "b4", "b5"], ["c0", "c1"], ["d0", "d1", "e2"]]
+    with pytest.raises(ValueError, match="window 1 has 4 labels but 3 labelled words: .* 'first' strategy"):
+        windows.merge([labels[0], ["b2", *labels[1]], *labels[2:]])
+    with pytest.raises(ValueError, match="4 windows of labels for 5 windows"):
+        windows.merge(labels[:4])
+    with pytest.raises(ValueError, match="the windows of example 7 are not consecutive"):
+        SentenceWindows([7, 9, 7], word_ids[:3])
+
+
+@pytest.mark.parametrize("stride", [0, 16])
+def test_sentence_windows_give_each_word_of_long_sentences_one_label(wnut, label2id, wordpiece, stride):
+    """Long documents among short tweets, in windows of 64: merged back, the labels at the windows' labelled
+    positions are the words' own, one per word, from the window tokenize_and_align's predictions read it in."""
+    examples = [long_document(wnut, 200), *wnut[:5], long_document(wnut[10:], 150)]
+    encoded = tokenize_and_align({"tokens": [w for w, _ in examples], "ner_tags": [t for _, t in examples]}, wordpiece,
+                                 label2id, max_length=64, stride=stride, example_ids=range(100, 100 + len(examples)))
+    assert len(encoded["input_ids"]) > len(examples) + 6  # the long documents span several windows
+    windows = SentenceWindows(encoded["example_id"], encoded["word_ids"])
+    rows = [[label for label in labels if label != -100] for labels in encoded["labels"]]
+    labelled, words = sum(map(len, rows)), sum(len(words) for words, _ in examples)
+    assert labelled > words if stride else labelled == words  # the words windows share are labelled in each
+    assert windows.merge(rows) == [[label2id[tag] for tag in tags] for _, tags in examples]
+    # Each word is read in the window document_word_predictions reads it in (window k predicts label k).
+    chosen = windows.merge([[window] * len(row) for window, row in enumerate(rows)])
+    one_hot = np.eye(len(rows))
+    start = 0
+    for example, (words, _) in enumerate(examples):
+        own = range(start, start + encoded["example_id"].count(100 + example))
+        logits = [np.tile(one_hot[window], (len(encoded["word_ids"][window]), 1)) for window in own]
+        assert chosen[example] == document_word_predictions(logits, [encoded["word_ids"][window] for window in own])
+        assert len(chosen[example]) == len(words)
+        start = own.stop
+    # With a stride, a word near the end of a window is read in the next one, where it has more context.
+    first_holder = {}
+    for window in range(encoded["example_id"].count(100)):
+        for word in encoded["word_ids"][window]:
+            first_holder.setdefault(word, window)
+    assert any(chosen[0][word] > first_holder[word] for word in range(len(examples[0][0]))) == (stride > 0)
 
 
 def test_tokenize_and_align_with_datasets_map(wnut, label2id, wordpiece):

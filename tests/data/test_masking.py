@@ -39,11 +39,13 @@ from mlm_suite.data import (
     count_tokens,
     tokenize_for_mlm,
 )
+from mlm_suite.data.masking import check_mlm_tokenizer
 from tests.helpers import (
     Feature,
     MAX_LENGTH,
     masked_words,
     padded,
+    special_tokens_only,
     train_byte_level_bpe,
     train_sentencepiece_unigram,
     word_index,
@@ -482,6 +484,16 @@ def tokenizer_without_mask(texts: list[str]) -> PreTrainedTokenizerFast:
 def test_bad_arguments_are_rejected(wordpiece, kwargs, message):
     with pytest.raises(ValueError, match=message):
         DataCollatorForMaskedLM(wordpiece, **kwargs)
+
+
+def test_a_vocabulary_of_special_tokens_only_is_rejected_naming_the_tokenizer(wordpiece):
+    tokenizer = special_tokens_only()
+    with pytest.raises(ValueError, match=r"^--tokenizer_name five: the vocabulary has no token besides special tokens "
+                                         r"\(\[PAD\], \[UNK\], \[CLS\], \[SEP\], \[MASK\]\)"):
+        check_mlm_tokenizer(tokenizer, "--tokenizer_name five")
+    with pytest.raises(ValueError, match=f"^{type(tokenizer).__name__}: the vocabulary has no token besides"):
+        DataCollatorForMaskedLM(tokenizer)
+    check_mlm_tokenizer(wordpiece, "--tokenizer_name minilm")
 
 
 def test_missing_mask_token_slow_tokenizer_and_missing_word_ids_are_rejected(texts, wordpiece, corpus):

@@ -21,6 +21,7 @@ from mlm_suite.data.masking import DataCollatorForMaskedLM
 from mlm_suite.data.schedules import BatchSizeWarmup, MaskRateSchedule, ScheduledBatchSampler, TaggedRows, permutation
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.pretrain import main
+from mlm_suite.jobs.output_folder import output_folders_released
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
 from mlm_suite.jobs.pretraining_setup import extend_context
 from mlm_suite.training.controls import WsdTimeBudgetCallback, time_budget_callback
@@ -328,7 +329,7 @@ def test_decay_phase_from_a_stable_checkpoint(tmp_path, small_corpus):
         (["--decay_from_checkpoint", str(stable / "checkpoint-2")], "needs --lr_decay_steps"),
         (["--decay_from_checkpoint", str(stable / "checkpoint-2"), "--lr_decay_steps", "3", "--learning_rate", "5e-4"], "drop --learning_rate"),
     ):
-        with pytest.raises(UsageError, match=message):
+        with pytest.raises(UsageError, match=message), output_folders_released():  # as run_job releases it
             main(job_args(tmp_path / "refused", *common, *extra))
     assert not (tmp_path / "refused").exists()
 
@@ -434,7 +435,7 @@ def test_time_budget_callback_follows_the_learning_rate_schedule_and_the_clock()
 def test_bad_control_flags_fail_before_writing_anything(tmp_path, small_corpus, extra, message):
     output_dir = tmp_path / "out"
     extra = [value.format(missing=tmp_path / "missing") for value in extra]
-    with pytest.raises(UsageError, match=message):
+    with pytest.raises(UsageError, match=message), output_folders_released():  # as run_job releases it
         small_run(output_dir, small_corpus, "--max_steps", "4", *extra)
     assert not output_dir.exists()
 

@@ -25,6 +25,7 @@ from mlm_suite.data.streaming import ProcessStream, split_for_processes, stream_
 from mlm_suite.data.pretraining import EVAL_SEED, most_frequent_row_token, pretraining_rows_function
 from mlm_suite.jobs.pretraining_setup import open_corpus_source
 from mlm_suite.jobs.pretrain import main, parse_arguments
+from mlm_suite.jobs.output_folder import output_folders_released
 from mlm_suite.training import pretraining
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
 from mlm_suite.training.trainer import PickleFreeTrainer
@@ -202,7 +203,7 @@ def test_prepare_data_refuses_a_folder_in_use_and_missing_files(tmp_path, corpus
     (used / "keep.txt").write_text("mine")
     base = ["prepare-data", "--tokenizer_name", str(minilm_dir)]
     status, err = run_cli([*base, "--train_file", str(corpus["train"]), "--output_dir", str(used)], capsys)
-    assert status == 2 and "--output_dir" in err and "is not an empty folder" in err
+    assert status == 2 and f"--output_dir {used} already holds an earlier run's files (keep.txt)" in err
     assert [path.name for path in used.iterdir()] == ["keep.txt"]
     status, err = run_cli([*base, "--train_file", str(tmp_path / "none.txt"), "--output_dir", str(tmp_path / "o")], capsys)
     assert status == 2 and "none.txt: no such file" in err and not (tmp_path / "o").exists()
@@ -411,6 +412,7 @@ def test_resume_with_dataloader_workers_reading_a_shard_each(tmp_path, corpus, m
     assert main(job_args(resumed, *common, "--resume_from_checkpoint", str(full / "checkpoint-4"))) == 0
     assert [losses(resumed)[step] for step in range(5, 10)] == pytest.approx([losses(full)[step] for step in range(5, 10)], rel=1e-5)
     assert max_difference(weights(full), weights(resumed)) < 1e-6
-    with pytest.raises(ValueError, match="--dataloader_num_workers 2 exceeds the 1 shard\\(s\\) each process reads"):
+    with pytest.raises(ValueError, match="--dataloader_num_workers 2 exceeds the 1 shard\\(s\\) each process reads"), \
+            output_folders_released():  # as run_job releases it
         main(job_args(tmp_path / "refused", "--streaming", "--train_file", str(corpus["train"]), *common[3:]))
     assert not (tmp_path / "refused").exists()

@@ -256,6 +256,7 @@ def test_a_second_mlm_suite_process_is_refused_while_the_first_holds_the_folder(
 def test_a_stale_lock_is_taken_over_and_the_run_ends_without_one(tmp_path, data_files, tiny_model, capsys):
     output_dir = tmp_path / "out"
     lock = lock_path(output_dir)
+    output_dir.mkdir()
     dead = finished_process_id()
     lock.write_text(json.dumps({"pid": dead, "host": socket.gethostname(), "command": ["mlm-suite"]}))
     outcome = run_command([*job_argv("finetune-cls", tiny_model, data_files), "--output_dir", output_dir], capsys)

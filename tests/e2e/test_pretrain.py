@@ -20,6 +20,7 @@ from transformers import AutoTokenizer
 
 from mlm_suite import MlmSuiteForMaskedLM, MlmSuiteForPreTraining
 from mlm_suite.jobs.pretrain import main
+from mlm_suite.jobs.output_folder import output_folders_released
 from mlm_suite.model import AUTO_CLASSES
 from tests.helpers import (
     BERT_ARCHITECTURE,
@@ -220,7 +221,7 @@ def test_bad_input_fails_before_writing_anything(tmp_path, corpus, tokenizer_wit
     }
     output_dir = tmp_path / "out"
     argv = job_args(output_dir, "--max_steps", "1") + [value.format(**paths) for value in extra]
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message), output_folders_released():  # released as run_job releases it
         main(argv)
     assert not output_dir.exists()
 

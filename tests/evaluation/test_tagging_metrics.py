@@ -14,7 +14,10 @@ from transformers import AutoModelForTokenClassification, AutoTokenizer
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteModel
 from mlm_suite.data import resources
+from mlm_suite.data.alignment import SentenceWindows
+from mlm_suite.evaluation.tagging_metrics import ner_compute_metrics
 from mlm_suite.jobs import finetune_ner
+from mlm_suite.jobs.output_folder import release_output_folder
 from mlm_suite.data.readers import read_conll, read_ner_file
 from mlm_suite.evaluation.entities import entity_scores, make_compute_metrics, paired_bootstrap, tag_scores
 from mlm_suite.data.tagging import (
@@ -185,6 +188,24 @@ def test_compute_metrics_for_scheme_none_reports_flat_token_scores():
     assert "f1" not in metrics and "precision" not in metrics  # no entity scores
 
 
+def test_ner_compute_metrics_scores_the_sentence_its_windows_hold():
+    """A 6-word sentence in two windows sharing words 2 and 3 (window 1 starts with word 2, which it leaves
+    unlabelled): the entity over words 3-4 crosses window 0's edge, and word 3 is labelled in both windows."""
+    labels = ["O", "B-PER", "I-PER"]
+    word_ids = [[None, 0, 1, 2, 3, None], [None, 2, 3, 4, 5, None], [None, 0, 1, None]]
+    windows = SentenceWindows([0, 0, 1], word_ids)
+    # words: O O O B-PER I-PER O | B-PER O
+    label_ids = np.array([[-100, 0, 0, 0, 1, -100], [-100, -100, 1, 2, 0, -100], [-100, 1, 0, -100, -100, -100]])
+    predictions = np.where(label_ids == -100, 0, label_ids)
+    predictions[0, 4] = 0  # window 0 misses the entity's first word, which window 1 reads with more context
+    id2label = dict(enumerate(labels))
+    metrics = ner_compute_metrics(id2label, "BIO", "conlleval")((predictions, label_ids), windows)
+    assert (metrics["n_sentences"], metrics["gold_entities"], metrics["n_tokens"]) == (2, 2, 8)
+    assert metrics["f1"] == metrics["strict_f1"] == metrics["accuracy"] == 1.0
+    tags = ner_compute_metrics(id2label, "none", "conlleval")((predictions, label_ids), windows)  # as POS tags
+    assert (tags["n_sentences"], tags["n_tokens"], tags["accuracy"]) == (2, 8, 1.0)
+
+
 def test_paired_bootstrap_on_token_accuracy():
     gold = [["NN", "VB", "DT"], ["NN", "NN"], ["DT", "NN", "VB", "IN"]]
     a = [["NN", "VB", "DT"], ["NN", "NN"], ["DT", "NN", "VB", "NN"]]  # 8 of 9 right
@@ -234,6 +255,7 @@ def test_conll_errors_name_the_file_and_its_line(tiny_model, tmp_path):
     path.write_text("John B-PER\nlives\n", encoding="utf-8")
     with pytest.raises(ValueError, match=rf"^{path} line 2: expected 'token ... tag'"):
         finetune_ner.main(base)
+    release_output_folder(tmp_path / "o")  # as run_job does when a job ends: the claim held nothing else
     assert not (tmp_path / "o").exists()
 
 

@@ -91,6 +91,17 @@ def test_the_parser_tells_which_flags_were_given_however_spelt(tmp_path):
     assert training_args.flags_given == {"output_dir", "use_cpu", "max_steps"} and training_args.max_steps == 7
 
 
+def test_the_parser_records_the_data_flags_with_their_files_resolved(tmp_path, monkeypatch):
+    corpus = write_text(tmp_path / "corpus.txt", make_documents(3))
+    monkeypatch.chdir(tmp_path)
+    _, training_args = parse_arguments(["--output_dir", "unused", "--use_cpu", "true", "--train_file", "corpus.txt",
+                                        "--seed", "7", "--masking", "span"])
+    flags = training_args.data_flags
+    assert flags["train_file"] == str(corpus.resolve())  # however spelt, the same file
+    assert (flags["seed"], flags["masking"], flags["max_seq_length"], flags["dataset_name"]) == (7, "span", 64, None)
+    assert "learning_rate" not in flags and "output_dir" not in flags  # what the run trains on, not how
+
+
 def test_continuing_a_checkpoint_gets_the_continued_pretraining_defaults():
     from mlm_suite.jobs.pretrain import CONTINUED_DEFAULTS, PretrainTrainingArguments as Defaults
 

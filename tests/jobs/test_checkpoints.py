@@ -216,6 +216,7 @@ def test_early_stopping_checkpoints_resume_with_the_patience_count(tiny_model, t
 def test_true_without_a_checkpoint_is_a_one_line_error_exit_2(tiny_model, tmp_path, capsys):
     train = write_jsonl(tmp_path / "train.jsonl", polarity_rows(1990, 2010))
     out = tmp_path / "out"
+    expected = f"--resume_from_checkpoint true: --output_dir {out} holds no checkpoint-* folder to resume from"
     for _ in range(2):  # a missing folder, then one with files but no checkpoint: both untouched
         capsys.readouterr()
         with pytest.raises(SystemExit) as stop:
@@ -223,8 +224,11 @@ def test_true_without_a_checkpoint_is_a_one_line_error_exit_2(tiny_model, tmp_pa
                       "--text_column_name", "review", "--output_dir", str(out), "--resume_from_checkpoint", "true"])
         err = capsys.readouterr().err
         assert stop.value.code == 2
-        assert err.splitlines() == [f"mlm-suite finetune-cls: error: --resume_from_checkpoint true: --output_dir {out} "
-                                    "holds no checkpoint-* folder to resume from"], err
+        assert err.splitlines() == [f"mlm-suite finetune-cls: error: {expected}"], err
+        # The folder rule speaks first for a folder with an earlier run's files and nothing to continue.
+        expected = (f"--output_dir {out} already holds an earlier run's files (checkpoint-x/, notes.txt), which this "
+                    "run would mix with its own: choose another --output_dir, or pass --overwrite_output_dir to delete "
+                    "them and start anew")
         if not out.exists():
             (out / "checkpoint-x").mkdir(parents=True)  # not a checkpoint-<step> name
             (out / "notes.txt").write_text("kept\n")

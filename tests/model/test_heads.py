@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from transformers import BertForQuestionAnswering
 from transformers.modeling_outputs import (
     BaseModelOutputWithPooling,
     MaskedLMOutput,
@@ -18,7 +19,7 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 
-from tests.helpers import TINY_VOCAB, make_random_batch, make_tiny_config
+from tests.helpers import TINY_VOCAB, make_random_batch, make_tiny_bert_config, make_tiny_config
 from mlm_suite import (
     MlmSuiteForMaskedLM,
     MlmSuiteForNextSentencePrediction,
@@ -30,6 +31,7 @@ from mlm_suite import (
     MlmSuiteForTokenClassification,
     MlmSuiteModel,
 )
+from mlm_suite.convert import convert_bert_state_dict, load_bert_weights
 from mlm_suite.model import MlmSuiteForPreTrainingOutput, modeling_mlm_suite
 
 BIO = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
@@ -399,6 +401,44 @@ def test_question_answering_pads_take_no_part_in_the_softmax():
     assert torch.isfinite(out_padded.start_logits).all() and torch.isfinite(out_padded.loss)
     torch.testing.assert_close(out_padded.loss, out_alone.loss, atol=1e-6, rtol=0)
     torch.testing.assert_close(out_padded.end_logits[:, :7], out_alone.end_logits, atol=1e-6, rtol=0)
+
+
+def bert_and_ours_question_answering():
+    """A random ``BertForQuestionAnswering`` and the mlm_suite head holding its weights."""
+    torch.manual_seed(0)
+    bert = BertForQuestionAnswering(make_tiny_bert_config()).eval()
+    ours = MlmSuiteForQuestionAnswering(make_tiny_config()).eval()
+    load_bert_weights(ours, convert_bert_state_dict(bert.state_dict(), bert.config.num_hidden_layers))
+    return bert, ours
+
+
+def test_question_answering_ignores_a_target_on_a_pad_as_bert_ignores_one_outside_the_window():
+    """BERT's softmax runs over pads too, so it reads rows of 9 without padding; ours reads them padded to 13. A
+    target on a pad (run_qa.py labels one when an answer starts at a padded context's last token) would meet the
+    pad's most negative logit (a loss of ~1e38): it is ignored, as BERT ignores one past its window of 9."""
+    bert, ours = bert_and_ours_question_answering()
+    rows = make_random_batch((9, 9, 9), seed=3)
+    padded = {key: F.pad(value, (0, 4)) for key, value in rows.items()}
+    in_text = {"start_positions": torch.tensor([1, 2, 3]), "end_positions": torch.tensor([2, 5, 8])}
+    on_a_pad = {"start_positions": torch.tensor([1, 10, 3]), "end_positions": torch.tensor([2, 11, 8])}
+    with torch.no_grad():
+        for answers in (in_text, on_a_pad):
+            expected, loss = bert(**rows, **answers).loss, ours(**padded, **answers).loss
+            assert torch.isfinite(loss) and loss < 10
+            torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
+        ignored = {"start_positions": torch.tensor([1, 9, 3]), "end_positions": torch.tensor([2, 9, 8])}
+        torch.testing.assert_close(ours(**padded, **on_a_pad).loss, bert(**rows, **ignored).loss, atol=1e-5, rtol=1e-5)
+
+
+def test_question_answering_without_an_answer_in_the_text_has_loss_0():
+    """Every target on a pad or outside the window: nothing to learn from, so loss and gradient are 0, not NaN (0 / 0,
+    BERT's) nor the pads' ~1e38 (docs/training_semantics.md, steps with nothing to predict)."""
+    _, ours = bert_and_ours_question_answering()
+    padded = {key: F.pad(value, (0, 4)) for key, value in make_random_batch((9, 9, 9), seed=3).items()}
+    out = ours(**padded, start_positions=torch.tensor([10, 12, 40]), end_positions=torch.tensor([11, 12, 40]))
+    assert out.loss.item() == 0.0
+    out.loss.backward()
+    assert all(torch.equal(p.grad, torch.zeros_like(p)) for p in ours.parameters() if p.grad is not None)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -306,6 +306,19 @@ def test_hidden_size_not_divisible_by_heads_is_rejected_when_a_model_is_built():
         MlmSuiteModel(MlmSuiteConfig(hidden_size=20, num_attention_heads=4, position_embedding_type="rotary"))
 
 
+@pytest.mark.parametrize(
+    "field, value, low",
+    [("num_attention_heads", 0, 1), ("hidden_size", -64, 1), ("num_hidden_layers", 0, 1), ("intermediate_size", 0, 1),
+     ("vocab_size", 0, 1), ("max_position_embeddings", -1, 1), ("type_vocab_size", -1, 0), ("hidden_size", 64.0, 1)],
+)
+def test_a_size_that_is_not_a_whole_number_from_its_minimum_is_named_when_a_model_is_built(field, value, low):
+    """Not ZeroDivisionError or torch's negative-dimension RuntimeError: one line naming the field and its value
+    (type_vocab_size 0 is a model without token types)."""
+    config = make_tiny_config(**{field: value})
+    with pytest.raises(ValueError, match=rf"^{field} must be a whole number of at least {low}, got {value}$"):
+        MlmSuiteModel(config)
+
+
 def test_bad_variant_names_are_rejected():
     with pytest.raises(ValueError, match="norm_position='middle'"):
         MlmSuiteConfig(norm_position="middle")
