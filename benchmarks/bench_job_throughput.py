@@ -28,7 +28,8 @@ count; each job and its bare loop run in pairs, interleaved, ``--repeats`` times
 reported. Each job runs with its batches collated in the training process (the CPU default) and in one loader
 worker (as on a GPU, where the training process only receives them). A last row measures the stock
 ``transformers.Trainer`` alike, on one batch made beforehand: its own loop's host work, which no job can go below.
-The target is at most 1 ms per step.
+The target: a job whose batches come from a loader worker at most 0.5 ms per step above that floor, measured in
+the same run.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from mlm_suite.training.trainer import JobTrainer
 from mlm_suite.training.controls import rows_per_step
 
 TARGET_RATIO = 0.85
-TARGET_OVERHEAD_MS = 1.0
+TARGET_ABOVE_FLOOR_MS = 0.5  # --overhead: a job's host overhead per step over the stock Trainer's own
 
 # (job, module, flags) per device; every run adds --output_dir, --max_steps and no evaluation or saving.
 # CPU: the jobs' defaults. GPU: the shapes a GPU user runs (the mini preset at 128 x 128 for pretraining).
@@ -379,11 +380,13 @@ def transfer_markdown(results: list[dict]) -> str:
 
 
 def overhead_markdown(results: list[dict]) -> str:
-    lines = ["| job (1 layer, hidden 32, 4 rows) | batches collated | job ms/step | bare loop ms/step | overhead ms/step (median of pairs) | ≤ 1 ms |",
+    floor = next((r[TRAINER_FLOOR_LOADER]["overhead_ms"] for r in results if TRAINER_FLOOR_LOADER in r), None)
+    target = f"≤ floor + {TARGET_ABOVE_FLOOR_MS} ms" if floor is not None else "(no floor measured)"
+    lines = [f"| job (1 layer, hidden 32, 4 rows) | batches collated | job ms/step | bare loop ms/step | overhead ms/step (median of pairs) | {target} |",
              "|---|---|---:|---:|---:|---|"]  # fmt: skip
     lines += [
         f"| {r['job']} | {loader} | {r[loader]['job_ms']:.2f} | {r[loader]['bare_ms']:.2f} | {r[loader]['overhead_ms']:.2f} | "
-        f"{'yes' if r[loader]['overhead_ms'] <= TARGET_OVERHEAD_MS else 'no'} |"
+        f"{'' if floor is None or loader == TRAINER_FLOOR_LOADER else 'yes' if r[loader]['overhead_ms'] <= floor + TARGET_ABOVE_FLOOR_MS else 'no'} |"
         for r in results
         for loader in [*LOADERS, TRAINER_FLOOR_LOADER]
         if loader in r

@@ -69,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for reserved in ("--seed", "--output_dir"):
         if any(arg == reserved or arg.startswith(reserved + "=") for arg in job_args):
             raise UsageError(f"{reserved} is set per run by mlm-suite seeds; leave it out of the job's flags")
+    if any(arg.split("=")[0] == "--overwrite_output_dir" for arg in job_args):
+        raise UsageError("--overwrite_output_dir empties the whole sweep: give it to mlm-suite seeds, before --")
     if len(set(args.seeds)) != len(args.seeds):
         raise UsageError(f"--seeds has repeats: {args.seeds}")
     claim_output_folder(args.output_dir, overwrite=args.overwrite_output_dir)  # each run's folder inside it too

@@ -156,4 +156,7 @@ def test_job_overhead_is_the_job_ms_per_step_minus_the_bare_loops(tmp_path):
         assert timing["job_ms"] > 0 and timing["bare_ms"] > 0
         assert timing["overhead_ms"] == pytest.approx(timing["job_ms"] - timing["bare_ms"])
         assert f"| finetune-cls | {loader} | {timing['job_ms']:.2f} | {timing['bare_ms']:.2f} |" in table
+        met = "yes" if timing["overhead_ms"] <= floor_timing["overhead_ms"] + 0.5 else "no"
+        assert f"| {timing['overhead_ms']:.2f} | {met} |" in table  # the target is relative to the floor
+    assert "| overhead ms/step (median of pairs) | ≤ floor + 0.5 ms |" in table
     sys.modules.pop("bench_job_throughput", None)

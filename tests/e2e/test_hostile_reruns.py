@@ -132,6 +132,14 @@ def test_seeds_summarise_only_the_runs_they_started(tmp_path, tiny_model, data_f
     assert not (output_dir / "seed_summary.json").exists()
 
 
+def test_seeds_take_overwrite_for_the_whole_sweep_only(tmp_path, tiny_model, data_files, capsys):
+    outcome = run_command(["seeds", "finetune-cls", "--seeds", "1", "--output_dir", tmp_path / "sweep", "--",
+                           "--model_name_or_path", tiny_model, "--train_file", data_files["csv"],
+                           "--overwrite_output_dir", *FAST], capsys)
+    assert_refused(outcome, "seeds", "--overwrite_output_dir empties the whole sweep: give it to mlm-suite seeds")
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_quickstart_never_writes_over_a_trained_model(tmp_path, capsys):
     output_dir = tmp_path / "trained"
     before = leave_an_earlier_run(output_dir)
