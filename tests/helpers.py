@@ -266,6 +266,25 @@ WORDS = (
 ).split()
 
 
+#: The encoder of the hostile pretraining runs: 2 layers of width 32, no dropout.
+TINY_PRETRAIN_MODEL = (
+    "num_hidden_layers=2,hidden_size=32,num_attention_heads=2,intermediate_size=48,max_position_embeddings=64,"
+    "hidden_dropout_prob=0,attention_probs_dropout_prob=0"
+)
+
+
+def pretrain_argv(output_dir: Path, corpus: Path, *extra: str, steps: int = 2,
+                  vocabulary: tuple = ("--vocab_size", "120")) -> list:
+    """``mlm-suite pretrain`` for ``steps`` steps of a tiny model on ``corpus``, with ``vocabulary`` (default: one
+    trained on the corpus) and no evaluation; ``extra`` flags last."""
+    return [
+        "pretrain", "--output_dir", output_dir, "--train_file", corpus, "--config_overrides", TINY_PRETRAIN_MODEL,
+        "--max_seq_length", "32", "--per_device_train_batch_size", "4", "--max_steps", str(steps), "--logging_steps",
+        "1", "--eval_strategy", "no", "--fill_mask_probes", "0", *vocabulary, "--validation_file", corpus,
+        "--report_to", "none", "--disable_tqdm", "true", "--dataloader_pin_memory", "false", *extra,
+    ]  # fmt: skip
+
+
 def job_args(output_dir: Path, *extra: str) -> list[str]:
     """Arguments shared by the runs: tiny model, short rows, small batches, frequent logging."""
     return [

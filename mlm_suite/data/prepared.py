@@ -38,7 +38,7 @@ from transformers import PreTrainedTokenizerBase
 
 from mlm_suite.data.corpus import documents_dataset, hold_out
 from mlm_suite.data.pretraining import document_rows, most_frequent_token
-from mlm_suite.errors import UsageError
+from mlm_suite.errors import UsageError, writing
 
 __all__ = [
     "METADATA_FILE",
@@ -106,8 +106,10 @@ def prepare_data(
     Without ``validation_file``, ``validation_split_percentage`` of the documents are held out with
     ``split_seed`` (the job's seeded split: the same documents as in memory). Everything is written into a
     temporary folder beside ``output_dir`` and moved there at the end, so an interrupted or failed run leaves
-    no half-written folder. ``output_dir`` must not exist, or hold nothing but the job's lock. ``max_train_samples`` keeps only the first
-    training rows (as the pretraining job's ``--max_train_samples`` keeps them in memory).
+    no half-written folder; a write that fails there (a full disk, a file-size limit) raises
+    :class:`~mlm_suite.errors.WriteError` naming ``output_dir``. ``output_dir`` must not exist, or hold nothing but
+    the job's lock. ``max_train_samples`` keeps only the first training rows (as the pretraining job's
+    ``--max_train_samples`` keeps them in memory).
 
     Returns:
         The metadata written to ``mlm_suite_data.json`` (with the throughput of this run).
@@ -130,41 +132,42 @@ def prepare_data(
         if max_train_samples is not None and len(rows) > max_train_samples:
             rows = rows.select(range(max_train_samples)).flatten_indices()
         counts = token_counts(rows, len(tokenizer))
-        folder = work / "data"
-        # (save_to_disk starts a pool of spawned processes for any num_proc, 1 included)
-        rows.save_to_disk(str(folder / "train"), num_shards=num_shards, num_proc=num_proc if num_proc and num_proc > 1 else None)
-        splits["validation"].flatten_indices().save_to_disk(str(folder / "validation"))
-        tokenizer.save_pretrained(str(folder / "tokenizer"))
-        seconds = time.time() - started
-        tokens = int(counts.sum())
-        metadata = {
-            "format": FORMAT_VERSION,
-            "tokenizer": {
-                "name_or_path": tokenizer.name_or_path,
-                "class": type(tokenizer).__name__,
-                "size": len(tokenizer),
-                "fingerprint": tokenizer_fingerprint(tokenizer),
-            },
-            "max_seq_length": max_seq_length,
-            "packing": packing,
-            "text_column": text_column,
-            "train_files": [str(path) for path in train_files],
-            "validation": str(validation_file) if validation_file else f"{validation_split_percentage:g} % held out (seed {split_seed})",
-            "train_documents": len(splits["train"]),
-            "validation_documents": len(splits["validation"]),
-            "train_rows": len(rows),
-            "train_tokens": tokens,
-            "train_shards": len(list((folder / "train").glob("*.arrow"))),
-            "baseline_token_id": most_frequent_token(counts, tokenizer),
-            "num_proc": num_proc or 1,
-            "seconds": round(seconds, 1),
-            "tokens_per_second": round(tokens / seconds),
-        }
-        (folder / METADATA_FILE).write_text(json.dumps(metadata, indent=1) + "\n", encoding="utf-8")
-        # Moved in part by part, the metadata last: a folder cut short without it is refused by load_prepared.
-        output_dir.mkdir(exist_ok=True)  # empty but for the job's lock (checked by the caller)
-        for part in sorted(folder.iterdir(), key=lambda part: part.name == METADATA_FILE):
-            os.replace(part, output_dir / part.name)
+        with writing(output_dir):  # a full disk or a file-size limit names the folder (nothing of it is left)
+            folder = work / "data"
+            # (save_to_disk starts a pool of spawned processes for any num_proc, 1 included)
+            rows.save_to_disk(str(folder / "train"), num_shards=num_shards, num_proc=num_proc if num_proc and num_proc > 1 else None)
+            splits["validation"].flatten_indices().save_to_disk(str(folder / "validation"))
+            tokenizer.save_pretrained(str(folder / "tokenizer"))
+            seconds = time.time() - started
+            tokens = int(counts.sum())
+            metadata = {
+                "format": FORMAT_VERSION,
+                "tokenizer": {
+                    "name_or_path": tokenizer.name_or_path,
+                    "class": type(tokenizer).__name__,
+                    "size": len(tokenizer),
+                    "fingerprint": tokenizer_fingerprint(tokenizer),
+                },
+                "max_seq_length": max_seq_length,
+                "packing": packing,
+                "text_column": text_column,
+                "train_files": [str(path) for path in train_files],
+                "validation": str(validation_file) if validation_file else f"{validation_split_percentage:g} % held out (seed {split_seed})",
+                "train_documents": len(splits["train"]),
+                "validation_documents": len(splits["validation"]),
+                "train_rows": len(rows),
+                "train_tokens": tokens,
+                "train_shards": len(list((folder / "train").glob("*.arrow"))),
+                "baseline_token_id": most_frequent_token(counts, tokenizer),
+                "num_proc": num_proc or 1,
+                "seconds": round(seconds, 1),
+                "tokens_per_second": round(tokens / seconds),
+            }
+            (folder / METADATA_FILE).write_text(json.dumps(metadata, indent=1) + "\n", encoding="utf-8")
+            # Moved in part by part, the metadata last: a folder cut short without it is refused by load_prepared.
+            output_dir.mkdir(exist_ok=True)  # empty but for the job's lock (checked by the caller)
+            for part in sorted(folder.iterdir(), key=lambda part: part.name == METADATA_FILE):
+                os.replace(part, output_dir / part.name)
         return metadata
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -159,17 +159,15 @@ def claim_output_folder(
     the folder or a folder above it, or when the folder holds an earlier run's files that this run neither continues
     nor may overwrite.
     """
-    check_no_overlap(output_dir, inputs or {}, flag)
+    inputs = inputs or {}
+    check_no_overlap(output_dir, inputs, flag)
     folder = Path(output_dir).expanduser().resolve()
-    if not is_main_process():
-        _start_run(folder, output_dir, flag, overwrite, inputs or {}, remove=False)
-        return
-    if _held_by_this_process(folder):
-        _start_run(folder, output_dir, flag, overwrite, inputs or {})
+    if not is_main_process() or _held_by_this_process(folder):
+        _start_run(folder, output_dir, flag, overwrite, inputs, remove=is_main_process())
         return
     _lock(folder, output_dir, flag)
     try:
-        _start_run(folder, output_dir, flag, overwrite, inputs or {})
+        _start_run(folder, output_dir, flag, overwrite, inputs)
     except BaseException:
         release_output_folder(folder)
         raise
@@ -220,10 +218,10 @@ def _earlier_files(folder: Path) -> list[Path]:
     return sorted(entry for entry in folder.iterdir() if not entry.name.startswith(LOCK_NAME))
 
 
-def _holds_checkpoints(folder: Path) -> bool:
-    """Whether a stopped run's checkpoints are there to continue: ``checkpoint-<step>`` folders in the folder or in
-    one of its subfolders (a job's stage, a seed's run)."""
-    candidates = [entry for entry in _earlier_files(folder) if entry.is_dir() and not entry.is_symlink()]
+def _holds_checkpoints(entries: list[Path]) -> bool:
+    """Whether a stopped run's checkpoints are there to continue: ``checkpoint-<step>`` folders among a folder's
+    ``entries`` or in one of them (a job's stage, a seed's run)."""
+    candidates = [entry for entry in entries if entry.is_dir() and not entry.is_symlink()]
     return any(_CHECKPOINT.fullmatch(entry.name) for entry in candidates) or any(
         _CHECKPOINT.fullmatch(inner.name) and inner.is_dir() for entry in candidates for inner in entry.iterdir()
     )
@@ -251,7 +249,7 @@ def _start_run(folder: Path, output_dir: str | os.PathLike, flag: str, overwrite
     earlier = _earlier_files(folder)
     if not earlier:
         return
-    continues = not overwrite and _holds_checkpoints(folder)
+    continues = not overwrite and _holds_checkpoints(earlier)
     if not overwrite and not continues:
         raise UsageError(
             f"{flag} {output_dir} already holds an earlier run's files ({_names(earlier)}), which this run would "

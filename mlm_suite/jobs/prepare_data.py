@@ -14,13 +14,12 @@ The folder records its tokenizer; ``pretrain`` refuses the folder with another o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from mlm_suite.data.corpus import HELD_OUT_SEED
 from mlm_suite.data.masking import check_mlm_tokenizer
 from mlm_suite.data.packing import MIN_PACKING_LENGTH, check_row_layout
 from mlm_suite.data.prepared import prepare_data
-from mlm_suite.errors import UsageError, writing
+from mlm_suite.errors import UsageError
 from mlm_suite.jobs import arguments
 from mlm_suite.jobs.arguments import HubArguments, check_at_least, check_file, check_model_source, check_within
 from mlm_suite.jobs.model_loading import pretrained_tokenizer
@@ -79,21 +78,20 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(f"a fast tokenizer is needed (word ids, batched encoding); {type(tokenizer).__name__} is not")
     minimum = MIN_PACKING_LENGTH if args.packing else 2
     check_row_layout(tokenizer, args.max_seq_length, minimum, "--packing" if args.packing else "a row")
-    with writing(args.output_dir):  # a full disk or a file-size limit names the folder (nothing of it is left)
-        metadata = prepare_data(
-            args.train_file,
-            tokenizer,
-            args.output_dir,
-            max_seq_length=args.max_seq_length,
-            packing=args.packing,
-            validation_file=args.validation_file,
-            validation_split_percentage=args.validation_split_percentage,
-            split_seed=HELD_OUT_SEED,  # the pretraining job's split: the same documents held out
-            text_column=args.text_column_name,
-            num_proc=args.preprocessing_num_workers,
-            num_shards=args.num_shards,
-            max_train_samples=args.max_train_samples,
-        )
+    metadata = prepare_data(
+        args.train_file,
+        tokenizer,
+        args.output_dir,
+        max_seq_length=args.max_seq_length,
+        packing=args.packing,
+        validation_file=args.validation_file,
+        validation_split_percentage=args.validation_split_percentage,
+        split_seed=HELD_OUT_SEED,  # the pretraining job's split: the same documents held out
+        text_column=args.text_column_name,
+        num_proc=args.preprocessing_num_workers,
+        num_shards=args.num_shards,
+        max_train_samples=args.max_train_samples,
+    )
     print(
         f"wrote {metadata['train_rows']:,} training rows ({metadata['train_tokens']:,} tokens, {metadata['train_shards']} "
         f"shards) from {metadata['train_documents']:,} documents, and {metadata['validation_documents']:,} held-out "

@@ -29,7 +29,7 @@ from mlm_suite.cards import seed_summary_card
 from mlm_suite.jobs.commands import SUBCOMMANDS
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.distributed import command_prog, running_as
-from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder
+from mlm_suite.jobs.output_folder import claim_output_folder
 from mlm_suite.evaluation.plots import figures_section, plot_seed_scores
 from mlm_suite.training.trainer import JobTrainer
 

@@ -17,24 +17,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from tests.helpers import assert_refused, folder_files, run_command
+from tests.helpers import TINY_PRETRAIN_MODEL, assert_refused, folder_files, pretrain_argv, run_command
 from tests.warm_processes import WarmPython
-
-TINY = (
-    "num_hidden_layers=2,hidden_size=32,num_attention_heads=2,intermediate_size=48,max_position_embeddings=64,"
-    "hidden_dropout_prob=0,attention_probs_dropout_prob=0"
-)
-
-
-def pretrain_argv(output_dir: Path, corpus: Path, *extra: str, vocabulary: tuple = ("--vocab_size", "120")) -> list:
-    """A tiny pretraining run of a few steps on ``corpus``, with a trained ``vocabulary`` and no evaluation."""
-    return [
-        "pretrain", "--output_dir", output_dir, "--train_file", corpus, "--config_overrides", TINY,
-        "--max_seq_length", "32", "--per_device_train_batch_size", "4", "--max_steps", "2", "--logging_steps", "1",
-        "--eval_strategy", "no", "--fill_mask_probes", "0", *vocabulary, "--validation_file", corpus,
-        "--report_to", "none", "--disable_tqdm", "true", "--dataloader_pin_memory", "false", *extra,
-    ]  # fmt: skip
-
 
 @pytest.fixture(scope="module")
 def pretrain_checkpoint(tmp_path_factory, data_files) -> Path:
@@ -99,7 +83,7 @@ def test_a_pretraining_checkpoint_is_refused_by_finetune_cls(tmp_path, tiny_mode
 
 def test_another_hidden_size_is_named(tmp_path, data_files, pretrain_checkpoint, capsys):
     outcome, output_dir = resume_pretraining(tmp_path, data_files, pretrain_checkpoint, capsys,
-                                             "--config_overrides", TINY.replace("hidden_size=32", "hidden_size=16"))
+                                             "--config_overrides", TINY_PRETRAIN_MODEL.replace("hidden_size=32", "hidden_size=16"))
     assert_refused(outcome, "pretrain", str(pretrain_checkpoint), "hidden_size 16 here, 32 in the checkpoint")
     assert not output_dir.exists()
 

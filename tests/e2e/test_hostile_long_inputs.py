@@ -5,7 +5,6 @@ file's, and every word gets exactly one prediction, whether the windows are scor
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

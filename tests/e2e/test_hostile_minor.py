@@ -15,22 +15,8 @@ from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging
 
 from mlm_suite.cli import main
-from tests.helpers import assert_refused, make_documents, run_command, special_tokens_only, write_text
+from tests.helpers import assert_refused, make_documents, pretrain_argv, run_command, special_tokens_only, write_text
 
-TINY = (
-    "num_hidden_layers=2,hidden_size=32,num_attention_heads=2,intermediate_size=48,max_position_embeddings=64,"
-    "hidden_dropout_prob=0,attention_probs_dropout_prob=0"
-)
-
-
-def pretrain_argv(output_dir: Path, corpus: Path, *extra: str, vocabulary: tuple = ("--vocab_size", "120")) -> list:
-    """A tiny pretraining run of 4 steps on ``corpus``, without evaluation; its ``vocabulary`` is trained on it."""
-    return [
-        "pretrain", "--output_dir", output_dir, "--train_file", corpus, "--config_overrides", TINY,
-        "--max_seq_length", "32", "--per_device_train_batch_size", "4", "--max_steps", "4", "--logging_steps", "1",
-        "--eval_strategy", "no", "--fill_mask_probes", "0", *vocabulary, "--validation_file", corpus,
-        "--report_to", "none", "--disable_tqdm", "true", *extra,
-    ]  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -42,7 +28,7 @@ def pretrain_argv(output_dir: Path, corpus: Path, *extra: str, vocabulary: tuple
 def test_a_corpus_of_zero_width_characters_is_refused_naming_it(tmp_path, vocabulary, capsys):
     corpus = tmp_path / "invisible.txt"
     corpus.write_text("\u200b\u200b\n\n\u200c \u200d\u2060\n\n\u200b\n", encoding="utf-8")
-    outcome = run_command(pretrain_argv(tmp_path / "out", corpus, vocabulary=vocabulary), capsys)
+    outcome = run_command(pretrain_argv(tmp_path / "out", corpus, steps=4, vocabulary=vocabulary), capsys)
     assert_refused(outcome, "pretrain", f"--train_file {corpus}: no word to train on after normalisation")
     assert not (tmp_path / "out").exists()
 
@@ -53,7 +39,7 @@ def test_a_vocabulary_of_special_tokens_only_is_refused_naming_it(tmp_path, comm
     special_tokens_only().save_pretrained(tokenizer)
     corpus, output_dir = write_text(tmp_path / "corpus.txt", make_documents(12)), tmp_path / "out"
     if command == "pretrain":
-        argv = pretrain_argv(output_dir, corpus, vocabulary=("--tokenizer_name", tokenizer))
+        argv = pretrain_argv(output_dir, corpus, steps=4, vocabulary=("--tokenizer_name", tokenizer))
     else:
         argv = ["prepare-data", "--train_file", corpus, "--tokenizer_name", tokenizer, "--output_dir", output_dir]
     outcome = run_command(argv, capsys)
@@ -69,7 +55,7 @@ def test_a_vocabulary_of_special_tokens_only_is_refused_naming_it(tmp_path, comm
 def finished_run(tmp_path_factory, data_files) -> Path:
     """A tiny pretraining run of 4 steps that saved ``checkpoint-2`` and ``checkpoint-4``."""
     output_dir = tmp_path_factory.mktemp("minor_run") / "out"
-    argv = pretrain_argv(output_dir, data_files["text"], "--save_strategy", "steps", "--save_steps", "2")
+    argv = pretrain_argv(output_dir, data_files["text"], "--save_strategy", "steps", "--save_steps", "2", steps=4)
     assert main([str(arg) for arg in argv]) == 0
     return output_dir
 
