@@ -34,7 +34,6 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling, TrainingArguments
 
 from mlm_suite.jobs import pretrain
-from mlm_suite.jobs.pretraining_setup import build_config, open_corpus_source
 from mlm_suite.evaluation.masked_lm import (
     fill_mask_probe,
     make_mlm_compute_metrics,
@@ -61,15 +60,16 @@ def run_mlm_suite(output_dir: Path, minutes: float, job_args: list[str]) -> dict
 
 def run_hf(output_dir: Path, tokenizer_dir: Path, minutes: float, job_args: list[str]) -> dict:
     """HF BERT on the rows, masks and probes the mlm_suite job used (rebuilt from the same arguments)."""
-    args, job_training_args = pretrain.parse_arguments(["--output_dir", str(output_dir), *job_args])
-    corpus = open_corpus_source(args, job_training_args)
+    plan = pretrain.plan_run(["--output_dir", str(output_dir), *job_args])
+    args, job_training_args = plan.args, plan.training_args
+    corpus = pretrain.open_corpus(plan)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     train_features = corpus.train_rows(tokenizer, job_training_args.seed)
     eval_features = corpus.eval_rows(tokenizer)
     baseline_token_id = corpus.baseline_token_id(tokenizer, train_features)
     probes = probe_sentences(corpus.validation["text"], tokenizer, args.fill_mask_probes)
 
-    ours = build_config(args, tokenizer)
+    ours, _ = pretrain.build_config(plan, tokenizer)
     config = BertConfig(
         vocab_size=len(tokenizer),
         hidden_size=ours.hidden_size,

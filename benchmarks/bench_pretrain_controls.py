@@ -47,7 +47,6 @@ from transformers import AutoTokenizer, TrainingArguments
 from mlm_suite import MlmSuiteForMaskedLM
 from mlm_suite.data.pretraining import first_rows
 from mlm_suite.jobs import pretrain
-from mlm_suite.jobs.pretraining_setup import open_corpus_source
 from mlm_suite.evaluation.intervals import mean_interval
 from mlm_suite.evaluation.masked_lm import make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
@@ -72,9 +71,9 @@ MASK_SCHEDULES = ("mask_linear", "mask_inverse")  # alternatives: the combinatio
 def shared_tokenizer(folder: Path, job_args: list[str]) -> Path:
     """The vocabulary the job would train on the training documents, trained once for every run."""
     if not (folder / "tokenizer.json").is_file():
-        args, training_args = pretrain.parse_arguments(["--output_dir", str(folder), *job_args])
-        texts = open_corpus_source(args, training_args).tokenizer_texts()
-        vocabulary = args.vocab_size or pretrain.DEFAULT_TRAINED_VOCAB_SIZE
+        plan = pretrain.plan_run(["--output_dir", str(folder), *job_args])
+        texts = pretrain.open_corpus(plan).tokenizer_texts()
+        vocabulary = plan.args.vocab_size or pretrain.DEFAULT_TRAINED_VOCAB_SIZE
         train_wordpiece_tokenizer(texts, vocab_size=vocabulary).save_pretrained(folder)
     return folder
 
@@ -107,8 +106,9 @@ def evaluate_at_job_rows(folder: Path, job_args: list[str]) -> dict:
     saved = folder / "eval_job_rows.json"
     if saved.is_file():
         return json.loads(saved.read_text())
-    args, job_training_args = pretrain.parse_arguments(["--output_dir", str(folder / "eval"), *job_args])
-    corpus = open_corpus_source(args, job_training_args)
+    plan = pretrain.plan_run(["--output_dir", str(folder / "eval"), *job_args])
+    args, job_training_args = plan.args, plan.training_args
+    corpus = pretrain.open_corpus(plan)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     baseline_token_id = corpus.baseline_token_id(tokenizer, corpus.train_rows(tokenizer, 0))
     eval_features = first_rows(corpus.eval_rows(tokenizer), args.max_eval_samples)

@@ -16,7 +16,7 @@ from mlm_suite.cards.metadata import (
     MINILM_HUB_ID, PROJECT_LICENSE, RANDOM_START, CardDataset, CardScore, base_model_fields, base_model_license,
     base_model_text, card_scores, front_matter, model_card_data, update_card_data,
 )  # fmt: skip
-from mlm_suite.cards.pretraining import HELD_OUT_OF_TRAIN, default_source, pretraining_card
+from mlm_suite.cards.pretraining import HELD_OUT_OF_TRAIN, PretrainingRecipe, default_source, pretraining_card
 from mlm_suite.cards.rendering import label_table, markdown_table, render_card
 from mlm_suite.cards.seeds import seed_summary_card
 from mlm_suite.cards.tagging import (
@@ -33,6 +33,7 @@ __all__ = [
     "FinetunedCard",
     "JobCard",
     "PretrainingCard",
+    "PretrainingRecipe",
     "RetrievalCard",
     "SeedSummaryCard",
     "TrainedModelCard",

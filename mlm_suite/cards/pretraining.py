@@ -8,6 +8,7 @@ See docs/models.md#what-the-jobs-write.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,10 @@ HELD_OUT_OF_TRAIN = "held-out part of train"
 EMBEDDED_DATA = CardDataset.embedded("pang_lee_movie_reviews", "Pang & Lee movie reviews (built in, held-out split)")
 
 
-def default_source(defaults_applied: Mapping[str, str], name: str) -> str:
+def default_source(value_sources: Mapping[str, str], name: str) -> str:
     """`` (continued-pretraining default)``, `` (from-scratch default)`` or `` (given)``: where the value of ``name``
-    came from (``defaults_applied``: name → source); empty when unknown."""
-    source = defaults_applied.get(name)
+    came from (``value_sources``: name → source); empty when unknown."""
+    source = value_sources.get(name)
     return f" ({source})" if source else ""
 
 
@@ -62,79 +63,91 @@ def probe_table(probe: list[dict]) -> str:
     return "\n".join(rows)
 
 
+@dataclass(frozen=True, kw_only=True)
+class PretrainingRecipe:
+    """How a pretrained model was trained, as its card says it.
+
+    ``base_model``: the checkpoint continued (``--model_name_or_path``), else the model is new, built from
+    ``config_name`` or else the preset ``config_preset``. The data: ``dataset_name`` (a Hub id or a saved folder) with
+    its configuration, else ``prepared_data``, ``train_file`` and ``validation_file``, else the embedded reviews.
+    ``value_sources``: where mode-dependent values came from (:func:`default_source`); ``max_steps``: the step limit
+    to show (None: none, a time budget decides); ``rows_per_step``: a step's rows, or a token-budget run's batch in
+    words; ``lr_schedule``: the schedule in words; ``controls``: the pretraining controls that are on (name -> one
+    line; the learning-rate schedule has its own row).
+    """
+
+    base_model: str | None
+    config_name: str | None
+    config_preset: str
+    dataset_name: str | None
+    dataset_config_name: str | None
+    prepared_data: str | None
+    train_file: str | None
+    validation_file: str | None
+    objective: str
+    masking: str
+    mlm_probability: float
+    eval_mlm_probability: float
+    value_sources: Mapping[str, str]
+    max_steps: int | None
+    rows_per_step: int | str
+    learning_rate: float
+    adam_beta2: float
+    lr_schedule: str
+    weight_decay: float
+    max_seq_length: int
+    packing: bool
+    seed: int
+    max_train_minutes: float | None
+    head_warmup_steps: int
+    controls: Mapping[str, str]
+
+
 def pretraining_card(
     *,
     model: Any,
     tokenizer: Any,
-    base_model: str | None,
-    config_name: str | None,
-    config_preset: str,
-    dataset_name: str | None,
-    dataset_config_name: str | None,
-    prepared_data: str | None,
-    train_file: str | None,
-    validation_file: str | None,
+    recipe: PretrainingRecipe,
     held_out_split: str | None,
     data: Mapping[str, object],
-    objective: str,
-    masking: str,
-    mlm_probability: float,
-    eval_mlm_probability: float,
-    defaults_applied: Mapping[str, str],
-    max_steps: int | None,
-    rows_per_step: int | str,  # a token-budget run's batch in words
-    learning_rate: float,
-    adam_beta2: float,
-    lr_schedule: str,
-    weight_decay: float,
-    max_seq_length: int,
-    packing: bool,
-    seed: int,
-    max_train_minutes: float | None,
-    head_warmup_steps: int,
-    controls: Mapping[str, str],
     train_metrics: Mapping[str, float],
     eval_metrics: Mapping[str, float],
     probe: list[dict],
     figures: str = "",
 ) -> PretrainingCard:
-    """The pretraining card of ``model``.
+    """The pretraining card of ``model``, trained as ``recipe`` says.
 
-    ``base_model``: the checkpoint continued (``--model_name_or_path``), else the model is new, built from
-    ``config_name`` or else the preset ``config_preset``. The data: ``dataset_name`` (a Hub id or a saved folder) with
-    its configuration, else ``prepared_data``, ``train_file`` and ``validation_file``, else the embedded reviews;
-    ``held_out_split``: the dataset's split the held-out documents were read from (None: ``validation_file``, else
-    :data:`HELD_OUT_OF_TRAIN`); ``data``: the rows of the data table. ``defaults_applied``: where mode-dependent
-    values came from (:func:`default_source`); ``max_steps``: the step limit to show (None: none, a time budget
-    decides); ``lr_schedule``: the schedule in words; ``controls``: rows of the pretraining controls that are on.
-    ``train_metrics`` and ``eval_metrics``: the job's results (``train_steps``; ``eval_*`` and ``perplexity``);
-    ``probe``: the fill-mask probe; ``figures``: markdown shown after the scores.
+    ``held_out_split``: the dataset's split the held-out documents were read from (None: the validation file, else
+    :data:`HELD_OUT_OF_TRAIN`); ``data``: the rows of the data table. ``train_metrics`` and ``eval_metrics``: the
+    job's results (``train_steps``; ``eval_*`` and ``perplexity``); ``probe``: the fill-mask probe; ``figures``:
+    markdown shown after the scores.
     """
-    objective_text = "masked language modelling" + (" + next-sentence prediction" if objective == "mlm_nsp" else "")
+    objective_text = "masked language modelling" + (" + next-sentence prediction" if recipe.objective == "mlm_nsp" else "")
     objective_text += (
-        f", {masking.replace('_', '-')} masking of {mlm_probability:.0%} of the tokens in training"
-        + default_source(defaults_applied, "mlm_probability")
+        f", {recipe.masking.replace('_', '-')} masking of {recipe.mlm_probability:.0%} of the tokens in training"
+        + default_source(recipe.value_sources, "mlm_probability")
     )
-    if base_model:
-        start = f"continued from `{base_model}`"
+    if recipe.base_model:
+        start = f"continued from `{recipe.base_model}`"
     else:
-        start = f"config `{config_name}`" if config_name else f"preset `{config_preset}`"
+        start = f"config `{recipe.config_name}`" if recipe.config_name else f"preset `{recipe.config_preset}`"
     step_limit = ""
-    if defaults_applied and max_steps is not None:
-        step_limit = f" (--max_steps {max_steps}{default_source(defaults_applied, 'max_steps')})"
+    if recipe.value_sources and recipe.max_steps is not None:
+        step_limit = f" (--max_steps {recipe.max_steps}{default_source(recipe.value_sources, 'max_steps')})"
     training = {
         "initialisation": start,
         "optimizer steps": f"{train_metrics['train_steps']}" + step_limit,
-        "batch size (global)": rows_per_step,
-        "learning rate": f"{learning_rate:g}{default_source(defaults_applied, 'learning_rate')} (AdamW β₂ "
-        f"{adam_beta2:g}, {lr_schedule})",
-        "weight decay": weight_decay,
-        "max sequence length": max_seq_length,
-        "packing": packing,
-        "seed": seed,
-        "time budget": f"{max_train_minutes:g} min" if max_train_minutes else "none (fixed step count)",
-        **({"head warm-up": f"{head_warmup_steps} steps with the encoder frozen"} if head_warmup_steps else {}),
-        **controls,  # masking-rate schedule, replacement split, batch-size warmup, context extension
+        "batch size (global)": recipe.rows_per_step,
+        "learning rate": f"{recipe.learning_rate:g}{default_source(recipe.value_sources, 'learning_rate')} (AdamW β₂ "
+        f"{recipe.adam_beta2:g}, {recipe.lr_schedule})",
+        "weight decay": recipe.weight_decay,
+        "max sequence length": recipe.max_seq_length,
+        "packing": recipe.packing,
+        "seed": recipe.seed,
+        "time budget": f"{recipe.max_train_minutes:g} min" if recipe.max_train_minutes else "none (fixed step count)",
+        **({"head warm-up": f"{recipe.head_warmup_steps} steps with the encoder frozen"} if recipe.head_warmup_steps else {}),
+        # masking-rate schedule, replacement split, batch-size warmup, context extension
+        **{name: value for name, value in recipe.controls.items() if name != "learning-rate schedule"},
         "final train loss": train_metrics["train_loss"],
         "train runtime (s)": train_metrics["train_runtime"],
     }
@@ -153,7 +166,7 @@ def pretraining_card(
     if "eval_nsp_accuracy" in eval_metrics:
         shown["next-sentence accuracy"] = eval_metrics["eval_nsp_accuracy"]
     metrics = markdown_table(shown, ("metric", "value")) + (
-        f"\n\nEvaluation selects {eval_mlm_probability:.0%} of the tokens with fixed (seeded) masks, 80 % "
+        f"\n\nEvaluation selects {recipe.eval_mlm_probability:.0%} of the tokens with fixed (seeded) masks, 80 % "
         "`[MASK]` / 10 % random / 10 % kept, so these numbers compare across runs whatever the training masking "
         "rate. The headline is the accuracy at `[MASK]` positions: kept positions show the answer and are not a "
         "test of the model. The baseline predicts the most frequent training token at every `[MASK]`."
@@ -161,17 +174,17 @@ def pretraining_card(
     if probe:
         metrics += "\n\n### Fill-mask probe\n\nHeld-out sentences, one word masked:\n\n" + probe_table(probe)
     parameters = sum(parameter.numel() for parameter in model.parameters())
-    held_out = held_out_split or (f"{Path(validation_file).name} (--validation_file)" if validation_file
+    held_out = held_out_split or (f"{Path(recipe.validation_file).name} (--validation_file)" if recipe.validation_file
                                   else HELD_OUT_OF_TRAIN)
-    dataset = CardDataset.read_by_job(dataset_name, dataset_config_name, (prepared_data, train_file, validation_file),
+    dataset = CardDataset.read_by_job(recipe.dataset_name, recipe.dataset_config_name, (recipe.prepared_data, recipe.train_file, recipe.validation_file),
                                       EMBEDDED_DATA, {"validation": held_out})
     return PretrainingCard(
-        base_model=base_model,
+        base_model=recipe.base_model,
         dataset=dataset,
         scores=card_scores({**eval_metrics, "eval_perplexity": eval_metrics["perplexity"]}, PRETRAINING_CARD_SCORES,
                            splits=(("eval", "validation"),)),
         architecture=f"{parameters / 1e6:.1f}M-parameter BERT-style",
-        origin=f"pretrained further from {base_model_fields(base_model)['base_model_text']}" if base_model
+        origin=f"pretrained further from {base_model_fields(recipe.base_model)['base_model_text']}" if recipe.base_model
         else "pretrained from scratch",
         objective=objective_text,
         architecture_table=markdown_table(architecture_rows(model.config), ("hyper-parameter", "value")),

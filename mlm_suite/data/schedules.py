@@ -92,12 +92,12 @@ class MaskRateSchedule:
 
     @classmethod
     def parse(cls, spec: str, start: float, end: float | None = None) -> MaskRateSchedule:
-        """``--mlm_probability_schedule spec`` with ``--mlm_probability start`` and ``--mlm_probability_end end``.
+        """``--mlm_probability_schedule spec`` with ``--mlm_probability start`` and ``--mlm_probability_end end``
+        (rates in (0, 1), checked with the other flags).
 
         Raises UsageError (a one-line message naming the flag) for anything else.
         """
         spec = (spec or "constant").strip()
-        start = _rate(start, "--mlm_probability")
         if spec in MASK_SCHEDULE_KINDS:
             if spec == "constant":
                 if end is not None and end != start:
@@ -105,7 +105,6 @@ class MaskRateSchedule:
                 return cls("constant", start, start)
             if end is None:
                 raise UsageError(f"--mlm_probability_schedule {spec} needs --mlm_probability_end (the final rate)")
-            end = _rate(end, "--mlm_probability_end")
             phases = ((0.0, start), (STEP_SWITCH, end)) if spec == "step" else ()
             return cls(spec, start, end, phases)
         if end is not None:

@@ -5,6 +5,7 @@ dataclasses call from their ``__post_init__``. See docs/command_line.md.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -348,29 +349,17 @@ def feed_the_device(training_args: JobTrainingArguments) -> None:
         training_args.logging_nan_inf_filter = False
 
 
-#: Where :func:`apply_defaults` says a value came from when the command line gave it.
+#: Where a job says a value whose default depends on its mode came from when the command line gave it.
 GIVEN = "given"
 
 
-def apply_defaults(
-    defaults: dict[str, Any], given: frozenset[str], *arguments: Any, source: str
-) -> dict[str, str]:
-    """Set each of ``defaults`` on whichever of ``arguments`` has that field, unless the command line gave it.
-
-    The one mechanism for mode-dependent defaults (a continued checkpoint's, for instance). Returns where each
-    value came from: :data:`GIVEN` or ``source``.
-    """
-    applied = {}
-    for name, value in defaults.items():
-        if name in given:
-            applied[name] = GIVEN
-            continue
-        owner = next((args for args in arguments if name in type(args).__dataclass_fields__), None)
-        if owner is None:
-            raise TypeError(f"no argument dataclass has a field {name!r}")
-        setattr(owner, name, value)
-        applied[name] = source
-    return applied
+def derived_training_arguments(training_args: JobTrainingArguments, **changes: Any) -> JobTrainingArguments:
+    """A copy of ``training_args`` with ``changes``: the values a job derives for its Trainer from its flags, checked
+    as the flags are (``training_args`` itself stays as parsed). It keeps :attr:`~JobTrainingArguments.flags_given`
+    and :attr:`~JobTrainingArguments.data_flags`."""
+    derived = dataclasses.replace(training_args, **changes)
+    derived.flags_given, derived.data_flags = training_args.flags_given, training_args.data_flags
+    return derived
 
 
 __all__ = [
@@ -379,7 +368,6 @@ __all__ = [
     "HubArguments",
     "JobTrainingArguments",
     "LAST_CHECKPOINT",
-    "apply_defaults",
     "argument_parser",
     "check_at_least",
     "check_file",
@@ -390,6 +378,7 @@ __all__ = [
     "check_seed",
     "check_within",
     "data_flag_values",
+    "derived_training_arguments",
     "feed_the_device",
     "flatten_batches_field",
     "given_flags",

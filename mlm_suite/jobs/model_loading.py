@@ -9,6 +9,8 @@ Every job loads a model, config or tokenizer from a folder through :func:`pretra
 from __future__ import annotations
 
 import atexit
+import difflib
+import math
 import shutil
 import sys
 import tempfile
@@ -16,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from transformers import AutoConfig, PretrainedConfig, TrainingArguments
+import torch
+from transformers import AutoConfig, PretrainedConfig, PreTrainedTokenizerBase, TrainingArguments
 
 from mlm_suite.convert import convert_bert_checkpoint
 from mlm_suite.data import resources
@@ -216,11 +219,113 @@ def apply_freezing(model: Any, train_last_k_layers: int | None) -> str:
     return f"{what} ({counts['trainable'] / 1e6:.2f} M of {total / 1e6:.2f} M parameters trainable)"
 
 
+_TRUE, _FALSE = ("true", "1", "yes", "y"), ("false", "0", "no", "n")
+
+
+def _typed_value(text: str, current: Any) -> Any:
+    """``text`` as a value of ``current``'s type (a bool, int, float or string; any of them for a field set to None)."""
+    if isinstance(current, bool) or current is None and text.lower() in ("true", "false"):
+        if text.lower() in _TRUE + _FALSE:
+            return text.lower() in _TRUE
+        raise ValueError("a bool (true or false)")
+    if isinstance(current, int) or current is None and text.lstrip("+-").isdigit():
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError("an int") from None
+    if isinstance(current, float) or current is None:
+        try:
+            value = float(text)
+        except ValueError:
+            if current is None:
+                return text
+            raise ValueError("a float") from None
+        if not math.isfinite(value):
+            raise ValueError("a finite float")
+        return value
+    if isinstance(current, str):
+        return text
+    raise ValueError(f"a {type(current).__name__}, which --config_overrides cannot set (use --config_name)")
+
+
+def apply_config_overrides(config: MlmSuiteConfig, overrides: str) -> MlmSuiteConfig:
+    """``config`` with ``overrides`` (``name=value,...``, ``--config_overrides``), each value read as its field's type.
+
+    Raises:
+        UsageError: an item that is not ``name=value``, a name the config has not, a value not of the field's type,
+            or values the config's own checks refuse (``num_attention_heads=0``).
+    """
+    fields = config.to_dict()
+    for item in overrides.split(","):
+        name, separator, text = (part.strip() for part in item.partition("="))
+        if not separator or not name or not text:
+            raise UsageError(f"--config_overrides {overrides}: {item.strip()!r} is not name=value")
+        if name not in fields and not hasattr(config, name):
+            close = difflib.get_close_matches(name, fields, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise UsageError(f"--config_overrides {name}={text}: {type(config).__name__} has no field {name}{hint}")
+        try:
+            value = _typed_value(text, getattr(config, name))
+        except ValueError as error:
+            raise UsageError(f"--config_overrides {name}={text}: {name} is {error}, not {text!r}") from None
+        setattr(config, name, value)
+    try:
+        # Set one by one; rebuilding re-runs the config's own checks.
+        config = MlmSuiteConfig.from_dict(config.to_dict())
+        config.check_sizes()
+    except ValueError as error:
+        raise UsageError(f"--config_overrides {overrides}: {error}") from None
+    return config
+
+
+def extend_context(
+    config: MlmSuiteConfig, tokenizer: PreTrainedTokenizerBase, rope_theta: float | None, max_seq_length: int,
+    continued: bool,
+) -> str | None:
+    """A new RoPE base (``rope_theta``) and, for a ``continued`` rotary checkpoint at longer rows, a
+    ``max_position_embeddings`` (and ``tokenizer.model_max_length``) that follows ``max_seq_length`` (rotary
+    positions have no table to outgrow). Changes ``config`` and ``tokenizer`` in place; returns the change in words
+    (None: nothing changed).
+
+    Raises:
+        UsageError: ``rope_theta`` for a model with absolute positions.
+    """
+    rotary = config.position_embedding_type == "rotary"
+    changes = []
+    if rope_theta is not None:
+        if not rotary:
+            raise UsageError(
+                f"--rope_theta sets the base of rotary positions; this model's positions are {config.position_embedding_type}"
+            )
+        if rope_theta != config.rope_theta:
+            changes.append(f"RoPE base {config.rope_theta:g} → {rope_theta:g}")
+            config.rope_theta = float(rope_theta)
+    if continued and rotary and max_seq_length > config.max_position_embeddings:
+        changes.append(f"max_position_embeddings {config.max_position_embeddings} → {max_seq_length}")
+        config.max_position_embeddings = max_seq_length
+        if tokenizer.model_max_length < max_seq_length:
+            tokenizer.model_max_length = max_seq_length
+    return ", ".join(changes) + f" (rows of {max_seq_length} tokens)" if changes else None
+
+
+def describe_new_weights(checkpoint_name: str, model: torch.nn.Module, new_weights: list[str]) -> str:
+    """One line saying which weights are new when pretraining continues a checkpoint."""
+    if not new_weights:
+        return f"continuing {checkpoint_name}: every weight of {type(model).__name__} comes from the checkpoint"
+    return (
+        f"continuing {checkpoint_name}: new {type(model).__name__} weights, initialised as BERT's: "
+        f"{', '.join(new_weights)} (the MLM decoder is tied to the word embeddings)"
+    )
+
+
 __all__ = [
     "ModelArguments",
+    "apply_config_overrides",
     "apply_freezing",
     "check_max_seq_length",
     "check_vocabulary",
+    "describe_new_weights",
+    "extend_context",
     "load_config",
     "load_model",
     "load_tokenizer",

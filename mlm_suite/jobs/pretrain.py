@@ -20,31 +20,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from transformers import TrainingArguments, set_seed
+from datasets import Dataset
+from transformers import PreTrainedTokenizerBase, TrainingArguments, set_seed
 
-from mlm_suite.data.masking import MaskingEpochCallback
-from mlm_suite.data.pretraining import first_rows
-from mlm_suite.data.schedules import MaskRateSchedule
+from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining
+from mlm_suite.cards import pretraining_card
+from mlm_suite.data import resources
+from mlm_suite.data.builtin import BUILTIN_DATASETS
+from mlm_suite.data.corpus_sources import CorpusSource, InMemoryCorpus, PreparedCorpus, StreamedCorpus
+from mlm_suite.data.masking import MaskingEpochCallback, check_mlm_tokenizer
+from mlm_suite.data.pretraining import RowFormat, first_rows
+from mlm_suite.data.readers import (
+    DocumentSource, load_pretraining_documents, read_documents, stream_pretraining_documents,
+)  # fmt: skip
+from mlm_suite.data.streaming import split_for_processes
+from mlm_suite.data.tokenization import train_wordpiece_tokenizer
 from mlm_suite.errors import UsageError
 from mlm_suite.evaluation.masked_lm import make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics, probe_sentences
 from mlm_suite.evaluation.plots import figures_section, plot_pretraining_curves
-from mlm_suite.cards import pretraining_card
-from mlm_suite.training.controls import (
-    DECAY_TYPES, UNBOUNDED_STEPS, control_card_rows, early_stopping_callback, lr_schedule_summary, rows_per_step,
-    time_budget_callback,
-)  # fmt: skip
+from mlm_suite.training.controls import DECAY_TYPES, early_stopping_callback, rows_per_step, time_budget_callback
 from mlm_suite.training.pretraining import (
     PretrainingTrainer, describe_evaluation, evaluate_pretraining, evaluation_collator, training_collator,
 )  # fmt: skip
 from mlm_suite.training.schedules import row_schedule
-from mlm_suite.jobs.pretraining_setup import (
-    DEFAULT_TRAINED_VOCAB_SIZE, batch_description, batch_size_warmup, build_config, build_model, check_arguments,
-    check_token_budget, describe_configuration, describe_controls, describe_new_weights, load_tokenizer,
-    open_corpus_source, resolve_controls, resolve_job_defaults,
-)  # fmt: skip
 from mlm_suite.jobs import arguments
 from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
-from mlm_suite.jobs.checkpoints import resume_checkpoint
 from mlm_suite.jobs.arguments import (
     HubArguments,
     JobTrainingArguments,
@@ -59,8 +59,13 @@ from mlm_suite.jobs.arguments import (
     preprocessing_num_workers_field,
     validation_split_name_field,
 )
-from mlm_suite.jobs.model_loading import mlm_suite_checkpoint
+from mlm_suite.jobs.model_loading import (
+    apply_config_overrides, check_vocabulary, describe_new_weights, extend_context, mlm_suite_checkpoint,
+    pretrained_config, pretrained_tokenizer,
+)  # fmt: skip
+from mlm_suite.jobs.pretraining_plan import PretrainingPlan, check_token_budget
 
+DEFAULT_TRAINED_VOCAB_SIZE = 2048
 CURVES_PNG = "training_curves.png"
 CURVES_CAPTION = "Pretraining: train and held-out loss, and held-out [MASK] accuracy against the most-frequent-token baseline"
 
@@ -318,12 +323,6 @@ class PretrainingArguments(HubArguments):
             "extension (the model's max_position_embeddings follows the rows)"
         },
     )
-    # Not a flag: what the controls above apply (name -> one line), printed by the job and shown in the card.
-    schedules_applied: dict[str, str] = field(default_factory=dict, init=False, repr=False)
-    # Not a flag: where the mode-dependent values came from (name -> GIVEN, CONTINUED or FROM_SCRATCH), set by
-    # parse_arguments (resolve_job_defaults) and shown by describe_configuration and the model card.
-    defaults_applied: dict[str, str] = field(default_factory=dict, init=False, repr=False)
-
     def sources(self) -> dict[str, str | None]:
         """The flags naming what the job reads (its output folder must not overlap them), flag → value."""
         return {"--model_name_or_path": self.model_name_or_path, "--config_name": self.config_name,
@@ -357,7 +356,7 @@ class PretrainingArguments(HubArguments):
                 raise UsageError("--max_train_samples counts rows, which a stream does not have: bound a --streaming run "
                                  "with --max_steps")
         # Masks and rows
-        for name in ("mlm_probability", "eval_mlm_probability"):
+        for name in ("mlm_probability", "mlm_probability_end", "eval_mlm_probability"):
             check_within(name, getattr(self, name), 0.0, 1.0, low_open=True)
         check_within("nsp_probability", self.nsp_probability, 0.0, 1.0, high_open=False)
         if self.objective == "mlm_nsp" and self.packing:
@@ -409,9 +408,6 @@ class PretrainingArguments(HubArguments):
         check_non_negative("early_stopping_threshold", self.early_stopping_threshold)
         check_non_negative("fill_mask_probes", self.fill_mask_probes)
         # Pretraining controls
-        varies = MaskRateSchedule.parse(self.mlm_probability_schedule, self.mlm_probability, self.mlm_probability_end).varies
-        if varies and self.streaming:
-            raise UsageError("--mlm_probability_schedule needs rows the job can index: it does not work with --streaming")
         for name in ("mask_replace_prob", "random_replace_prob"):
             check_within(name, getattr(self, name), 0.0, 1.0, high_open=False)
         if self.mask_replace_prob + self.random_replace_prob > 1.0 + 1e-9:
@@ -443,12 +439,170 @@ class PretrainingArguments(HubArguments):
 # Arguments
 # ------------------------------------------------------------------------------------------------
 def parse_arguments(argv: list[str] | None) -> tuple[PretrainingArguments, PretrainTrainingArguments]:
-    args, training_args = arguments.parse_arguments(
+    return arguments.parse_arguments(
         (PretrainingArguments, PretrainTrainingArguments), argv, description=__doc__.split("\n\n")[0]
     )
-    # CONTINUED_DEFAULTS when continuing a checkpoint (flags given win), and the values the job derives or forces.
-    resolve_job_defaults(args, training_args, CONTINUED_DEFAULTS)
-    return args, training_args
+
+
+def plan_run(argv: list[str] | None) -> PretrainingPlan:
+    """The plan of the run ``argv`` asks for: the flags parsed, checked and resolved (CONTINUED_DEFAULTS when
+    continuing a checkpoint, flags given win), before anything is read from or written to the output folder."""
+    return PretrainingPlan.resolve(*parse_arguments(argv), continued_defaults=CONTINUED_DEFAULTS)
+
+
+# ------------------------------------------------------------------------------------------------
+# Data, tokenizer and model
+# ------------------------------------------------------------------------------------------------
+def open_corpus(plan: PretrainingPlan) -> CorpusSource:
+    """The run's corpus: documents in memory, the ``--prepared_data`` folder or a ``--streaming`` one, each process
+    reading its own part of a stream (one-line errors, before anything is written)."""
+    args, training_args = plan.args, plan.training_args
+    row_format = RowFormat(
+        max_seq_length=args.max_seq_length, packing=args.packing, objective=args.objective,
+        nsp_probability=args.nsp_probability, num_proc=args.preprocessing_num_workers,
+        overwrite_cache=args.overwrite_cache,
+    )  # fmt: skip
+    if plan.prepared is not None:
+        validation = None  # the held-out documents prepared with the rows, unless a file replaces them
+        if args.validation_file:
+            validation = Dataset.from_dict({"text": read_documents(args.validation_file, args.text_column_name)})
+        return PreparedCorpus(plan.prepared, row_format, plan.tokenizer_flag, validation)
+    source = DocumentSource(
+        train_file=args.train_file, validation_file=args.validation_file, dataset_name=args.dataset_name,
+        dataset_config_name=args.dataset_config_name, validation_split_name=args.validation_split_name,
+        text_column=args.text_column_name, embedded=BUILTIN_DATASETS["pang_lee_reviews"],
+    )  # fmt: skip
+    if args.streaming:
+        documents, validation, description, held_out_split = stream_pretraining_documents(
+            source, args.held_out_documents, **args.dataset_kwargs()
+        )
+        part = split_for_processes(documents, training_args.process_index, training_args.world_size)
+        world, shards = training_args.world_size, documents.num_shards
+        shards_per_process = shards // world if shards >= world else shards
+        if training_args.dataloader_num_workers > shards_per_process:
+            # datasets gives each worker whole shards and stops the others; a stopped worker would also make
+            # the restored position of a resumed run depend on timing.
+            raise UsageError(
+                f"--dataloader_num_workers {training_args.dataloader_num_workers} exceeds the {shards_per_process} "
+                f"shard(s) each process reads: use at most {shards_per_process} (0 reads in the main process)"
+            )
+        return StreamedCorpus(documents, part, validation, description, row_format, held_out_split)
+    documents, description, held_out_split = load_pretraining_documents(
+        source, args.validation_split_percentage, args.preprocessing_num_workers, args.overwrite_cache,
+        **args.dataset_kwargs(),
+    )
+    return InMemoryCorpus(documents, description, row_format, held_out_split, source.training_flag())
+
+
+def pretraining_tokenizer(plan: PretrainingPlan, corpus: CorpusSource) -> PreTrainedTokenizerBase:
+    """The plan's tokenizer (a fixed one, or a WordPiece vocabulary trained on ``corpus``' documents, or MiniLM's),
+    checked against ``corpus`` (:meth:`~mlm_suite.data.corpus_sources.CorpusSource.check_tokenizer`), then for what
+    masking needs.
+
+    A run that trains its vocabulary and resumes from a checkpoint takes the vocabulary saved there, the one its
+    weights were trained with.
+    """
+    args, resumed = plan.args, plan.resume_from_checkpoint
+    vocab_size = args.vocab_size or DEFAULT_TRAINED_VOCAB_SIZE
+    if plan.trains_tokenizer and resumed:
+        source = f"checkpoint {resumed}"
+        tokenizer = _resumed_tokenizer(resumed, vocab_size)
+    elif plan.trains_tokenizer:
+        source = None  # a vocabulary trained on the corpus has words when the corpus has: the corpus check names it
+        tokenizer = train_wordpiece_tokenizer(corpus.tokenizer_texts(), vocab_size=vocab_size)
+    else:
+        source = plan.tokenizer_flag or "MiniLM's vocabulary (--train_tokenizer false)"
+        name = args.tokenizer_name or args.model_name_or_path or str(resources.minilm_dir())
+        tokenizer = pretrained_tokenizer(name, **args.pretrained_kwargs())
+    if not tokenizer.is_fast:
+        raise ValueError(f"a fast tokenizer is needed (word ids, batched encoding); {type(tokenizer).__name__} is not")
+    corpus.check_tokenizer(tokenizer)  # first: documents without a word train a vocabulary of special tokens only
+    check_mlm_tokenizer(tokenizer, source)
+    return tokenizer
+
+
+def _resumed_tokenizer(checkpoint: str, vocab_size: int) -> PreTrainedTokenizerBase:
+    if not (Path(checkpoint) / "tokenizer.json").is_file():
+        raise UsageError(
+            f"checkpoint {checkpoint} has no tokenizer.json: this run trains its own vocabulary and resumes with the "
+            "one saved in the checkpoint; resume from a complete checkpoint, or give its run's tokenizer with --tokenizer_name"
+        )
+    tokenizer = pretrained_tokenizer(checkpoint)
+    if len(tokenizer) > vocab_size:
+        raise UsageError(
+            f"checkpoint {checkpoint} has a vocabulary of {len(tokenizer)} tokens, more than the {vocab_size} this run "
+            "trains (--vocab_size): resume from a checkpoint of this run"
+        )
+    return tokenizer
+
+
+def build_config(
+    plan: PretrainingPlan, tokenizer: PreTrainedTokenizerBase, checkpoint: str | None = None
+) -> tuple[MlmSuiteConfig, dict[str, str]]:
+    """The model's configuration: ``--config_name``'s, else ``checkpoint``'s (an mlm_suite folder), else a preset sized
+    to ``tokenizer``; and the change of its positions (``--rope_theta``, context extension) as a control row (empty:
+    none). A continued rotary checkpoint's ``tokenizer.model_max_length`` follows longer rows."""
+    args = plan.args
+    if args.config_name:
+        config = pretrained_config(args.config_name, **args.pretrained_kwargs())
+        if not isinstance(config, MlmSuiteConfig):
+            raise ValueError(
+                f"--config_name {args.config_name} holds a {config.model_type!r} config; pretraining builds mlm_suite "
+                "models (a BERT model: pass its folder as --model_name_or_path)"
+            )
+    elif checkpoint:
+        config = pretrained_config(checkpoint, **args.pretrained_kwargs())
+    else:
+        config = MlmSuiteConfig.preset(
+            args.config_preset,
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            norm_position=args.norm_position,
+            position_embedding_type=args.position_embedding_type,
+            # MLM alone never trains [CLS] (no loss reads it; NSP's does): a classifier fine-tuned from this model
+            # reads the mean of the states MLM trained (docs/results.md: why the main job's encoder does not help sentiment).
+            classifier_pooling="mean" if args.objective == "mlm" else "cls",
+        )
+    if args.config_overrides:
+        config = apply_config_overrides(config, args.config_overrides)
+    # --rope_theta; a rotary checkpoint's positions follow longer rows
+    extension = extend_context(config, tokenizer, args.rope_theta, args.max_seq_length, continued=bool(checkpoint))
+    positions = {("context extension" if checkpoint else "positions"): extension} if extension else {}
+    config.check_sizes()
+    # A preset is sized to the tokenizer: only --config_overrides can make it smaller.
+    model_source = args.config_name or args.model_name_or_path or checkpoint or f"--config_overrides {args.config_overrides}"
+    check_vocabulary(tokenizer, config, tokenizer.name_or_path or "trained on the corpus", model_source)
+    if config.position_embedding_type == "absolute" and args.max_seq_length > config.max_position_embeddings:
+        raise ValueError(
+            f"--max_seq_length {args.max_seq_length} exceeds the model's max_position_embeddings "
+            f"({config.max_position_embeddings})"
+        )
+    if args.max_seq_length > tokenizer.model_max_length:
+        raise ValueError(
+            f"--max_seq_length {args.max_seq_length} exceeds the tokenizer's model_max_length "
+            f"({tokenizer.model_max_length})"
+        )
+    if args.objective == "mlm_nsp" and config.type_vocab_size < 2:
+        raise ValueError(f"mlm_nsp needs type_vocab_size >= 2 for the two segments, got {config.type_vocab_size}")
+    return config, positions
+
+
+def build_model(
+    plan: PretrainingPlan, config: MlmSuiteConfig, checkpoint: str | None = None
+) -> tuple[MlmSuiteForMaskedLM | MlmSuiteForPreTraining, list[str]]:
+    """The model to pretrain and the names of its weights that ``checkpoint`` lacked (newly initialised).
+
+    A head the checkpoint lacks (the MLM head of an encoder-only or fine-tuned checkpoint, the NSP head for
+    ``mlm_nsp``) is initialised as BERT initialises it; the MLM decoder is tied to the word embeddings, so
+    only its transform and bias are new.
+    """
+    model_class = MlmSuiteForPreTraining if plan.args.objective == "mlm_nsp" else MlmSuiteForMaskedLM
+    if not checkpoint:
+        return model_class(config), []
+    model, loading = model_class.from_pretrained(
+        checkpoint, config=config, output_loading_info=True, **plan.args.pretrained_kwargs()
+    )
+    return model, sorted(loading["missing_keys"])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -457,22 +611,17 @@ def parse_arguments(argv: list[str] | None) -> tuple[PretrainingArguments, Pretr
 def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.perf_counter) -> int:
     """Run the job on ``argv``; ``clock`` (seconds) times ``--max_train_minutes`` (benchmarks pass a CPU clock)."""
     started = time.time()
-    args, training_args = parse_arguments(argv)  # each dataclass checks its own flags
-
-    # Everything that can fail on bad input happens before the Trainer creates the output folder.
-    check_arguments(args, training_args)
+    # Everything that can fail on bad input happens before the output folder is touched.
+    plan = plan_run(argv)  # the flags parsed, checked and resolved once; the checkpoint training continues from
+    args, training_args = plan.args, plan.training_args
     claim_output_folder(training_args.output_dir, {**args.sources(), **paths_read(args)}, overwrite=training_args.overwrite_output_dir)
-    resolve_controls(args, training_args)  # schedules of masks, rows, learning rate
-
-    # Detecting last checkpoint
-    training_args.resume_from_checkpoint = resume_checkpoint(training_args)  # or the last checkpoint of a stopped run
-    training_args.resume_from_checkpoint = training_args.resume_from_checkpoint or args.decay_from_checkpoint
 
     # Data: documents in memory, a prepared folder or a stream; the tokenizer their rows are made with.
-    corpus = open_corpus_source(args, training_args)
-    tokenizer = load_tokenizer(args, corpus, training_args.resume_from_checkpoint)
+    corpus = open_corpus(plan)
+    tokenizer = pretraining_tokenizer(plan, corpus)
     checkpoint = mlm_suite_checkpoint(args.model_name_or_path, **args.pretrained_kwargs()) if args.model_name_or_path else None
-    config = build_config(args, tokenizer, checkpoint or args.decay_from_checkpoint)
+    config, positions = build_config(plan, tokenizer, checkpoint or args.decay_from_checkpoint)
+    controls = {**plan.controls, **positions}
     # Rows (tokenised or packed documents, or NSP pairs), each with the example_index its masks are keyed by.
     train_dataset = first_rows(corpus.train_rows(tokenizer, training_args.seed), args.max_train_samples)
     eval_dataset = first_rows(corpus.eval_rows(tokenizer), args.max_eval_samples)
@@ -480,7 +629,7 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
 
     # Model: a new one (preset or --config_name) or the continued checkpoint, with any head it lacks.
     set_seed(training_args.seed)  # the initial weights follow --seed
-    model, new_weights = build_model(args, config, checkpoint)
+    model, new_weights = build_model(plan, config, checkpoint)
     if checkpoint and training_args.process_index == 0:
         print(describe_new_weights(args.model_name_or_path, model, new_weights), file=sys.stderr)
 
@@ -502,13 +651,9 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
             decay=args.lr_decay_steps, clock=clock,
         )  # fmt: skip
         callbacks.append(budget)
-    mask_schedule = MaskRateSchedule.parse(args.mlm_probability_schedule, args.mlm_probability, args.mlm_probability_end)
-    warmup = batch_size_warmup(args, training_args) if args.batch_size_warmup_tokens else None
     probes = probe_sentences(corpus.validation["text"], tokenizer, args.fill_mask_probes)
     if training_args.process_index == 0:  # after every check of the input, whose errors stay one line
-        print(describe_configuration(args, training_args), file=sys.stderr)
-        if args.schedules_applied:
-            print(describe_controls(args), file=sys.stderr)
+        print(plan.describe(controls), file=sys.stderr)
     trainer = PretrainingTrainer(
         model=model,
         args=training_args,
@@ -521,10 +666,12 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
         preprocess_logits_for_metrics=preprocess_logits_for_mlm_metrics,
         callbacks=callbacks,
         head_warmup_steps=args.head_warmup_steps,
-        row_schedule=row_schedule(mask_schedule, warmup, budget, training_args.max_steps, args.max_tokens_per_batch),
+        row_schedule=row_schedule(
+            plan.mask_schedule, plan.batch_size_warmup, budget, training_args.max_steps, args.max_tokens_per_batch
+        ),
         peak_tflops=training_args.peak_tflops,
     )
-    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_result = trainer.train(resume_from_checkpoint=plan.resume_from_checkpoint)
     rows_read = trainer.state.global_step * rows_per_step(training_args)
     train_metrics = {
         **train_result.metrics,
@@ -552,25 +699,10 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
         "training rows": training["rows"],
         "validation rows": len(eval_dataset),
     }
-    lr_schedule = lr_schedule_summary(
-        training_args, time_budget=args.max_train_minutes is not None, decay=args.lr_decay_steps,
-        decay_from_checkpoint=args.decay_from_checkpoint,
-    )
     card = pretraining_card(
-        model=trainer.model, tokenizer=tokenizer, base_model=args.model_name_or_path, config_name=args.config_name,
-        config_preset=args.config_preset, dataset_name=args.dataset_name, dataset_config_name=args.dataset_config_name,
-        prepared_data=args.prepared_data, train_file=args.train_file, validation_file=args.validation_file,
-        held_out_split=corpus.held_out_split, data=data, objective=args.objective, masking=args.masking,
-        mlm_probability=args.mlm_probability, eval_mlm_probability=args.eval_mlm_probability,
-        defaults_applied=args.defaults_applied,
-        max_steps=None if training_args.max_steps == UNBOUNDED_STEPS else training_args.max_steps,
-        rows_per_step=rows_per_step(training_args) if args.max_tokens_per_batch is None else batch_description(args, training_args),
-        learning_rate=training_args.learning_rate,
-        adam_beta2=training_args.adam_beta2, lr_schedule=lr_schedule,
-        weight_decay=training_args.weight_decay, max_seq_length=args.max_seq_length, packing=args.packing,
-        seed=training_args.seed, max_train_minutes=args.max_train_minutes, head_warmup_steps=args.head_warmup_steps,
-        controls=control_card_rows(args.schedules_applied), train_metrics=train_metrics, eval_metrics=eval_metrics,
-        probe=probe, figures=figures_section([(CURVES_CAPTION, CURVES_PNG)]),
+        model=trainer.model, tokenizer=tokenizer, recipe=plan.recipe(controls), held_out_split=corpus.held_out_split,
+        data=data, train_metrics=train_metrics, eval_metrics=eval_metrics, probe=probe,
+        figures=figures_section([(CURVES_CAPTION, CURVES_PNG)]),
     )
     trainer.publish(card)  # the card, then with --push_to_hub the upload of the complete folder
 
@@ -580,7 +712,19 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
     return 0
 
 
-__all__ = ["CONTINUED_DEFAULTS", "PretrainTrainingArguments", "PretrainingArguments", "main"]
+__all__ = [
+    "CONTINUED_DEFAULTS",
+    "DEFAULT_TRAINED_VOCAB_SIZE",
+    "PretrainTrainingArguments",
+    "PretrainingArguments",
+    "build_config",
+    "build_model",
+    "main",
+    "open_corpus",
+    "parse_arguments",
+    "plan_run",
+    "pretraining_tokenizer",
+]
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ __all__ = [
     "StepRateCallback",
     "TimeBudgetCallback",
     "WsdTimeBudgetCallback",
-    "control_card_rows",
     "early_stopping_callback",
     "lr_schedule_summary",
     "rows_per_step",
@@ -264,12 +263,6 @@ def lr_schedule_summary(
     else:
         length = f"the last {kwargs['num_decay_steps']} steps"
     return f"warmup-stable-decay: warmup {warmup_text}, constant, then {shape} decay over {length} to {to}{end}"
-
-
-def control_card_rows(controls_applied: dict[str, str]) -> dict[str, str]:
-    """Rows of the model card's training table for the controls that are on (name -> one line); the
-    learning-rate schedule has its own row."""
-    return {name: value for name, value in controls_applied.items() if name != "learning-rate schedule"}
 
 
 class RowProgressCallback(TrainerCallback):

@@ -27,6 +27,7 @@ from mlm_suite.cards import (
     card_scores,
     front_matter,
     model_card_data,
+    PretrainingRecipe,
     pretraining_card,
     render_card,
     seed_summary_card,
@@ -192,17 +193,19 @@ def pretraining_card_text(tiny_config, tokenizer, **given) -> str:
     eval_metrics = {"eval_mask_accuracy": 0.5, "eval_mask_baseline_accuracy": 0.1, "eval_mask_top5_accuracy": 0.7,
                     "eval_random_accuracy": 0.2, "eval_kept_accuracy": 0.9, "eval_mlm_loss": 2.0, "perplexity": 7.4,
                     "eval_mask_tokens": 8, "eval_random_tokens": 1, "eval_kept_tokens": 1}
-    values = dict(
-        model=MlmSuiteForMaskedLM(tiny_config()), tokenizer=tokenizer, base_model=None, config_name=None,
-        config_preset="tiny", dataset_name=None, dataset_config_name=None, prepared_data=None, train_file="c.txt",
-        validation_file=None, held_out_split=None, data={"source": "`c.txt`"}, objective="mlm", masking="token",
-        mlm_probability=0.2, eval_mlm_probability=0.15, defaults_applied={}, max_steps=20, rows_per_step=16,
+    recipe = dict(
+        base_model=None, config_name=None, config_preset="tiny", dataset_name=None, dataset_config_name=None,
+        prepared_data=None, train_file="c.txt", validation_file=None, objective="mlm", masking="token",
+        mlm_probability=0.2, eval_mlm_probability=0.15, value_sources={}, max_steps=20, rows_per_step=16,
         learning_rate=5e-4, adam_beta2=0.98, lr_schedule="linear", weight_decay=0.01, max_seq_length=64,
         packing=True, seed=0, max_train_minutes=None, head_warmup_steps=0, controls={},
-        train_metrics={"train_steps": 20, "train_loss": 5.0, "train_runtime": 3.0}, eval_metrics=eval_metrics,
-        probe=[],
+    )  # fmt: skip
+    card = pretraining_card(
+        model=MlmSuiteForMaskedLM(tiny_config()), tokenizer=tokenizer, held_out_split=given.pop("held_out_split", None),
+        recipe=PretrainingRecipe(**{**recipe, **given}), data={"source": "`c.txt`"},
+        train_metrics={"train_steps": 20, "train_loss": 5.0, "train_runtime": 3.0}, eval_metrics=eval_metrics, probe=[],
     )
-    return render_card(pretraining_card(**{**values, **given}), model_name="m", model_id="m")
+    return render_card(card, model_name="m", model_id="m")
 
 
 def test_the_pretraining_card_names_the_config_a_new_model_was_built_from(tiny_config, tokenizer):

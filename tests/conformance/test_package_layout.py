@@ -69,3 +69,48 @@ def test_one_module_per_command_and_no_job_imports_another():
         imported |= {f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                      for alias in node.names}
         assert not (imported & commands) - {module}, f"{module} imports {sorted((imported & commands) - {module})}"
+
+
+#: Where argument objects may be assigned to: while they are parsed (each dataclass's own ``__post_init__``, the
+#: parser's device defaults) and in the copy a job derives for its Trainer.
+PARSING = {("jobs/arguments.py", "parse_arguments"), ("jobs/arguments.py", "feed_the_device"),
+           ("jobs/arguments.py", "derived_training_arguments")}
+
+
+def _argument_object(node) -> bool:
+    """``args``, ``training_args``, ``data_args``, ``self.args`` ...: a name for an argument dataclass."""
+    import ast
+
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return node.attr == "args"
+    return isinstance(node, ast.Name) and (node.id in ("args", "arguments") or node.id.endswith("_args"))
+
+
+def test_no_function_assigns_to_an_argument_object_after_parsing():
+    """A job resolves what it derives into values of its own (the pretraining plan, locals, a derived copy): the
+    argument objects stay as parsed, so what a flag means is read in one place."""
+    import ast
+
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        where = path.relative_to(PACKAGE).as_posix()
+        for function in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if function.name == "__post_init__" or (where, function.name) in PARSING:
+                continue
+            for node in ast.walk(function):
+                targets = []
+                if isinstance(node, ast.Assign):
+                    targets = node.targets
+                elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                    targets = [node.target]
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
+                    targets = [ast.Attribute(value=node.args[0], attr="?")]
+                for target in targets:
+                    for element in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                        while isinstance(element, ast.Subscript):  # args.field[key] = ... changes args.field
+                            element = element.value
+                        if isinstance(element, ast.Attribute) and _argument_object(element.value):
+                            offenders.append(f"{where}:{node.lineno} {function.name}: {ast.unparse(element)}")
+    assert not offenders, "\n".join(offenders)

@@ -23,7 +23,7 @@ from mlm_suite.errors import UsageError
 from mlm_suite.jobs.pretrain import main
 from mlm_suite.jobs.output_folder import output_folders_released
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
-from mlm_suite.jobs.pretraining_setup import extend_context
+from mlm_suite.jobs.model_loading import extend_context
 from mlm_suite.training.controls import WsdTimeBudgetCallback, time_budget_callback
 from tests.helpers import (
     AdvanceClock,
@@ -98,7 +98,6 @@ def test_masking_rate_schedules_at_given_steps():
     [
         ("linear", None, "needs --mlm_probability_end"),
         ("constant", 0.1, "needs --mlm_probability_schedule linear"),
-        ("cosine", 1.5, "--mlm_probability_end must lie in"),
         ("0.3,0.2@0.5,0.1@0.4", None, "increasing order"),
         ("0.3,0.2@0.5,0.1@7", None, "every @ as a fraction"),
         ("0.3@0.2,0.1@0.5", None, "starts at step 0"),
@@ -111,6 +110,14 @@ def test_bad_schedules_are_usage_errors(spec, end, message):
     with pytest.raises(UsageError, match=message) as error:
         MaskRateSchedule.parse(spec, 0.3, end)
     assert "\n" not in str(error.value)
+
+
+def test_the_rates_of_a_schedule_are_checked_with_the_other_flags(tmp_path):
+    from mlm_suite.jobs.pretrain import parse_arguments
+
+    for flag in ("--mlm_probability", "--mlm_probability_end"):
+        with pytest.raises(UsageError, match=f"{flag} must lie in \\(0, 1\\), got 1.5"):
+            parse_arguments(["--output_dir", str(tmp_path), "--mlm_probability_schedule", "cosine", flag, "1.5"])
 
 
 def test_collator_masks_each_row_at_its_own_rate(tmp_path):

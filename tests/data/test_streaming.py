@@ -23,8 +23,7 @@ from mlm_suite.data.corpus import document_stream, iter_documents
 from mlm_suite.data.prepared import load_prepared, tokenizer_fingerprint
 from mlm_suite.data.streaming import ProcessStream, split_for_processes, stream_rows
 from mlm_suite.data.pretraining import EVAL_SEED, most_frequent_row_token, pretraining_rows_function
-from mlm_suite.jobs.pretraining_setup import open_corpus_source
-from mlm_suite.jobs.pretrain import main, parse_arguments
+from mlm_suite.jobs.pretrain import main, open_corpus, plan_run
 from mlm_suite.jobs.output_folder import output_folders_released
 from mlm_suite.training import pretraining
 from mlm_suite.data.tokenization import train_wordpiece_tokenizer
@@ -112,8 +111,8 @@ def test_prepared_shards_hold_the_rows_the_job_builds_in_memory(tmp_path, tokeni
     prepared = load_prepared(output)
     assert len(list((output / "train").glob("*.arrow"))) == 3
 
-    corpus = open_corpus_source(*parse_arguments(["--train_file", str(train), "--max_seq_length", str(MAX_LENGTH),
-                                                  "--output_dir", "x"] + (["--packing"] if packing else [])))
+    corpus = open_corpus(plan_run(["--train_file", str(train), "--max_seq_length", str(MAX_LENGTH), "--output_dir", "x"]
+                                  + (["--packing"] if packing else [])))
     in_memory = corpus.train_rows(tokenizer, 0)
     assert prepared.train.column_names == in_memory.column_names
     assert prepared.train.num_rows == in_memory.num_rows > 2000

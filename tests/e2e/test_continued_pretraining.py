@@ -16,8 +16,7 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining
 from mlm_suite.jobs.model_loading import mlm_suite_checkpoint
-from mlm_suite.jobs.pretrain import PretrainingArguments, main
-from mlm_suite.jobs.pretraining_setup import build_config, build_model
+from mlm_suite.jobs.pretrain import build_config, build_model, main, plan_run
 from mlm_suite.training.pretraining import evaluation_collator
 from tests.helpers import job_args, make_documents, write_text
 
@@ -56,9 +55,9 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def load_for_pretraining(path: Path, tokenizer, objective: str = "mlm"):
-    args = PretrainingArguments(model_name_or_path=str(path), objective=objective)
+    plan = plan_run(["--output_dir", "unused", "--model_name_or_path", str(path), "--objective", objective])
     checkpoint = mlm_suite_checkpoint(str(path))
-    return build_model(args, build_config(args, tokenizer, checkpoint), checkpoint)
+    return build_model(plan, build_config(plan, tokenizer, checkpoint)[0], checkpoint)
 
 
 def continued_args(output_dir: Path, checkpoint: Path, corpus: Path, *extra: str) -> list[str]:

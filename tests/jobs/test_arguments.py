@@ -3,13 +3,14 @@ mode (pretraining from scratch or continuing a checkpoint)."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from mlm_suite.jobs.arguments import feed_the_device, gpu_loader_workers
-from mlm_suite.jobs.pretrain import parse_arguments
+from mlm_suite.jobs.pretrain import parse_arguments, plan_run
 from tests.helpers import (
     assert_valid_model_card,
     load_benchmark,
@@ -55,10 +56,10 @@ def test_flags_given_win_and_a_cpu_run_keeps_the_trainer_defaults():
 
 
 def test_pretraining_flattens_batches_on_a_gpu_only_unless_told():
-    args, _ = parse_arguments(["--output_dir", "unused", "--use_cpu", "true"])
-    assert args.flatten_batches is False  # on CPU flattening buys nothing (docs/performance.md)
-    args, _ = parse_arguments(["--output_dir", "unused", "--use_cpu", "true", "--flatten_batches"])
-    assert args.flatten_batches is True
+    plan = plan_run(["--output_dir", "unused", "--use_cpu", "true"])
+    assert plan.args.flatten_batches is False  # on CPU flattening buys nothing (docs/performance.md)
+    plan = plan_run(["--output_dir", "unused", "--use_cpu", "true", "--flatten_batches"])
+    assert plan.args.flatten_batches is True
 
 
 def test_the_trainer_counts_flops_as_the_stock_one_without_walking_the_model_each_step(tmp_path):
@@ -105,11 +106,12 @@ def test_the_parser_records_the_data_flags_with_their_files_resolved(tmp_path, m
 def test_continuing_a_checkpoint_gets_the_continued_pretraining_defaults():
     from mlm_suite.jobs.pretrain import CONTINUED_DEFAULTS, PretrainTrainingArguments as Defaults
 
-    args, training_args = parse_arguments(CONTINUING)
+    plan = plan_run(CONTINUING)
+    args, training_args = plan.args, plan.training_args
     assert training_args.learning_rate == CONTINUED_DEFAULTS["learning_rate"] == 3e-4
     assert args.mlm_probability == CONTINUED_DEFAULTS["mlm_probability"] == 0.15
     assert training_args.max_steps == CONTINUED_DEFAULTS["max_steps"] < Defaults.max_steps
-    assert set(args.defaults_applied.values()) == {"continued-pretraining default"}
+    assert set(plan.value_sources.values()) == {"continued-pretraining default"}
     # The rest of the job's defaults are the same in both modes.
     assert training_args.warmup_steps == Defaults.warmup_steps and args.eval_mlm_probability == 0.15
     assert training_args.weight_decay == Defaults.weight_decay
@@ -119,11 +121,12 @@ def test_continuing_a_checkpoint_gets_the_continued_pretraining_defaults():
 def test_training_from_scratch_keeps_the_from_scratch_defaults():
     from mlm_suite.jobs.pretrain import PretrainingArguments, PretrainTrainingArguments as Defaults
 
-    args, training_args = parse_arguments(["--output_dir", "unused", "--use_cpu", "true"])
+    plan = plan_run(["--output_dir", "unused", "--use_cpu", "true"])
+    args, training_args = plan.args, plan.training_args
     assert training_args.learning_rate == Defaults.learning_rate == 2e-3
     assert training_args.max_steps == Defaults.max_steps
     assert args.mlm_probability == PretrainingArguments.mlm_probability == 0.3
-    assert set(args.defaults_applied.values()) == {"from-scratch default"}
+    assert set(plan.value_sources.values()) == {"from-scratch default"}
 
 
 @pytest.mark.parametrize(
@@ -135,34 +138,47 @@ def test_training_from_scratch_keeps_the_from_scratch_defaults():
     ],
 )
 def test_flags_given_win_over_the_continued_pretraining_defaults(flags):
-    args, training_args = parse_arguments([*CONTINUING, *flags])
+    plan = plan_run([*CONTINUING, *flags])
+    args, training_args = plan.args, plan.training_args
     assert (training_args.learning_rate, args.mlm_probability, training_args.max_steps) == (2e-3, 0.3, 12000)
-    assert set(args.defaults_applied.values()) == {"given"}
+    assert set(plan.value_sources.values()) == {"given"}
     # A value given equal to the mode's default is still reported as given.
-    args, training_args = parse_arguments([*CONTINUING, "--learning_rate", "3e-4"])
-    assert args.defaults_applied["learning_rate"] == "given"
-    assert args.defaults_applied["mlm_probability"] == "continued-pretraining default"
+    plan = plan_run([*CONTINUING, "--learning_rate", "3e-4"])
+    assert plan.value_sources["learning_rate"] == "given"
+    assert plan.value_sources["mlm_probability"] == "continued-pretraining default"
 
 
 def test_a_time_budget_lifts_the_continued_step_default_but_not_a_given_one():
     from mlm_suite.training.controls import UNBOUNDED_STEPS
 
-    args, training_args = parse_arguments([*CONTINUING, "--max_train_minutes", "5"])
+    training_args = plan_run([*CONTINUING, "--max_train_minutes", "5"]).training_args
     assert training_args.max_steps == UNBOUNDED_STEPS and training_args.learning_rate == 3e-4
-    args, training_args = parse_arguments([*CONTINUING, "--max_train_minutes", "5", "--max_steps", "300"])
-    assert training_args.max_steps == 300
+    assert plan_run([*CONTINUING, "--max_train_minutes", "5", "--max_steps", "300"]).training_args.max_steps == 300
+
+
+def test_the_plan_resolves_copies_and_leaves_the_parsed_flags_as_given():
+    from mlm_suite.jobs.pretrain import CONTINUED_DEFAULTS
+    from mlm_suite.jobs.pretraining_plan import PretrainingPlan
+
+    args, training_args = parse_arguments([*CONTINUING, "--mlm_probability_schedule", "0.3,0.1@0.5"])
+    parsed = (dataclasses.asdict(args), training_args.to_dict())
+    plan = PretrainingPlan.resolve(args, training_args, CONTINUED_DEFAULTS)
+    assert (dataclasses.asdict(args), training_args.to_dict()) == parsed
+    assert (plan.args.mlm_probability, plan.training_args.learning_rate, plan.training_args.max_steps) == (0.3, 3e-4, 1000)
+    assert plan.value_sources["mlm_probability"] == "first phase of --mlm_probability_schedule"
+    assert plan.training_args.flags_given == training_args.flags_given
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.args = args
 
 
 def test_the_printed_configuration_says_which_defaults_applied():
-    from mlm_suite.jobs.pretraining_setup import describe_configuration
-
-    shown = describe_configuration(*parse_arguments([*CONTINUING, "--max_steps", "200", "--config_preset", "base"]))
+    shown = plan_run([*CONTINUING, "--max_steps", "200", "--config_preset", "base"]).describe({})
     assert "continuing some/checkpoint" in shown
     assert "learning_rate 0.0003 (continued-pretraining default)" in shown
     assert "mlm_probability 0.15 (continued-pretraining default)" in shown
     assert "max_steps 200 (given)" in shown
     assert "ignored: --config_preset" in shown  # a checkpoint brings its own architecture
-    shown = describe_configuration(*parse_arguments(["--output_dir", "unused", "--use_cpu", "true"]))
+    shown = plan_run(["--output_dir", "unused", "--use_cpu", "true"]).describe({})
     assert "from scratch" in shown and "learning_rate 0.002 (from-scratch default)" in shown
     assert "mlm_probability 0.3 (from-scratch default)" in shown and "max_steps 12000 (from-scratch default)" in shown
 

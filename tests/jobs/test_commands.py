@@ -31,7 +31,6 @@ from mlm_suite.jobs import (
 from mlm_suite.data.pretraining import document_rows
 from mlm_suite.jobs.arguments import JobTrainingArguments
 from mlm_suite.jobs.distributed import run_job
-from mlm_suite.jobs.pretraining_setup import build_config, describe_configuration, open_corpus_source
 from tests.helpers import FAST, finetuning_dataclasses, make_documents, write_text
 from tests.helpers import job_args as pretrain_args
 
@@ -303,7 +302,7 @@ def test_pretrain_split_names_sample_limits_and_hub_flags(tmp_path, minilm_dir, 
     tokenizer_calls = [kwargs for name, path, kwargs in recorded if name == "AutoTokenizer" and path == str(minilm_dir)]
     assert tokenizer_calls == [{"cache_dir": str(tmp_path / "hf-cache"), "revision": "main", "token": None,
                                 "trust_remote_code": True}]
-    corpus = open_corpus_source(*pretrain.parse_arguments(pretrain_args(
+    corpus = pretrain.open_corpus(pretrain.plan_run(pretrain_args(
         out, "--dataset_name", str(data), "--validation_split_name", "heldout", "--text_column_name", "body"
     )))  # fmt: skip
     assert corpus.validation["text"] == make_documents(6, seed=2)  # the split named, not 5 % of train
@@ -367,11 +366,11 @@ def test_config_name_is_the_config_a_fine_tuning_job_loads(tiny_model, tmp_path,
 
 
 def test_pretrain_builds_the_model_of_config_name(tiny_model, tmp_path, minilm_dir, tokenizer, capsys):
-    args, training_args = pretrain.parse_arguments(["--config_name", str(tiny_model), "--config_preset", "mini"])
-    config = build_config(args, tokenizer)
+    plan = pretrain.plan_run(["--config_name", str(tiny_model), "--config_preset", "mini"])
+    config, _ = pretrain.build_config(plan, tokenizer)
     assert (config.num_hidden_layers, config.hidden_size) == (2, 32)  # tiny_model's, not the preset's
-    described = describe_configuration(args, training_args)
+    described = plan.describe({})
     assert f"from scratch, config {tiny_model}" in described and "ignored: --config_preset" in described
-    args, _ = pretrain.parse_arguments(["--config_name", str(minilm_dir)])
+    plan = pretrain.plan_run(["--config_name", str(minilm_dir)])
     with pytest.raises(ValueError, match="holds a 'bert' config"):
-        build_config(args, tokenizer)
+        pretrain.build_config(plan, tokenizer)
