@@ -1,6 +1,7 @@
 """The model a job starts from: its flags (:class:`ModelArguments`), the default start (all-MiniLM-L6-v2 converted
 once), a folder's config, tokenizer and weights loaded with the Hub flags, a BERT checkpoint converted on the fly,
-``--max_seq_length`` checked against the model and the layers frozen. See docs/finetuning.md.
+``--max_seq_length`` checked against the model and the layers frozen; a config changed by ``--config_overrides`` or
+a context extension. See docs/finetuning.md.
 
 Every job loads a model, config or tokenizer from a folder through :func:`pretrained_config`,
 :func:`pretrained_tokenizer` and :func:`pretrained_model`, which check the folder's files first
