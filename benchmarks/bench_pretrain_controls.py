@@ -45,12 +45,12 @@ from pathlib import Path
 from transformers import AutoTokenizer, TrainingArguments
 
 from mlm_suite import MlmSuiteForMaskedLM
-from mlm_suite.data.pretraining import first_rows
+from mlm_suite.data.pretraining.rows import first_rows
 from mlm_suite.jobs import pretrain
 from mlm_suite.jobs.pretraining_setup import open_corpus_source
 from mlm_suite.evaluation.intervals import mean_interval
 from mlm_suite.evaluation.masked_lm import make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics
-from mlm_suite.data.tokenization import train_wordpiece_tokenizer
+from mlm_suite.data.pretraining.vocabulary import train_wordpiece_tokenizer
 from mlm_suite.training.pretraining import PretrainingTrainer, evaluation_collator
 
 TODAY = "today's recipe"

@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from mlm_suite.data import resources
+from mlm_suite.data.inputs import downloads
 from mlm_suite.analysis.embeddings import (
     WORD_PATTERN,
     ContextualEmbedder,
@@ -25,7 +25,7 @@ from mlm_suite.analysis.embeddings import (
     accuracy,
     most_frequent_sense_baseline,
 )
-from mlm_suite.data.text_files import open_text
+from mlm_suite.data.inputs.text_files import open_text
 from mlm_suite.errors import InputIndexError
 
 POS_NAMES = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
@@ -73,7 +73,7 @@ class WordNet:
     Args:
         pos: parts of speech to load (``"n"``, ``"v"``, ``"a"``, ``"r"``).
         reader: ``filename -> text`` of a WordNet database file; default: the WordNet 3.0 copy
-            of :func:`mlm_suite.data.resources.wordnet_file` (``data.noun`` comes as two halves there).
+            of :func:`mlm_suite.data.inputs.downloads.wordnet_file` (``data.noun`` comes as two halves there).
     """
 
     def __init__(self, pos: Iterable[str] = ("n", "v"), reader=None) -> None:
@@ -110,8 +110,8 @@ class WordNet:
 def _read_packaged_file(name: str) -> str:
     if name == "data.noun":
         # The packaged noun data is split in two; the first half does not end with a newline.
-        return resources.wordnet_file("data.noun1").rstrip("\n") + "\n" + resources.wordnet_file("data.noun2")
-    return resources.wordnet_file(name)
+        return downloads.wordnet_file("data.noun1").rstrip("\n") + "\n" + downloads.wordnet_file("data.noun2")
+    return downloads.wordnet_file(name)
 
 
 def parse_data_line(line: str) -> Synset | None:

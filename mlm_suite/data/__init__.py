@@ -1,9 +1,9 @@
 """Data pipeline: tokenisation with word ids, dynamic masking, NSP pairs, packing, fast padding collators,
 word/sub-word label alignment and entity prediction on raw text, WordPiece training and multilingual sampling.
-The jobs' input files are read in :mod:`mlm_suite.data.readers`, their built-in datasets listed in
-:mod:`mlm_suite.data.builtin`. See docs/data.md."""
+The jobs' input files are read in :mod:`mlm_suite.data.inputs.readers`, their built-in datasets listed in
+:mod:`mlm_suite.data.inputs.builtin`. See docs/data.md."""
 
-from mlm_suite.data.alignment import (
+from mlm_suite.data.finetuning.alignment import (
     align_labels,
     b_to_i_map,
     document_word_predictions,
@@ -11,12 +11,12 @@ from mlm_suite.data.alignment import (
     tokenize_and_align,
     word_predictions,
 )
-from mlm_suite.data.chunking import WORD_ID_SENTINEL, tokenize_for_mlm
-from mlm_suite.data.masking import DataCollatorForMaskedLM, MaskingEpochCallback, count_tokens
-from mlm_suite.data.nsp import build_nsp_examples, nsp_map_function, split_sentences
-from mlm_suite.data.packing import document_boundaries, pack_documents, packing_map_function
+from mlm_suite.data.pretraining.chunking import WORD_ID_SENTINEL, tokenize_for_mlm
+from mlm_suite.data.pretraining.masking import DataCollatorForMaskedLM, MaskingEpochCallback, count_tokens
+from mlm_suite.data.pretraining.nsp import build_nsp_examples, nsp_map_function, split_sentences
+from mlm_suite.data.pretraining.packing import document_boundaries, pack_documents, packing_map_function
 from mlm_suite.data.padding import DataCollatorForPadding, DataCollatorForTokenLabels
-from mlm_suite.data.tokenization import language_sampling_probs, sample_multilingual_corpus, train_wordpiece_tokenizer
+from mlm_suite.data.pretraining.vocabulary import language_sampling_probs, sample_multilingual_corpus, train_wordpiece_tokenizer
 
 __all__ = [
     "WORD_ID_SENTINEL",

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from transformers import AutoModel
 
-from mlm_suite.data import resources
-from mlm_suite.data.builtin import BUILTIN_DATASETS
+from mlm_suite.data.inputs import downloads
+from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
 from mlm_suite.analysis.embeddings import ContextualEmbedder, layerwise_anisotropy, save_json, split_words
 from mlm_suite.errors import UsageError
 from mlm_suite.evaluation.plots import plot_anisotropy
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     sample = random.Random(args.seed).sample(texts, args.num_sentences)
     sentences = [[word for word, _, _ in split_words(text)] for text in sample]
 
-    model_path = args.model_name_or_path or str(resources.converted_minilm_dir())
+    model_path = args.model_name_or_path or str(downloads.converted_minilm_dir())
     config = pretrained_config(model_path)
     tokenizer = pretrained_tokenizer(model_path)
     check_vocabulary(tokenizer, config, model_path, model_path)

@@ -19,12 +19,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mlm_suite.data import resources
-from mlm_suite.data.alignment import SentenceWindows, tokenize_and_align, window_stride
-from mlm_suite.data.builtin import BUILTIN_DATASETS
-from mlm_suite.data.labels import has_placeholder_labels, hub_tag_sequences, label_maps, resolve_label_list
+from mlm_suite.data.inputs import downloads
+from mlm_suite.data.finetuning.alignment import SentenceWindows, tokenize_and_align, window_stride
+from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
+from mlm_suite.data.finetuning.labels import has_placeholder_labels, hub_tag_sequences, label_maps, resolve_label_list
 from mlm_suite.data.mapping import map_options
-from mlm_suite.data.readers import (
+from mlm_suite.data.inputs.readers import (
     SPLITS,
     Sentence,
     Source,
@@ -64,7 +64,7 @@ from mlm_suite.jobs.model_loading import (
     resolve_model_path,
 )
 from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
-from mlm_suite.data.tagging import NO_SCHEME, check_tags_in, scheme_labels, settle_scheme
+from mlm_suite.data.finetuning.tagging import NO_SCHEME, check_tags_in, scheme_labels, settle_scheme
 from mlm_suite.evaluation.baseline import compare_with_hf_baseline
 from mlm_suite.evaluation.plots import figures_section
 from mlm_suite.evaluation.tagging_metrics import (
@@ -380,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tokenizer = load_tokenizer(model_path, model_args, config)
     check_max_seq_length(data_args.max_seq_length, config, model_path, tokenizer)
     if compare_hf:
-        check_max_seq_length(data_args.max_seq_length, AutoConfig.from_pretrained(resources.minilm_dir()),
+        check_max_seq_length(data_args.max_seq_length, AutoConfig.from_pretrained(downloads.minilm_dir()),
                              "HF BERT of --compare_hf")
     datasets = encode_splits(sentences, tokenizer, label2id, data_args)
     set_seed(training_args.seed)

@@ -22,9 +22,9 @@ from typing import Any, Literal
 
 from transformers import TrainingArguments, set_seed
 
-from mlm_suite.data.masking import MaskingEpochCallback
-from mlm_suite.data.pretraining import first_rows
-from mlm_suite.data.schedules import MaskRateSchedule
+from mlm_suite.data.pretraining.masking import MaskingEpochCallback
+from mlm_suite.data.pretraining.rows import first_rows
+from mlm_suite.data.pretraining.schedules import MaskRateSchedule
 from mlm_suite.errors import UsageError
 from mlm_suite.evaluation.masked_lm import make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics, probe_sentences
 from mlm_suite.evaluation.plots import figures_section, plot_pretraining_curves

@@ -18,18 +18,18 @@ from datasets import Dataset
 from transformers import PreTrainedTokenizerBase, TrainingArguments
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining
-from mlm_suite.data import resources
-from mlm_suite.data.builtin import BUILTIN_DATASETS
-from mlm_suite.data.corpus_sources import CorpusSource, InMemoryCorpus, PreparedCorpus, StreamedCorpus
-from mlm_suite.data.masking import check_mlm_tokenizer
-from mlm_suite.data.prepared import load_prepared
-from mlm_suite.data.pretraining import RowFormat
-from mlm_suite.data.readers import (
+from mlm_suite.data.inputs import downloads
+from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
+from mlm_suite.data.pretraining.corpora import CorpusSource, InMemoryCorpus, PreparedCorpus, StreamedCorpus
+from mlm_suite.data.pretraining.masking import check_mlm_tokenizer
+from mlm_suite.data.pretraining.prepared import load_prepared
+from mlm_suite.data.pretraining.rows import RowFormat
+from mlm_suite.data.inputs.readers import (
     DocumentSource, load_pretraining_documents, read_documents, stream_pretraining_documents,
 )  # fmt: skip
-from mlm_suite.data.schedules import BatchSizeWarmup, MaskRateSchedule
-from mlm_suite.data.streaming import split_for_processes
-from mlm_suite.data.tokenization import train_wordpiece_tokenizer
+from mlm_suite.data.pretraining.schedules import BatchSizeWarmup, MaskRateSchedule
+from mlm_suite.data.pretraining.streaming import split_for_processes
+from mlm_suite.data.pretraining.vocabulary import train_wordpiece_tokenizer
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import GIVEN, apply_defaults
 from mlm_suite.jobs.model_loading import check_vocabulary, pretrained_config, pretrained_tokenizer
@@ -389,7 +389,7 @@ def _row_format(args: Any) -> RowFormat:
 # ------------------------------------------------------------------------------------------------
 def load_tokenizer(args: Any, corpus: CorpusSource, resumed: str | None = None) -> PreTrainedTokenizerBase:
     """``--tokenizer_name``, the checkpoint's, a WordPiece vocabulary trained on ``corpus``' documents, or MiniLM's;
-    checked against ``corpus`` (:meth:`~mlm_suite.data.corpus_sources.CorpusSource.check_tokenizer`), then for
+    checked against ``corpus`` (:meth:`~mlm_suite.data.pretraining.corpora.CorpusSource.check_tokenizer`), then for
     what masking needs.
 
     A run that trains its vocabulary and resumes from the checkpoint ``resumed`` takes the vocabulary saved there,
@@ -408,7 +408,7 @@ def load_tokenizer(args: Any, corpus: CorpusSource, resumed: str | None = None) 
         tokenizer = train_wordpiece_tokenizer(corpus.tokenizer_texts(), vocab_size=vocab_size)
     else:
         source = _fixed_tokenizer_flag(args) or "MiniLM's vocabulary (--train_tokenizer false)"
-        name = args.tokenizer_name or args.model_name_or_path or str(resources.minilm_dir())
+        name = args.tokenizer_name or args.model_name_or_path or str(downloads.minilm_dir())
         tokenizer = pretrained_tokenizer(name, **args.pretrained_kwargs())
     if not tokenizer.is_fast:
         raise ValueError(f"a fast tokenizer is needed (word ids, batched encoding); {type(tokenizer).__name__} is not")

@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
 
-from mlm_suite.data import resources
+from mlm_suite.data.inputs import downloads
 from mlm_suite.analysis import embeddings
 from mlm_suite.analysis.embeddings import (
     ContextualEmbedder,
@@ -31,12 +31,12 @@ from mlm_suite.analysis.embeddings import (
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return AutoTokenizer.from_pretrained(resources.minilm_dir())
+    return AutoTokenizer.from_pretrained(downloads.minilm_dir())
 
 
 @pytest.fixture(scope="module")
 def minilm():
-    return BertModel.from_pretrained(resources.minilm_dir())
+    return BertModel.from_pretrained(downloads.minilm_dir())
 
 
 @pytest.fixture(scope="module")
@@ -276,7 +276,7 @@ def test_embedder_errors(tiny_model, tokenizer):
 
 @pytest.mark.slow
 def test_real_minilm_anisotropy_drops_after_zscoring(minilm, tokenizer):
-    rows = random.Random(0).sample(resources.pang_lee_sentences(), 100)
+    rows = random.Random(0).sample(downloads.pang_lee_sentences(), 100)
     sentences = [[word for word, _, _ in split_words(text)] for _, text in rows]
     embedder = ContextualEmbedder(minilm, tokenizer, batch_size=32)
     vectors = torch.cat(embedder.embed_words(sentences))

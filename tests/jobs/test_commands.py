@@ -17,7 +17,7 @@ import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, List, Value, load_from_disk
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-from mlm_suite.data import readers
+from mlm_suite.data.inputs import readers
 from mlm_suite.jobs import (
     arguments,
     finetune_cls,
@@ -28,7 +28,7 @@ from mlm_suite.jobs import (
     prepare_data,
     pretrain,
 )
-from mlm_suite.data.pretraining import document_rows
+from mlm_suite.data.pretraining.rows import document_rows
 from mlm_suite.jobs.arguments import JobTrainingArguments
 from mlm_suite.jobs.distributed import run_job
 from mlm_suite.jobs.pretraining_setup import build_config, describe_configuration, open_corpus_source
