@@ -45,7 +45,7 @@ from pathlib import Path
 from transformers import AutoTokenizer, TrainingArguments
 
 from mlm_suite import MlmSuiteForMaskedLM
-from mlm_suite.data.pretraining.rows import first_rows
+from mlm_suite.data.inputs.readers import first_n
 from mlm_suite.jobs import pretrain
 from mlm_suite.jobs.pretraining_setup import open_corpus_source
 from mlm_suite.evaluation.intervals import mean_interval
@@ -111,7 +111,7 @@ def evaluate_at_job_rows(folder: Path, job_args: list[str]) -> dict:
     corpus = open_corpus_source(args, job_training_args)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     baseline_token_id = corpus.baseline_token_id(tokenizer, corpus.train_rows(tokenizer, 0))
-    eval_features = first_rows(corpus.eval_rows(tokenizer), args.max_eval_samples)
+    eval_features = first_n(corpus.eval_rows(tokenizer), args.max_eval_samples)
     training_args = TrainingArguments(
         output_dir=str(folder / "eval"), per_device_eval_batch_size=64, report_to="none", disable_tqdm=True,
         remove_unused_columns=False, include_for_metrics=["inputs"],

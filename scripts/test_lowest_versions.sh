@@ -37,8 +37,9 @@ test_tools=("pytest>=9" "pytest-xdist>=3.6.1")
 # the parts of the other direct dependencies they do not reach (evaluate's metric modules, matplotlib's plots,
 # scikit-learn's and scipy's scores).
 tests=(
-    tests/data/pretraining/test_chunking.py tests/data/pretraining/test_packing.py tests/data/pretraining/test_nsp.py tests/data/pretraining/test_masking.py
-    tests/data/pretraining/test_vocabulary.py tests/data/finetuning/test_alignment.py tests/data/pretraining/test_streaming.py
+    tests/data/pretraining/test_chunking.py tests/data/pretraining/test_packing.py tests/data/pretraining/test_nsp.py
+    tests/data/pretraining/test_masking.py tests/data/pretraining/test_vocabulary.py tests/data/finetuning/test_alignment.py
+    tests/data/pretraining/test_streaming.py
     tests/model/test_modeling_mlm_suite.py tests/model/test_heads.py tests/e2e/test_pretrain.py
     tests/e2e/test_finetune.py tests/jobs/test_checkpoints.py tests/conformance/test_training_semantics.py
     tests/data/pretraining/test_schedules.py tests/evaluation/test_metric_modules.py tests/evaluation/test_plots.py

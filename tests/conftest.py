@@ -1,6 +1,6 @@
 """Fixtures shared by the whole test tree: tiny configurations, random inputs, a random tiny HF BERT, the real
-MiniLM-L6 folder and tokenizer (fetched offline from a package registry, see ``mlm_suite.data.inputs.downloads``), a tiny
-saved model, small data files of every kind, a pretraining corpus and a retrieval task.
+MiniLM-L6 folder and tokenizer (fetched offline from a package registry, see ``mlm_suite.data.inputs.downloads``), a
+tiny saved model, small data files of every kind, a pretraining corpus and a retrieval task.
 
 Builders that cost time are session-scoped and read-only: a test that changes a folder copies it first. Fixtures that
 return factories (``tiny_config``, ``random_batch``, ``tiny_bert_config``) can be called several times per test with

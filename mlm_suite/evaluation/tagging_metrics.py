@@ -3,8 +3,8 @@
 before they are gathered (Viterbi with a CRF), the predicted tags kept for the paired bootstrap, and the per-split
 figures. Scores are word-level: evaluation data are aligned with the ``first`` strategy (one label per word). They
 are sentence-level too: a sentence longer than a window is read in overlapping windows, whose predictions are
-merged back into one label per word (:class:`~mlm_suite.data.finetuning.alignment.SentenceWindows`) before anything is scored.
-See docs/finetuning.md.
+merged back into one label per word (:class:`~mlm_suite.data.finetuning.alignment.SentenceWindows`) before anything is
+scored. See docs/finetuning.md.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from mlm_suite.data.mapping import map_options
 from mlm_suite.data.inputs.readers import (
     SPLITS,
     Sentence,
-    Source,
+    TaggedSentences,
     first_n,
     load_hub_splits,
     read_ner_file,
@@ -171,8 +171,10 @@ class NerTrainingArguments(FinetuneTrainingArguments):
 # --------------------------------------------------------------------------------------------
 # Data
 # --------------------------------------------------------------------------------------------
-def load_sources(args: NerDataArguments, load_kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, Source], str]:
-    """The data as read, before any split: ``{role: Source}`` and a description.
+def load_sources(
+    args: NerDataArguments, load_kwargs: Mapping[str, Any] | None = None
+) -> tuple[dict[str, TaggedSentences], str]:
+    """The data as read, before any split: ``{role: TaggedSentences}`` and a description.
 
     Roles are ``train``/``validation``/``test``, or ``all`` for data still to be split 80/10/10. A Hub dataset's
     validation and test roles are its splits ``--validation_split_name``/``--test_split_name``; ``load_kwargs`` go
@@ -190,7 +192,7 @@ def load_sources(args: NerDataArguments, load_kwargs: Mapping[str, Any] | None =
             # tag names; a hidden tag (-1, None) is an error, never mapped to a name
             tag_sequences = hub_tag_sequences(dataset, args.label_column_name, name)
             sentences = [(list(tokens), tags) for tokens, tags in zip(dataset[args.text_column_name], tag_sequences)]
-            sources[split] = Source(name, sentences)
+            sources[split] = TaggedSentences(name, sentences)
         config = f" (`{args.dataset_config_name}`)" if args.dataset_config_name else ""
         return sources, f"Hub dataset `{args.dataset_name}`{config}{split_description(names)}"
     if args.train_file:
@@ -207,10 +209,10 @@ def load_sources(args: NerDataArguments, load_kwargs: Mapping[str, Any] | None =
     if args.validation_file or args.test_file:
         raise ValueError("--validation_file/--test_file need a --train_file")
     corpus = BUILTIN_DATASETS[args.builtin_dataset or DEFAULT_CORPUS]
-    return {"all": Source(corpus.title, corpus.read())}, corpus.description
+    return {"all": TaggedSentences(corpus.title, corpus.read())}, corpus.description
 
 
-def split_sources(sources: dict[str, Source], seed: int) -> dict[str, list[Sentence]]:
+def split_sources(sources: dict[str, TaggedSentences], seed: int) -> dict[str, list[Sentence]]:
     if "all" in sources:
         return dict(zip(SPLITS, split_80_10_10(sources["all"].sentences, seed)))
     return {role: source.sentences for role, source in sources.items()}

@@ -7,8 +7,8 @@
 The files are read as the pretraining job reads ``--train_file`` (blank-line-separated text blocks, or JSON lines
 with ``--text_column_name``), written to Arrow as they are read, never held in memory whole. The held-out documents are
 ``--validation_file`` or a seeded ``--validation_split_percentage`` of the documents: with the same documents and
-flags, the rows written are exactly the rows ``mlm-suite pretrain`` builds in memory (``mlm_suite.data.pretraining.prepared``).
-The folder records its tokenizer; ``pretrain`` refuses the folder with another one. It prints the throughput.
+flags, the rows written are exactly the rows ``mlm-suite pretrain`` builds in memory
+(``mlm_suite.data.pretraining.prepared``). The folder records its tokenizer; ``pretrain`` refuses the folder with another one. It prints the throughput.
 """
 
 from __future__ import annotations

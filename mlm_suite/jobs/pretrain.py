@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 from transformers import TrainingArguments, set_seed
 
+from mlm_suite.data.inputs.readers import first_n
 from mlm_suite.data.pretraining.masking import MaskingEpochCallback
-from mlm_suite.data.pretraining.rows import first_rows
 from mlm_suite.data.pretraining.schedules import MaskRateSchedule
 from mlm_suite.errors import UsageError
 from mlm_suite.evaluation.masked_lm import make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics, probe_sentences
@@ -474,8 +474,8 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
     checkpoint = mlm_suite_checkpoint(args.model_name_or_path, **args.pretrained_kwargs()) if args.model_name_or_path else None
     config = build_config(args, tokenizer, checkpoint or args.decay_from_checkpoint)
     # Rows (tokenised or packed documents, or NSP pairs), each with the example_index its masks are keyed by.
-    train_dataset = first_rows(corpus.train_rows(tokenizer, training_args.seed), args.max_train_samples)
-    eval_dataset = first_rows(corpus.eval_rows(tokenizer), args.max_eval_samples)
+    train_dataset = first_n(corpus.train_rows(tokenizer, training_args.seed), args.max_train_samples)
+    eval_dataset = first_n(corpus.eval_rows(tokenizer), args.max_eval_samples)
     baseline_token_id = corpus.baseline_token_id(tokenizer, train_dataset)
 
     # Model: a new one (preset or --config_name) or the continued checkpoint, with any head it lacks.

@@ -20,13 +20,13 @@ from transformers import PreTrainedTokenizerBase, TrainingArguments
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining
 from mlm_suite.data.inputs import downloads
 from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
-from mlm_suite.data.pretraining.corpora import CorpusSource, InMemoryCorpus, PreparedCorpus, StreamedCorpus
+from mlm_suite.data.pretraining.corpora import InMemoryCorpus, PreparedCorpus, PretrainingCorpus, StreamedCorpus
+from mlm_suite.data.pretraining.documents import (
+    DocumentOrigin, load_pretraining_documents, read_documents, stream_pretraining_documents,
+)  # fmt: skip
 from mlm_suite.data.pretraining.masking import check_mlm_tokenizer
 from mlm_suite.data.pretraining.prepared import load_prepared
 from mlm_suite.data.pretraining.rows import RowFormat
-from mlm_suite.data.inputs.readers import (
-    DocumentSource, load_pretraining_documents, read_documents, stream_pretraining_documents,
-)  # fmt: skip
 from mlm_suite.data.pretraining.schedules import BatchSizeWarmup, MaskRateSchedule
 from mlm_suite.data.pretraining.streaming import split_for_processes
 from mlm_suite.data.pretraining.vocabulary import train_wordpiece_tokenizer
@@ -312,7 +312,7 @@ def _fixed_tokenizer_flag(args: Any) -> str:
     return ""
 
 
-def open_corpus_source(args: Any, training_args: TrainingArguments) -> CorpusSource:
+def open_corpus_source(args: Any, training_args: TrainingArguments) -> PretrainingCorpus:
     """The run's corpus: documents in memory, a ``--prepared_data`` folder or a ``--streaming`` one, opened and
     checked against the flags (one-line errors, before anything is written).
 
@@ -346,7 +346,7 @@ def open_corpus_source(args: Any, training_args: TrainingArguments) -> CorpusSou
         if args.validation_file:
             validation = Dataset.from_dict({"text": read_documents(args.validation_file, args.text_column_name)})
         return PreparedCorpus(prepared, _row_format(args), tokenizer_source, validation)
-    source = DocumentSource(
+    source = DocumentOrigin(
         train_file=args.train_file, validation_file=args.validation_file, dataset_name=args.dataset_name,
         dataset_config_name=args.dataset_config_name, validation_split_name=args.validation_split_name,
         text_column=args.text_column_name, embedded=BUILTIN_DATASETS["pang_lee_reviews"],
@@ -387,9 +387,9 @@ def _row_format(args: Any) -> RowFormat:
 # ------------------------------------------------------------------------------------------------
 # Tokenizer and model
 # ------------------------------------------------------------------------------------------------
-def load_tokenizer(args: Any, corpus: CorpusSource, resumed: str | None = None) -> PreTrainedTokenizerBase:
+def load_tokenizer(args: Any, corpus: PretrainingCorpus, resumed: str | None = None) -> PreTrainedTokenizerBase:
     """``--tokenizer_name``, the checkpoint's, a WordPiece vocabulary trained on ``corpus``' documents, or MiniLM's;
-    checked against ``corpus`` (:meth:`~mlm_suite.data.pretraining.corpora.CorpusSource.check_tokenizer`), then for
+    checked against ``corpus`` (:meth:`~mlm_suite.data.pretraining.corpora.PretrainingCorpus.check_tokenizer`), then for
     what masking needs.
 
     A run that trains its vocabulary and resumes from the checkpoint ``resumed`` takes the vocabulary saved there,

@@ -114,7 +114,8 @@ class TextDataArguments:
             check_file(flag, getattr(self, flag))
 
     def data_source(self) -> dict[str, Any]:
-        """Where :func:`~mlm_suite.data.inputs.readers.load_labelled_text_splits` reads the data (its keyword arguments)."""
+        """Where :func:`~mlm_suite.data.inputs.readers.load_labelled_text_splits` reads the data (its keyword
+        arguments)."""
         return dict(files={"train": self.train_file, "validation": self.validation_file, "test": self.test_file},
                     dataset_name=self.dataset_name, dataset_config_name=self.dataset_config_name,
                     validation_split_name=self.validation_split_name, test_split_name=self.test_split_name)
@@ -153,9 +154,10 @@ def settle_labels(
     requested_task_type: str, training: bool,
 ) -> tuple[str, dict[str, TextSplit], tuple[list[Example], str] | None]:
     """Classification or regression, decided from the labels of every labelled split together (``--task_type``, or
-    :func:`~mlm_suite.data.finetuning.labels.infer_task_type`), and the splits and intermediate data with their labels as the
-    task reads them (:func:`~mlm_suite.data.finetuning.labels.labels_as`). A classifier to train needs a train split of two
-    classes or more holding every class of the other splits (:func:`~mlm_suite.data.finetuning.labels.check_class_set`).
+    :func:`~mlm_suite.data.finetuning.labels.infer_task_type`), and the splits and intermediate data with their labels
+    as the task reads them (:func:`~mlm_suite.data.finetuning.labels.labels_as`). A classifier to train needs a train
+    split of two classes or more holding every class of the other splits
+    (:func:`~mlm_suite.data.finetuning.labels.check_class_set`).
     """
     labels = scored_labels(splits, unlabelled)
     task_type = infer_task_type(labels, requested_task_type)

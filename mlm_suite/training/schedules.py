@@ -72,8 +72,8 @@ class ScheduledRowsMixin:
     """A ``Trainer`` mix-in whose training loader follows a :class:`RowSchedule` (``row_schedule=``).
 
     Without one (or with nothing that varies) the Trainer's own loader is used unchanged. With one, the loader reads
-    :class:`~mlm_suite.data.pretraining.schedules.TaggedRows` through a :class:`~mlm_suite.data.pretraining.schedules.ScheduledBatchSampler`
-    built for this process (accelerate does not deal its batches again), and every training log gets the masking
+    :class:`~mlm_suite.data.pretraining.schedules.TaggedRows` through a
+    :class:`~mlm_suite.data.pretraining.schedules.ScheduledBatchSampler` built for this process (accelerate does not deal its batches again), and every training log gets the masking
     rate (``mlm_probability``) and, during a batch-size warmup, the rows (``train_rows_per_step``) of the last step.
     """
 

@@ -12,7 +12,6 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
 
-from mlm_suite.data.inputs import downloads
 from mlm_suite.analysis import embeddings
 from mlm_suite.analysis.embeddings import (
     ContextualEmbedder,
@@ -25,8 +24,9 @@ from mlm_suite.analysis.embeddings import (
     most_frequent_sense_baseline,
     rogue_dimensions,
     similarity_in_context,
-    split_words,
 )
+from mlm_suite.data.inputs import downloads
+from mlm_suite.data.words import split_words
 
 
 @pytest.fixture(scope="module")
@@ -196,13 +196,6 @@ def test_contextual_similarity():
 
 
 # ---------------------------------------------------------------- embedder
-
-
-def test_split_words_offsets():
-    text = "Don't stop,  believing!"
-    split = split_words(text)
-    assert [word for word, _, _ in split] == ["Don", "'", "t", "stop", ",", "believing", "!"]
-    assert all(text[start:end] == word for word, start, end in split)
 
 
 @pytest.mark.parametrize("pooling", ["mean", "first"])

@@ -16,7 +16,7 @@ from transformers import (
 )
 
 from mlm_suite.data.inputs import downloads
-from mlm_suite.data import DataCollatorForPadding, DataCollatorForTokenLabels
+from mlm_suite.data.padding import DataCollatorForPadding, DataCollatorForTokenLabels
 from mlm_suite.data.flattening import flatten_batch
 from mlm_suite.data.padding import real_positions
 

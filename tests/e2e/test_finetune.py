@@ -26,7 +26,7 @@ from mlm_suite.data.inputs import downloads
 from mlm_suite.data.inputs.builtin import review_coherence_splits
 from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, seeds
 from mlm_suite.data.finetuning.labels import infer_task_type
-from mlm_suite.data.inputs.readers import Source, read_conll, split_80_10_10
+from mlm_suite.data.inputs.readers import TaggedSentences, read_conll, split_80_10_10
 from mlm_suite.jobs.finetune_training import save_everything
 from mlm_suite.data.finetuning.tagging import InvalidTagSequenceError, settle_scheme, validate_tags
 from tests.helpers import (
@@ -158,7 +158,7 @@ def test_iob1_file_is_detected_and_converted(tiny_model, tmp_path):
     assert config["tagging_scheme"] == "BIO"
     assert set(config["label2id"]) == {"O", "B-LOC", "I-LOC", "B-PER", "I-PER"}
     assert "converted from IOB1" in (tmp_path / "out" / "README.md").read_text()
-    sources = {"train": Source("f", [(words, list(tags)) for words, tags in IOB1])}
+    sources = {"train": TaggedSentences("f", [(words, list(tags)) for words, tags in IOB1])}
     assert settle_scheme(sources, None, "BIO") == ("IOB1", "BIO")
     assert sources["train"].sentences[1][1] == ["B-LOC", "B-LOC", "O", "O"]
 

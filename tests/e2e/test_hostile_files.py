@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.helpers import assert_refused, folder_files, run_command
+from mlm_suite.convert import converted_minilm_dir
 from mlm_suite.data.inputs import downloads
 from mlm_suite.errors import FetchError
 
@@ -340,10 +341,10 @@ def bert_as_minilm(tiny_bert, monkeypatch) -> Path:
 
 
 def test_damaged_converted_minilm_is_converted_again(cache, bert_as_minilm, capsys):
-    folder = downloads.converted_minilm_dir()
+    folder = converted_minilm_dir()
     intact = (folder / "model.safetensors").read_bytes()
     (folder / "model.safetensors").write_bytes(intact[: len(intact) // 3])
-    assert downloads.converted_minilm_dir() == folder
+    assert converted_minilm_dir() == folder
     assert (folder / "model.safetensors").read_bytes() == intact
     assert "converting it again" in capsys.readouterr().err
     assert sorted(path.name for path in cache.iterdir()) == ["all-minilm-l6-v2-mlm_suite"]
@@ -351,7 +352,7 @@ def test_damaged_converted_minilm_is_converted_again(cache, bert_as_minilm, caps
 
 def test_finetune_with_the_default_model_rebuilds_a_damaged_cached_conversion(cache, bert_as_minilm, tmp_path,
                                                                              data_files, capsys):
-    folder = downloads.converted_minilm_dir()
+    folder = converted_minilm_dir()
     (folder / "config.json").write_text("")
     output_dir = tmp_path / "out"
     outcome = run_command(["finetune-cls", "--train_file", data_files["csv"], "--max_steps", "1",
@@ -378,7 +379,7 @@ def test_two_processes_converting_minilm_at_once_each_use_their_own_folder(cache
 
     def run() -> None:
         try:
-            results.append(downloads.converted_minilm_dir())
+            results.append(converted_minilm_dir())
         except Exception as error:  # noqa: BLE001  (reported by the assertion below)
             errors.append(error)
 

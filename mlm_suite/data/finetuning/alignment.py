@@ -34,7 +34,6 @@ labelled first piece, because the earlier window has it.
 from __future__ import annotations
 
 import itertools
-import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,13 +43,10 @@ import numpy as np
 import torch
 
 from mlm_suite.data.finetuning.tagging import entity_spans
+from mlm_suite.data.words import COMPOUND_WORD_PATTERN, split_words
 
 ALIGN_STRATEGIES = ("first", "all", "all_b_to_i")
 PREDICTION_STRATEGIES = ("first", "mean", "max")
-
-#: Default word splitter of :func:`predict_entities`: runs of word characters (keeping inner
-#: apostrophes and hyphens, as in "don't", "New-York") and every other non-space character alone.
-WORD_PATTERN = r"\w+(?:['’\-]\w+)*|[^\w\s]"
 
 Label = Union[int, str]
 WordIds = Sequence[Union[int, None]]
@@ -521,11 +517,6 @@ class SentenceWindows:
         return [[window_labels[window][index] for window, index in sources] for sources in self._sources]
 
 
-def _split_words(text: str, pattern: str) -> tuple[list[str], list[tuple[int, int]]]:
-    matches = list(re.finditer(pattern, text))
-    return [match.group() for match in matches], [match.span() for match in matches]
-
-
 @torch.inference_mode()
 def predict_entities(
     texts: Sequence[str],
@@ -536,7 +527,7 @@ def predict_entities(
     batch_size: int = 8,
     max_length: int | None = None,
     stride: int | None = None,
-    word_pattern: str = WORD_PATTERN,
+    word_pattern: str = COMPOUND_WORD_PATTERN,
 ) -> list[list[dict[str, Any]]]:
     """Entities in raw texts, with character spans, from any token-classification model.
 
@@ -555,7 +546,8 @@ def predict_entities(
         batch_size: windows per forward pass.
         max_length: tokens per window; default the smaller of the tokenizer's and the model's limit.
         stride: tokens shared by consecutive windows; default a quarter of a window (:func:`window_stride`).
-        word_pattern: regular expression matching one word.
+        word_pattern: regular expression matching one word (default: words keep their inner apostrophes and
+            hyphens, :data:`~mlm_suite.data.words.COMPOUND_WORD_PATTERN`).
 
     Returns:
         For each text, a list of ``{"type", "start", "end", "text", "score"}`` where
@@ -569,9 +561,9 @@ def predict_entities(
     max_length = min(limit for limit in limits if limit)
     if stride is None:
         stride = window_stride(tokenizer, max_length)
-    split = [_split_words(text, word_pattern) for text in texts]
+    split = [split_words(text, word_pattern) for text in texts]  # (word, start, end) per word
     encoded = tokenize_and_align(
-        {"tokens": [words for words, _ in split]}, tokenizer, label2id={}, labels_column=None,
+        {"tokens": [[word for word, _, _ in words] for words in split]}, tokenizer, label2id={}, labels_column=None,
         max_length=max_length, stride=stride,
     )
     model.eval()
@@ -591,7 +583,7 @@ def predict_entities(
     windows_of: dict[int, list[int]] = {}
     for window, example in enumerate(encoded["example_id"]):
         windows_of.setdefault(example, []).append(window)
-    for example, (text, (words, offsets)) in enumerate(zip(texts, split)):
+    for example, (text, words) in enumerate(zip(texts, split)):
         windows = windows_of.get(example, [])
         labels, scores = _word_labels_and_scores(
             [window_logits[window] for window in windows],
@@ -603,7 +595,7 @@ def predict_entities(
         tags = [id2label[label] for label in labels]
         entities = []
         for type_, first, end in entity_spans(tags, scheme, lenient=True):
-            char_start, char_end = offsets[first][0], offsets[end - 1][1]
+            char_start, char_end = words[first][1], words[end - 1][2]
             entities.append(
                 {
                     "type": type_,

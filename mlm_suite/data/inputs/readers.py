@@ -1,20 +1,23 @@
 """Reading local and Hub data for the jobs: files → rows, Hub (or saved) datasets → splits, fixed-seed splits.
 
-Every reader of the jobs' input files lives here, so a data format is read the same way everywhere (and every file
-is opened by :func:`mlm_suite.data.inputs.text_files.open_text`: UTF-8, a BOM allowed, anything else refused in one line):
+Every file format of the jobs' inputs is read here, so a format is read the same way everywhere (and every file is
+opened by :func:`mlm_suite.data.inputs.text_files.open_text`: UTF-8, a BOM allowed, anything else refused in one line):
 
-* rows of files: CoNLL column files (:func:`read_conll`), JSON lines (:func:`read_json_lines`), CSV/TSV or
-  JSON-lines records (:func:`read_numbered_records`, :func:`read_records`, :func:`column`), documents for
-  pretraining (:func:`read_documents`; in memory :func:`load_pretraining_documents`, as a stream
-  :func:`stream_pretraining_documents`), tagged sentences (:func:`read_ner_file`), labelled texts
-  (:func:`read_examples`), retrieval pairs and corpora (:func:`read_training_pairs`, :func:`read_retrieval_split`);
+* rows of files: CoNLL column files (:func:`read_conll`), JSON lines (:func:`read_json_lines`, the one JSON-lines
+  reader: pretraining documents and WSD instances are read with it too), CSV/TSV or JSON-lines records
+  (:func:`read_numbered_records`, :func:`read_records`, :func:`column`), tagged sentences (:func:`read_ner_file`),
+  labelled texts (:func:`read_examples`), retrieval pairs and corpora (:func:`read_training_pairs`,
+  :func:`read_retrieval_split`);
 * Hub datasets and ``DatasetDict`` folders saved with ``save_to_disk`` (:func:`load_hub_splits`), with any split
   as validation/test (:func:`hub_split_names`, :func:`split_description`);
 * the splits of the text and sentence-pair jobs (:func:`load_labelled_text_splits`, :class:`TextSplit`);
 * what the jobs read without data flags: :mod:`mlm_suite.data.inputs.builtin`;
-* fixed-seed 80/10/10 splits (:func:`split_80_10_10`) and ``--max_*_samples`` (:func:`first_n`).
+* fixed-seed 80/10/10 splits (:func:`split_80_10_10`) and ``--max_*_samples`` (:func:`first_n`, of lists and
+  ``datasets.Dataset`` rows alike).
 
-Which labels a split has (and whether it has any) is :mod:`mlm_suite.data.finetuning.labels`' concern.
+Which labels a split has (and whether it has any) is :mod:`mlm_suite.data.finetuning.labels`' concern; pretraining
+documents (blank-line-separated text or JSON lines, a Hub dataset, a stream) are read by
+:mod:`mlm_suite.data.pretraining.documents`.
 """
 
 from __future__ import annotations
@@ -23,14 +26,13 @@ import csv
 import json
 import random
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from mlm_suite.data.finetuning.labels import check_label, hidden_label_splits, hub_split_labels, split_is_labelled
 from mlm_suite.data.finetuning.tagging import Locator, line_locator
-from mlm_suite.data.pretraining.documents import HELD_OUT_SEED, hold_out
 from mlm_suite.data.inputs.text_files import open_text
 from mlm_suite.errors import UsageError
 
@@ -91,17 +93,24 @@ def read_conll(
     return (sentences, lines) if with_lines else sentences
 
 
-def read_json_lines(path: str | Path) -> list[tuple[int, Any]]:
-    """The JSON values of a JSON-lines file with their 1-based line numbers (blank lines skipped)."""
-    records = []
+def read_json_lines(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a JSON-lines file with their 1-based line numbers (blank lines skipped), read line by line:
+    memory stays bounded by the longest line, whatever the size of the file.
+
+    Raises:
+        UsageError: a line that is not valid JSON, or a JSON value other than an object, naming the file and line.
+    """
     with open_text(path) as handle:
         for line_number, line in enumerate(handle, start=1):
-            if line.strip():
-                try:
-                    records.append((line_number, json.loads(line)))
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{path} line {line_number}: not a JSON object ({error})") from None
-    return records
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise UsageError(f"{path} line {line_number}: not valid JSON ({error})") from None
+            if not isinstance(record, dict):
+                raise UsageError(f"{path} line {line_number}: expected a JSON object, got {type(record).__name__}")
+            yield line_number, record
 
 
 def read_numbered_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
@@ -113,11 +122,7 @@ def read_numbered_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     """
     path = Path(path)
     if path.suffix in (".json", ".jsonl"):
-        records = read_json_lines(path)
-        for line, record in records:
-            if not isinstance(record, dict):
-                raise UsageError(f"{path} line {line}: expected a JSON object, got {type(record).__name__}")
-        return records
+        return list(read_json_lines(path))
     if path.suffix in (".csv", ".tsv"):
         return _read_delimited(path, "\t" if path.suffix == ".tsv" else ",")
     raise UsageError(f"{path}: unsupported file type {path.suffix!r}; use .json/.jsonl (JSON lines), .csv or .tsv")
@@ -159,18 +164,8 @@ def column(records: Sequence[Mapping[str, Any]], name: str, source: str) -> list
     return [record[name] for record in records]
 
 
-def read_documents(path: str | Path, text_column: str = "text") -> list[str]:
-    """Documents of a local file: JSON lines (``.json``/``.jsonl``) or blank-line-separated text blocks."""
-    from mlm_suite.data.pretraining.documents import iter_documents  # datasets: imported by the jobs that read documents
-
-    documents = list(iter_documents(path, text_column))
-    if not documents:
-        raise ValueError(f"{path} holds no text: nothing to train or evaluate on")
-    return documents
-
-
-class Source(NamedTuple):
-    """The sentences of one file (or Hub split) as read, before any split, and how to name a place in it."""
+class TaggedSentences(NamedTuple):
+    """The tagged sentences of one file (or Hub split) as read, before any split, and how to name a place in it."""
 
     name: str
     sentences: list[Sentence]
@@ -183,10 +178,10 @@ class Source(NamedTuple):
         return f"{self.name}: sentence {index}, position {position}"
 
 
-def read_ner_file(path: str, text_column: str, label_column: str) -> Source:
+def read_ner_file(path: str, text_column: str, label_column: str) -> TaggedSentences:
     """A CoNLL column file, or JSON lines (``.json``/``.jsonl``) with token and tag lists.
 
-    The :class:`Source` knows each token's line, so later errors name ``<path> line <n>``
+    The :class:`TaggedSentences` know each token's line, so later errors name ``<path> line <n>``
     (for JSON lines, where a sentence is one line, also the 1-based token number).
     """
     if not path.endswith((".json", ".jsonl")):
@@ -195,15 +190,13 @@ def read_ner_file(path: str, text_column: str, label_column: str) -> Source:
         sentences, lines = _tagged_json_lines(path, text_column, label_column)
     if not sentences:
         raise UsageError(f"{path}: no examples (no tagged sentences in the file)")
-    return Source(path, sentences, line_locator(path, lines))
+    return TaggedSentences(path, sentences, line_locator(path, lines))
 
 
 def _tagged_json_lines(path: str, text_column: str, label_column: str) -> tuple[list[Sentence], list[list[int]]]:
     """The sentences of a JSON-lines file of token and tag lists, and each token's line."""
     sentences, lines = [], []
     for line, record in read_json_lines(path):
-        if not isinstance(record, dict):
-            raise ValueError(f"{path} line {line}: expected a JSON object with {text_column!r} and {label_column!r}")
         for name in (text_column, label_column):
             if name not in record:
                 raise ValueError(f"{path} line {line}: no {name!r} field (fields: {sorted(record)})")
@@ -297,9 +290,12 @@ def split_80_10_10(items: Sequence[Any], seed: int) -> tuple[list[Any], list[Any
     return shuffled[:train_end], shuffled[train_end:validation_end], shuffled[validation_end:]
 
 
-def first_n(items: list[Any], limit: int | None) -> list[Any]:
-    """The first ``limit`` items (all when ``limit`` is None): ``--max_*_samples``."""
-    return items if limit is None else items[:limit]
+def first_n(items: Any, limit: int | None) -> Any:
+    """At most the first ``limit`` items of a list or rows of a ``datasets.Dataset`` (all of them when ``limit`` is
+    None), as ``run_mlm.py`` selects them: ``--max_*_samples``."""
+    if limit is None or len(items) <= limit:
+        return items
+    return items.select(range(limit)) if hasattr(items, "select") else items[:limit]
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,7 +329,7 @@ class TextSplit:
         """The first ``limit`` rows (all when ``limit`` is None): ``--max_*_samples``."""
         if limit is None or limit >= len(self):
             return self
-        return TextSplit(self.texts.select(range(limit)), self.labels[:limit])
+        return TextSplit(first_n(self.texts, limit), first_n(self.labels, limit))
 
 
 def read_examples(
@@ -521,164 +517,21 @@ def read_retrieval_split(
     return RetrievalSplit(queries, corpus, relevant)
 
 
-# ------------------------------------------------------------------------------------------------
-# Pretraining documents
-# ------------------------------------------------------------------------------------------------
-def hub_documents(
-    dataset: Any, name: str, text_column: str = "text", num_proc: int | None = None, overwrite_cache: bool = False
-) -> Any:
-    """The non-blank texts of a Hub (or saved) split as a ``datasets.Dataset`` with one ``text`` column, in order.
-
-    The split stays in Arrow: the text column is selected and filtered there (on ``num_proc`` processes), never
-    copied into a Python list.
-    """
-    if text_column not in dataset.column_names:
-        raise ValueError(f"{name} has no column {text_column!r} (columns: {dataset.column_names}); pass --text_column_name")
-    texts = dataset.select_columns([text_column])
-    if text_column != "text":
-        texts = texts.rename_column(text_column, "text")
-    return texts.filter(
-        lambda batch: [bool(text and text.strip()) for text in batch["text"]], batched=True,
-        num_proc=num_proc if num_proc and num_proc > 1 else None,
-        load_from_cache_file=False if overwrite_cache else None, desc=f"dropping blank documents of {name}",
-    )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class DocumentSource:
-    """Where pretraining documents come from: ``train_file`` (documents separated by blank lines, or JSON lines with
-    ``text_column``), a Hub (or saved) dataset ``dataset_name``, or neither: ``embedded``, a built-in dataset of
-    :mod:`mlm_suite.data.inputs.builtin` whose ``read()`` gives the texts; held-out documents from ``validation_file`` or
-    the dataset's split ``validation_split_name``."""
-
-    train_file: str | None = None
-    validation_file: str | None = None
-    dataset_name: str | None = None
-    dataset_config_name: str | None = None
-    validation_split_name: str = "validation"
-    text_column: str = "text"
-    embedded: Any = None
-
-    def validation_documents(self) -> list[str] | None:
-        return read_documents(self.validation_file, self.text_column) if self.validation_file else None
-
-    def training_flag(self) -> str:
-        """The training documents as the command line names them, for messages."""
-        if self.dataset_name:
-            return f"--dataset_name {self.dataset_name}"
-        return f"--train_file {self.train_file}" if self.train_file else "the embedded default data"
-
-
-def load_pretraining_documents(
-    source: DocumentSource,
-    validation_split_percentage: float = 5.0,
-    num_proc: int | None = None,
-    overwrite_cache: bool = False,
-    **load_kwargs: Any,
-) -> tuple[Any, str, str | None]:
-    """Pretraining documents in memory: ``train`` and ``validation`` splits (a ``DatasetDict``) with one ``text``
-    column, a description of the data, and the dataset's split the held-out documents came from (None: a file, or
-    held out of train).
-
-    A Hub (or saved) dataset's splits stay in Arrow (:func:`hub_documents`, on ``num_proc`` processes). Without
-    held-out documents, ``validation_split_percentage`` of the documents, drawn with ``HELD_OUT_SEED``.
-    """
-    from datasets import Dataset, DatasetDict
-
-    name, column = source.dataset_name, source.text_column
-    validation = source.validation_documents()
-    held_out_split = None
-    if name:
-        raw = load_hub_splits(name, source.dataset_config_name, validation_split_name=source.validation_split_name,
-                              test_split_name=None, require_train=True, **load_kwargs)
-        read = {"text_column": column, "num_proc": num_proc, "overwrite_cache": overwrite_cache}
-        documents = hub_documents(raw["train"], f"{name}[train]", **read)
-        split_names = {"train": "train"}
-        if validation is None and "validation" in raw:
-            validation = hub_documents(raw["validation"], f"{name}[{source.validation_split_name}]", **read)
-            split_names["validation"] = held_out_split = source.validation_split_name
-        config = f" ({source.dataset_config_name})" if source.dataset_config_name else ""
-        description = f"`{name}`{config}{split_description(split_names)}"
-    elif source.train_file:
-        documents = read_documents(source.train_file, column)
-        description = f"`{Path(source.train_file).name}`"
-    elif source.embedded is not None:
-        documents, description = source.embedded.read(), source.embedded.description
-    else:
-        raise ValueError("a DocumentSource needs train_file, dataset_name or embedded")
-    if not len(documents):
-        raise ValueError(f"{description} holds no training text")
-
-    train = documents if isinstance(documents, Dataset) else Dataset.from_dict({"text": documents})
-    if validation is not None:
-        held_out = validation if isinstance(validation, Dataset) else Dataset.from_dict({"text": validation})
-        return DatasetDict(train=train, validation=held_out), description, held_out_split
-    return hold_out(train, validation_split_percentage, HELD_OUT_SEED), description, None
-
-
-def stream_pretraining_documents(
-    source: DocumentSource, held_out_documents: int = 500, **load_kwargs: Any
-) -> tuple[Any, list[str], str, str | None]:
-    """Pretraining documents as a stream (a file or a dataset, never read whole): the training stream (a
-    ``datasets.IterableDataset`` with ``shard`` and ``document`` positions), the held-out documents, a
-    description of the data and the dataset's split the held-out documents came from (None: a file or the stream).
-
-    Without a validation file or split, the first ``held_out_documents`` of the stream are held out (and skipped by
-    training); from a dataset's validation split, its first ``held_out_documents``.
-    """
-    from mlm_suite.data.pretraining.documents import document_stream, hub_document_stream, stream_head
-
-    name, column = source.dataset_name, source.text_column
-    validation = source.validation_documents()
-    held_out_split = None
-    if source.train_file:
-        description = f"`{Path(source.train_file).name}` (streamed)"
-
-        def open_stream(held_out: int) -> Any:
-            return document_stream([source.train_file], column, held_out=held_out)
-    else:
-        from datasets import load_dataset
-
-        splits = load_dataset(name, source.dataset_config_name, streaming=True, **load_kwargs)
-        names = hub_split_names(splits, name, source.validation_split_name, test_split_name=None)
-        if "train" not in names:
-            raise UsageError(f"--dataset_name {name} has no train split (splits: {list(splits)})")
-        config = f" ({source.dataset_config_name})" if source.dataset_config_name else ""
-        description = f"`{name}{config}` (streamed)"
-        if validation is None and "validation" in names:
-            held_out_split = names["validation"]
-            head = hub_document_stream(splits[held_out_split], column).take(held_out_documents)
-            validation = [record["text"] for record in head]
-
-        def open_stream(held_out: int) -> Any:
-            return hub_document_stream(splits["train"], column, held_out=held_out)
-    if validation is not None:
-        return open_stream(0), validation, description, held_out_split
-    validation = stream_head(open_stream(0), held_out_documents)
-    if not validation:
-        raise UsageError(f"{description} holds no documents")
-    return open_stream(held_out_documents), validation, description, None
-
-
 __all__ = [
     "SPLITS",
     "Example",
-    "DocumentSource",
     "Pair",
     "RetrievalSplit",
     "Sentence",
-    "Source",
+    "TaggedSentences",
     "TextSplit",
     "column",
     "first_n",
-    "hub_documents",
     "hub_split_names",
     "load_hub_splits",
     "load_intermediate",
     "load_labelled_text_splits",
-    "load_pretraining_documents",
     "read_conll",
-    "read_documents",
     "read_examples",
     "read_json_lines",
     "read_ner_file",
@@ -689,5 +542,4 @@ __all__ = [
     "required_texts",
     "split_80_10_10",
     "split_description",
-    "stream_pretraining_documents",
 ]

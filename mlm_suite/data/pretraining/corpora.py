@@ -1,8 +1,9 @@
-"""Where the pretraining job's rows come from: documents in memory, a prepared folder of rows, or a stream.
+"""The pretraining job's corpus, whichever form it takes: documents in memory, a prepared folder of rows, or a stream.
 
-The three sources answer the same questions (held-out documents, training and held-out rows, the baseline's
-token, whether a tokenizer fits, what the model card says about the data), so the job reads any of them the same
-way. Every source turns documents into rows with :class:`~mlm_suite.data.pretraining.rows.RowFormat`. See docs/data.md.
+The three kinds of :class:`PretrainingCorpus` answer the same questions (held-out documents, training and held-out
+rows, the baseline's token, whether a tokenizer fits, what the model card says about the data), so the job reads any
+of them the same way. Every one turns documents into rows with :class:`~mlm_suite.data.pretraining.rows.RowFormat`.
+See docs/data.md.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from mlm_suite.data.pretraining.rows import (
 from mlm_suite.data.pretraining.streaming import ProcessStream, stream_rows
 from mlm_suite.errors import UsageError
 
-__all__ = ["BASELINE_SAMPLE_DOCUMENTS", "CorpusSource", "InMemoryCorpus", "PreparedCorpus", "StreamedCorpus"]
+__all__ = ["BASELINE_SAMPLE_DOCUMENTS", "InMemoryCorpus", "PreparedCorpus", "PretrainingCorpus", "StreamedCorpus"]
 
 # A stream is never read whole: its most frequent token (the baseline's prediction) is counted on its start.
 BASELINE_SAMPLE_DOCUMENTS = 1000
 
 
-class CorpusSource:
+class PretrainingCorpus:
     """What the pretraining job reads from its data. Subclasses implement :meth:`train_rows`,
     :meth:`baseline_token_id` and :meth:`card`.
 
@@ -75,7 +76,7 @@ class CorpusSource:
         raise NotImplementedError
 
 
-class InMemoryCorpus(CorpusSource):
+class InMemoryCorpus(PretrainingCorpus):
     """Documents read into memory (or Arrow), tokenised before step 1.
 
     Args:
@@ -115,7 +116,7 @@ class InMemoryCorpus(CorpusSource):
         return {"documents": len(self.train), "rows": len(train_rows)}
 
 
-class PreparedCorpus(CorpusSource):
+class PreparedCorpus(PretrainingCorpus):
     """The training rows of a folder written by ``mlm-suite prepare-data`` (memory-mapped); the Trainer's sampler
     shuffles and splits them across processes, and a resumed run skips the rows already trained on.
 
@@ -148,7 +149,7 @@ class PreparedCorpus(CorpusSource):
         return {"documents": self.prepared.metadata["train_documents"], "rows": self.prepared.metadata["train_rows"]}
 
 
-class StreamedCorpus(CorpusSource):
+class StreamedCorpus(PretrainingCorpus):
     """Documents read as a ``datasets`` stream and tokenised on the fly; every process reads its own part
     (:mod:`mlm_suite.data.pretraining.streaming`) and the run ends at ``--max_steps``.
 

@@ -1,41 +1,55 @@
-"""Pretraining documents from text and JSON-lines files, read lazily: as a list, as Arrow, or as a stream.
+"""Pretraining documents, read in one place: from text and JSON-lines files (lazily: as a list, as Arrow, or as a
+stream) and from Hub (or saved) datasets, for the pretraining job and ``mlm-suite prepare-data``.
 
 One format everywhere (the pretraining job's): a plain-text file holds one document per block of lines,
 blocks separated by blank (whitespace-only) lines; a ``.json``/``.jsonl`` file holds one JSON object per
-line with the document in a string field (``text_column``). :func:`iter_documents` reads either format
+line with the document in a string field (``text_column``), read by
+:func:`~mlm_suite.data.inputs.readers.read_json_lines`. :func:`iter_documents` reads either format
 line by line, so memory stays bounded by the longest document, whatever the size of the file.
 
-* :func:`iter_documents`: the documents of one file; an error names the file and the line.
+* :func:`iter_documents`: the documents of one file; an error names the file and the line. :func:`read_documents`:
+  all of them, in a list.
 * :func:`document_stream`: the documents of several files as a ``datasets.IterableDataset`` with one
   shard per file; every document carries ``shard`` (its file) and ``document`` (its position in that file).
 * :func:`hub_document_stream`: the same for a ``datasets.load_dataset`` name, read with ``streaming=True``
   (one shard per shard of that dataset).
 * :func:`documents_dataset`: the documents of several files as an Arrow dataset (on disk, not in memory).
 * :func:`hold_out`: the seeded held-out split of a dataset of documents.
+* :class:`DocumentOrigin`: where the pretraining job's documents come from (its data flags), read whole by
+  :func:`load_pretraining_documents` (a Hub split's texts by :func:`hub_documents`) or as a stream by
+  :func:`stream_pretraining_documents`.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from datasets import Dataset, DatasetDict, Features, IterableDataset, Value
+from datasets import Dataset, DatasetDict, Features, IterableDataset, Value, load_dataset
 from datasets.exceptions import DatasetGenerationError
 
+from mlm_suite.data.inputs.readers import hub_split_names, load_hub_splits, read_json_lines, split_description
 from mlm_suite.data.inputs.text_files import open_text
+from mlm_suite.errors import UsageError
 
 __all__ = [
     "DOCUMENT_FEATURES",
     "HELD_OUT_SEED",
+    "DocumentOrigin",
     "document_stream",
     "documents_dataset",
     "hold_out",
     "hub_document_stream",
+    "hub_documents",
     "is_json_lines",
     "iter_documents",
+    "load_pretraining_documents",
+    "read_documents",
     "stream_head",
+    "stream_pretraining_documents",
 ]
 
 # The seed of the pretraining job's held-out split, shared by mlm-suite prepare-data: the same documents held out.
@@ -55,20 +69,14 @@ def iter_documents(path: str | Path, text_column: str = "text") -> Iterator[str]
         ValueError: a JSON line that is not an object with a string ``text_column``, naming file and line.
     """
     path = Path(path)
+    if is_json_lines(path):
+        for number, record in read_json_lines(path):
+            if not isinstance(record.get(text_column), str):
+                raise ValueError(f"{path} line {number} has no string field {text_column!r}")
+            if record[text_column].strip():
+                yield record[text_column].strip()
+        return
     with open_text(path) as lines:
-        if is_json_lines(path):
-            for number, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{path} line {number} is not JSON ({error.msg}); expected JSON lines") from None
-                if not isinstance(record, dict) or not isinstance(record.get(text_column), str):
-                    raise ValueError(f"{path} line {number} has no string field {text_column!r}")
-                if record[text_column].strip():
-                    yield record[text_column].strip()
-            return
         block: list[str] = []
         for line in lines:
             if line.strip():
@@ -78,6 +86,14 @@ def iter_documents(path: str | Path, text_column: str = "text") -> Iterator[str]
                 block = []
         if block:
             yield "".join(block).strip()
+
+
+def read_documents(path: str | Path, text_column: str = "text") -> list[str]:
+    """Documents of a local file: JSON lines (``.json``/``.jsonl``) or blank-line-separated text blocks."""
+    documents = list(iter_documents(path, text_column))
+    if not documents:
+        raise ValueError(f"{path} holds no text: nothing to train or evaluate on")
+    return documents
 
 
 def _file_documents(path: Sequence[str], shard: Sequence[int], text_column: str, held_out: int) -> Iterator[dict]:
@@ -190,3 +206,136 @@ def hold_out(documents: Dataset, percentage: float, seed: int = HELD_OUT_SEED) -
         )
     split = documents.train_test_split(test_size=held_out, seed=seed)
     return DatasetDict(train=split["train"], validation=split["test"])
+
+
+# ------------------------------------------------------------------------------------------------
+# The pretraining job's documents
+# ------------------------------------------------------------------------------------------------
+def hub_documents(
+    dataset: Any, name: str, text_column: str = "text", num_proc: int | None = None, overwrite_cache: bool = False
+) -> Any:
+    """The non-blank texts of a Hub (or saved) split as a ``datasets.Dataset`` with one ``text`` column, in order.
+
+    The split stays in Arrow: the text column is selected and filtered there (on ``num_proc`` processes), never
+    copied into a Python list.
+    """
+    if text_column not in dataset.column_names:
+        raise ValueError(f"{name} has no column {text_column!r} (columns: {dataset.column_names}); pass --text_column_name")
+    texts = dataset.select_columns([text_column])
+    if text_column != "text":
+        texts = texts.rename_column(text_column, "text")
+    return texts.filter(
+        lambda batch: [bool(text and text.strip()) for text in batch["text"]], batched=True,
+        num_proc=num_proc if num_proc and num_proc > 1 else None,
+        load_from_cache_file=False if overwrite_cache else None, desc=f"dropping blank documents of {name}",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DocumentOrigin:
+    """Where pretraining documents come from: ``train_file`` (documents separated by blank lines, or JSON lines with
+    ``text_column``), a Hub (or saved) dataset ``dataset_name``, or neither: ``embedded``, a built-in dataset of
+    :mod:`mlm_suite.data.inputs.builtin` whose ``read()`` gives the texts; held-out documents from ``validation_file`` or
+    the dataset's split ``validation_split_name``."""
+
+    train_file: str | None = None
+    validation_file: str | None = None
+    dataset_name: str | None = None
+    dataset_config_name: str | None = None
+    validation_split_name: str = "validation"
+    text_column: str = "text"
+    embedded: Any = None
+
+    def validation_documents(self) -> list[str] | None:
+        return read_documents(self.validation_file, self.text_column) if self.validation_file else None
+
+    def training_flag(self) -> str:
+        """The training documents as the command line names them, for messages."""
+        if self.dataset_name:
+            return f"--dataset_name {self.dataset_name}"
+        return f"--train_file {self.train_file}" if self.train_file else "the embedded default data"
+
+
+def load_pretraining_documents(
+    origin: DocumentOrigin,
+    validation_split_percentage: float = 5.0,
+    num_proc: int | None = None,
+    overwrite_cache: bool = False,
+    **load_kwargs: Any,
+) -> tuple[Any, str, str | None]:
+    """Pretraining documents in memory: ``train`` and ``validation`` splits (a ``DatasetDict``) with one ``text``
+    column, a description of the data, and the dataset's split the held-out documents came from (None: a file, or
+    held out of train).
+
+    A Hub (or saved) dataset's splits stay in Arrow (:func:`hub_documents`, on ``num_proc`` processes). Without
+    held-out documents, ``validation_split_percentage`` of the documents, drawn with ``HELD_OUT_SEED``.
+    """
+    name, column = origin.dataset_name, origin.text_column
+    validation = origin.validation_documents()
+    held_out_split = None
+    if name:
+        raw = load_hub_splits(name, origin.dataset_config_name, validation_split_name=origin.validation_split_name,
+                              test_split_name=None, require_train=True, **load_kwargs)
+        read = {"text_column": column, "num_proc": num_proc, "overwrite_cache": overwrite_cache}
+        documents = hub_documents(raw["train"], f"{name}[train]", **read)
+        split_names = {"train": "train"}
+        if validation is None and "validation" in raw:
+            validation = hub_documents(raw["validation"], f"{name}[{origin.validation_split_name}]", **read)
+            split_names["validation"] = held_out_split = origin.validation_split_name
+        config = f" ({origin.dataset_config_name})" if origin.dataset_config_name else ""
+        description = f"`{name}`{config}{split_description(split_names)}"
+    elif origin.train_file:
+        documents = read_documents(origin.train_file, column)
+        description = f"`{Path(origin.train_file).name}`"
+    elif origin.embedded is not None:
+        documents, description = origin.embedded.read(), origin.embedded.description
+    else:
+        raise ValueError("a DocumentOrigin needs train_file, dataset_name or embedded")
+    if not len(documents):
+        raise ValueError(f"{description} holds no training text")
+
+    train = documents if isinstance(documents, Dataset) else Dataset.from_dict({"text": documents})
+    if validation is not None:
+        held_out = validation if isinstance(validation, Dataset) else Dataset.from_dict({"text": validation})
+        return DatasetDict(train=train, validation=held_out), description, held_out_split
+    return hold_out(train, validation_split_percentage, HELD_OUT_SEED), description, None
+
+
+def stream_pretraining_documents(
+    origin: DocumentOrigin, held_out_documents: int = 500, **load_kwargs: Any
+) -> tuple[Any, list[str], str, str | None]:
+    """Pretraining documents as a stream (a file or a dataset, never read whole): the training stream (a
+    ``datasets.IterableDataset`` with ``shard`` and ``document`` positions), the held-out documents, a
+    description of the data and the dataset's split the held-out documents came from (None: a file or the stream).
+
+    Without a validation file or split, the first ``held_out_documents`` of the stream are held out (and skipped by
+    training); from a dataset's validation split, its first ``held_out_documents``.
+    """
+    name, column = origin.dataset_name, origin.text_column
+    validation = origin.validation_documents()
+    held_out_split = None
+    if origin.train_file:
+        description = f"`{Path(origin.train_file).name}` (streamed)"
+
+        def open_stream(held_out: int) -> Any:
+            return document_stream([origin.train_file], column, held_out=held_out)
+    else:
+        splits = load_dataset(name, origin.dataset_config_name, streaming=True, **load_kwargs)
+        names = hub_split_names(splits, name, origin.validation_split_name, test_split_name=None)
+        if "train" not in names:
+            raise UsageError(f"--dataset_name {name} has no train split (splits: {list(splits)})")
+        config = f" ({origin.dataset_config_name})" if origin.dataset_config_name else ""
+        description = f"`{name}{config}` (streamed)"
+        if validation is None and "validation" in names:
+            held_out_split = names["validation"]
+            head = hub_document_stream(splits[held_out_split], column).take(held_out_documents)
+            validation = [record["text"] for record in head]
+
+        def open_stream(held_out: int) -> Any:
+            return hub_document_stream(splits["train"], column, held_out=held_out)
+    if validation is not None:
+        return open_stream(0), validation, description, held_out_split
+    validation = stream_head(open_stream(0), held_out_documents)
+    if not validation:
+        raise UsageError(f"{description} holds no documents")
+    return open_stream(held_out_documents), validation, description, None

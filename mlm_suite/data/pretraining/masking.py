@@ -2,8 +2,8 @@
 
 :class:`DataCollatorForMaskedLM` differs from ``transformers.DataCollatorForLanguageModeling`` in three ways: the
 expected share of selected tokens is exact in every mode (a per-sequence budget, never cutting a word or span),
-word-aware modes work with any fast tokenizer (through the word ids :func:`~mlm_suite.data.pretraining.chunking.tokenize_for_mlm`
-keeps), and a seeded mask depends only on ``(seed, epoch, example)``, not on batch composition, padding or workers.
+word-aware modes work with any fast tokenizer (through the word ids
+:func:`~mlm_suite.data.pretraining.chunking.tokenize_for_mlm` keeps), and a seeded mask depends only on ``(seed, epoch, example)``, not on batch composition, padding or workers.
 The 80/10/10 corruption is drawn per selected token in every mode, which keeps the modes comparable.
 """
 
@@ -42,7 +42,8 @@ _EXAMPLE_KEY_FIELDS = ("example_index", "idx")
 # pass after pass on its own, mlm_suite.data.pretraining.streaming); it overrides the collator's epoch.
 _EPOCH_FIELD = "epoch"
 # The masking rate of the optimizer step an example is trained in, when a schedule varies it (the batch sampler of
-# mlm_suite.data.pretraining.schedules tags every row with it); it overrides the collator's mlm_probability for that example.
+# mlm_suite.data.pretraining.schedules tags every row with it); it overrides the collator's mlm_probability for that
+# example.
 _RATE_FIELD = "mlm_probability"
 # Per-token model inputs padded alongside input_ids (the pad value of token_type_ids comes from
 # the tokenizer; position ids of padding are never attended to, so 0 is as good as any).
@@ -177,8 +178,8 @@ class DataCollatorForMaskedLM:
     the data the example belongs to, for streams whose passes each process counts itself; it replaces
     the collator's epoch for that example; not returned) and ``mlm_probability`` (the rate for that example, in
     (0, 1): a masking-rate schedule's value at the optimizer step the example is trained in, see
-    :mod:`mlm_suite.data.pretraining.schedules`; it replaces the collator's ``mlm_probability``; not returned). Other keys, such
-    as leftover text columns, are dropped: word modes need ``remove_unused_columns=False`` in
+    :mod:`mlm_suite.data.pretraining.schedules`; it replaces the collator's ``mlm_probability``; not returned). Other
+    keys, such as leftover text columns, are dropped: word modes need ``remove_unused_columns=False`` in
     ``TrainingArguments``, and the model must never receive those extra columns.
 
     Returns (from ``__call__``) a dict of ``(batch, padded_length)`` tensors ``input_ids``,

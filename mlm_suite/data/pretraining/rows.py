@@ -25,7 +25,6 @@ __all__ = [
     "PACKING_BATCH",
     "RowFormat",
     "document_rows",
-    "first_rows",
     "most_frequent_row_token",
     "most_frequent_token",
     "nsp_rows",
@@ -53,8 +52,8 @@ def pretraining_rows_function(
 ) -> Callable[[Mapping[str, Sequence[Any]]], dict[str, list[list[int]]]]:
     """A batched ``datasets`` map function from documents to MLM rows, for ``Dataset`` and ``IterableDataset`` alike.
 
-    Without packing every document becomes one row or more (:func:`~mlm_suite.data.pretraining.chunking.tokenize_for_mlm`);
-    with packing the documents of a batch are packed into full rows, position ids restarting per document
+    Without packing every document becomes one row or more
+    (:func:`~mlm_suite.data.pretraining.chunking.tokenize_for_mlm`); with packing the documents of a batch are packed into full rows, position ids restarting per document
     (:func:`~mlm_suite.data.pretraining.packing.packing_map_function`). Both keep the tokenizer's ``word_ids``.
     """
     if packing:
@@ -160,11 +159,6 @@ class RowFormat:
             documents, tokenizer, self.max_seq_length, self.packing, self.num_proc, split=split,
             overwrite_cache=self.overwrite_cache,
         )  # fmt: skip
-
-
-def first_rows(rows: Dataset, limit: int | None) -> Dataset:
-    """At most the first ``limit`` rows (all of them when ``limit`` is None), as ``run_mlm.py`` selects them."""
-    return rows.select(range(limit)) if limit is not None and len(rows) > limit else rows
 
 
 def most_frequent_token(counts: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> int:

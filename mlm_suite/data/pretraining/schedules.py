@@ -16,8 +16,8 @@ would see late, or never), the step travels with the rows. :class:`ScheduledBatc
 thread of each training process, knows which optimizer step every micro-batch it yields belongs to, so it yields row
 indices tagged ``(row index, data epoch, masking rate of that step)``; :class:`TaggedRows` (the dataset the loader
 reads) turns a tag into the row's features plus ``epoch`` and ``mlm_probability`` fields, which
-:class:`~mlm_suite.data.pretraining.masking.DataCollatorForMaskedLM` reads per example. A batch collated early, in any worker,
-is therefore masked at the rate of the step it is trained in: no lag, no shared state. A resumed run skips the
+:class:`~mlm_suite.data.pretraining.masking.DataCollatorForMaskedLM` reads per example. A batch collated early, in any
+worker, is therefore masked at the rate of the step it is trained in: no lag, no shared state. A resumed run skips the
 micro-batches already trained by iterating the same deterministic sampler from the start of the epoch (the Trainer's
 ``skip_first_batches``), so it trains on the same rows, with the same rates and masks, as the uninterrupted run.
 
@@ -33,8 +33,8 @@ The sampler has three layouts:
   still carries its data epoch, so its mask changes with every pass over the data. A step's rows are split evenly:
   micro-batch ``m`` of process ``p`` is the ``(m × processes + p)``-th block of ``rows(s)`` rows of the step.
 * **token budget** (``max_tokens``, no batch-size warmup): each data epoch's permutation packed into micro-batches of
-  at most ``max_tokens`` tokens (:func:`~mlm_suite.data.pretraining.token_budget.token_budget_batches`), drawn in the order of
-  the permutation's rank of their first row; batch ``b`` goes to process ``b mod processes``, and when the batches
+  at most ``max_tokens`` tokens (:func:`~mlm_suite.data.pretraining.token_budget.token_budget_batches`), drawn in the
+  order of the permutation's rank of their first row; batch ``b`` goes to process ``b mod processes``, and when the batches
   do not divide evenly the first ones are dealt again (as accelerate's ``even_batches``), so every process takes the
   same number of steps.
 

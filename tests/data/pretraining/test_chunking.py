@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from mlm_suite.data.inputs import downloads
-from mlm_suite.data import WORD_ID_SENTINEL, tokenize_for_mlm
+from mlm_suite.data.pretraining import WORD_ID_SENTINEL, tokenize_for_mlm
 from mlm_suite.data.pretraining.chunking import special_token_template
 from mlm_suite.data.pretraining.vocabulary import train_wordpiece_tokenizer
 

@@ -32,7 +32,7 @@ from transformers import (
 from transformers.models.bert import BertTokenizerLegacy
 
 from mlm_suite.data.inputs import downloads
-from mlm_suite.data import (
+from mlm_suite.data.pretraining import (
     WORD_ID_SENTINEL,
     DataCollatorForMaskedLM,
     MaskingEpochCallback,

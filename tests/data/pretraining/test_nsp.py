@@ -9,7 +9,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from mlm_suite.data.inputs import downloads
-from mlm_suite.data import WORD_ID_SENTINEL
+from mlm_suite.data.pretraining import WORD_ID_SENTINEL
 from mlm_suite.data.pretraining.nsp import build_nsp_examples, nsp_map_function, split_sentences
 from tests.helpers import NON_WORDPIECE_TOKENIZERS, check_whole_words_masked_together
 

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 
 from mlm_suite.data.inputs import downloads
-from mlm_suite.data import WORD_ID_SENTINEL
+from mlm_suite.data.pretraining import WORD_ID_SENTINEL
 from mlm_suite.data.pretraining.packing import document_boundaries, pack_documents, packing_map_function, row_word_ids
 from tests.helpers import NON_WORDPIECE_TOKENIZERS, check_whole_words_masked_together, train_byte_level_bpe
 

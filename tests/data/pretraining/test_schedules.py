@@ -18,7 +18,9 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, Trainer, TrainingA
 from mlm_suite import cli
 from mlm_suite.data.pretraining.chunking import tokenize_for_mlm
 from mlm_suite.data.pretraining.masking import DataCollatorForMaskedLM
-from mlm_suite.data.pretraining.schedules import BatchSizeWarmup, MaskRateSchedule, ScheduledBatchSampler, TaggedRows, permutation
+from mlm_suite.data.pretraining.schedules import (
+    BatchSizeWarmup, MaskRateSchedule, ScheduledBatchSampler, TaggedRows, permutation,
+)  # fmt: skip
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.pretrain import main
 from mlm_suite.jobs.output_folder import output_folders_released

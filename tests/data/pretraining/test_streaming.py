@@ -18,7 +18,7 @@ from datasets import Dataset
 from torch.utils.data import DataLoader
 
 from mlm_suite import cli
-from mlm_suite.data import DataCollatorForMaskedLM
+from mlm_suite.data.pretraining import DataCollatorForMaskedLM
 from mlm_suite.data.pretraining.documents import document_stream, iter_documents
 from mlm_suite.data.pretraining.prepared import load_prepared, tokenizer_fingerprint
 from mlm_suite.data.pretraining.streaming import ProcessStream, split_for_processes, stream_rows
@@ -86,7 +86,7 @@ def test_json_lines_errors_name_the_file_and_line(tmp_path):
     with pytest.raises(ValueError, match=r"docs.jsonl line 4 has no string field 'text'"):
         list(iter_documents(path))
     path.write_text('{"text": "one"}\nnot json\n', encoding="utf-8")
-    with pytest.raises(ValueError, match=r"docs.jsonl line 2 is not JSON"):
+    with pytest.raises(ValueError, match=r"docs.jsonl line 2: not valid JSON"):
         list(iter_documents(path))
 
 

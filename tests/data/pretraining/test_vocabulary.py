@@ -18,7 +18,9 @@ from transformers import AutoTokenizer
 
 from mlm_suite.data.inputs import downloads
 from mlm_suite.data.pretraining import vocabulary
-from mlm_suite.data.pretraining.vocabulary import language_sampling_probs, sample_multilingual_corpus, train_wordpiece_tokenizer
+from mlm_suite.data.pretraining.vocabulary import (
+    language_sampling_probs, sample_multilingual_corpus, train_wordpiece_tokenizer,
+)  # fmt: skip
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -233,7 +235,7 @@ def test_a_small_corpus_gives_the_same_vocabulary_in_every_process(tmp_path):
                       encoding="utf-8")
     script = (
         "import importlib.util, json, sys\n"
-        "spec = importlib.util.spec_from_file_location('tokenization', sys.argv[1])\n"
+        "spec = importlib.util.spec_from_file_location('vocabulary', sys.argv[1])\n"
         "module = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(module)\n"
         "texts = open(sys.argv[2], encoding='utf-8').read().splitlines()\n"
