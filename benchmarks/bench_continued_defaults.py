@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from mlm_suite.data import resources
+from mlm_suite.data.inputs import downloads
 from mlm_suite.jobs import pretrain
 
 REFERENCE = (2e-3, 0.3)  # the from-scratch PretrainTrainingArguments / PretrainingArguments values
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
 
     started = time.time()
-    checkpoint = Path(options.checkpoint) if options.checkpoint else resources.minilm_dir()
+    checkpoint = Path(options.checkpoint) if options.checkpoint else downloads.minilm_dir()
     before = word_embeddings(checkpoint)
     common = [
         "--model_name_or_path", str(checkpoint),

@@ -30,8 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlm_suite.data import resources
-from mlm_suite.data.nsp import split_sentences
+from mlm_suite.data.inputs import downloads
+from mlm_suite.data.pretraining.nsp import split_sentences
 
 STEP_1_TARGET_S = 60.0
 RSS_TARGET_GB = 3.0
@@ -39,7 +39,7 @@ RSS_TARGET_GB = 3.0
 
 def write_corpus(path: Path, size_bytes: int, seed: int = 0) -> int:
     """Write documents of random Pang & Lee sentences to ``path`` until it holds ``size_bytes``; return the documents."""
-    sentences = [sentence for _, review in resources.pang_lee_reviews() for sentence in split_sentences(review)]
+    sentences = [sentence for _, review in downloads.pang_lee_reviews() for sentence in split_sentences(review)]
     rng = random.Random(seed)
     written = documents = 0
     with path.open("w", encoding="utf-8") as out:
@@ -104,7 +104,7 @@ def prepare(args: argparse.Namespace, workdir: Path) -> str:
         output = workdir / f"prepared-{num_proc}"
         command = [
             sys.executable, "-m", "mlm_suite.cli", "prepare-data", "--train_file", str(corpus),
-            "--tokenizer_name", str(resources.minilm_dir()), "--output_dir", str(output), "--max_seq_length", "128",
+            "--tokenizer_name", str(downloads.minilm_dir()), "--output_dir", str(output), "--max_seq_length", "128",
             "--preprocessing_num_workers", str(num_proc), *(["--packing"] if args.packing else []),
         ]  # fmt: skip
         result = timed_run(command, re.compile(r"tokens/s"))

@@ -49,13 +49,13 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer, TrainingArguments
 
-from mlm_suite.data import resources
-from mlm_suite.data.chunking import tokenize_for_mlm
-from mlm_suite.data.masking import DataCollatorForMaskedLM
+from mlm_suite.data.inputs import downloads
+from mlm_suite.data.pretraining.chunking import tokenize_for_mlm
+from mlm_suite.data.pretraining.masking import DataCollatorForMaskedLM
 from mlm_suite.data.padding import DataCollatorForPadding, DataCollatorForTokenLabels
 from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, finetune_retrieval, pretrain
-from mlm_suite.data.tokenization import train_wordpiece_tokenizer
-from mlm_suite.data.worker_batches import OneBufferCollator
+from mlm_suite.data.pretraining.vocabulary import train_wordpiece_tokenizer
+from mlm_suite.training.worker_batches import OneBufferCollator
 from mlm_suite.training.trainer import JobTrainer
 from mlm_suite.training.controls import rows_per_step
 
@@ -121,7 +121,7 @@ def collator_rows(quick: bool, finetune_model: str | None) -> list[tuple[str, st
     """``(collator, batch shape, rows/s)`` for each job's collator at its batch shapes (fine-tuning collators with
     ``finetune_model``'s tokenizer, else MiniLM's, the fine-tuning jobs' default)."""
     repeats = 3 if quick else 20
-    reviews = [text for _, text in resources.pang_lee_reviews()][: 40 if quick else 300]
+    reviews = [text for _, text in downloads.pang_lee_reviews()][: 40 if quick else 300]
     wordpiece = train_wordpiece_tokenizer(reviews, vocab_size=2048)
     results = []
     for length, batch_size in ((64, 16), (128, 128)):
@@ -137,9 +137,9 @@ def collator_rows(quick: bool, finetune_model: str | None) -> list[tuple[str, st
 
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(finetune_model or resources.minilm_dir())
-    sentences = [text for _, text in resources.pang_lee_sentences()][:2000]
-    tweets = [words for words, _ in resources.read_wnut16()][:1000]
+    tokenizer = AutoTokenizer.from_pretrained(finetune_model or downloads.minilm_dir())
+    sentences = [text for _, text in downloads.pang_lee_sentences()][:2000]
+    tweets = [words for words, _ in downloads.read_wnut16()][:1000]
     sentence_rows = [dict(tokenizer(text, truncation=True, max_length=128), label=0) for text in sentences]
     encoded = tokenizer(tweets, is_split_into_words=True, truncation=True, max_length=128)
     tweet_rows = [{"input_ids": ids, "attention_mask": [1] * len(ids), "labels": [0] * len(ids)} for ids in encoded["input_ids"]]
@@ -235,7 +235,7 @@ def overhead_model(folder: Path) -> Path:
 
     from mlm_suite import MlmSuiteConfig, MlmSuiteModel
 
-    tokenizer = AutoTokenizer.from_pretrained(resources.minilm_dir())
+    tokenizer = AutoTokenizer.from_pretrained(downloads.minilm_dir())
     config = MlmSuiteConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                             intermediate_size=64, max_position_embeddings=128)  # fmt: skip
     torch.manual_seed(0)
@@ -246,7 +246,7 @@ def overhead_model(folder: Path) -> Path:
 
 def overhead_corpus(folder: Path) -> list[str]:
     """Pretraining flags for 300 of the embedded reviews (and 20 held out), written to ``folder``."""
-    reviews = [text for _, text in resources.pang_lee_reviews()][:320]
+    reviews = [text for _, text in downloads.pang_lee_reviews()][:320]
     (folder / "train.txt").write_text("\n\n".join(reviews[:300]), encoding="utf-8")
     (folder / "validation.txt").write_text("\n\n".join(reviews[300:]), encoding="utf-8")
     return ["--train_file", str(folder / "train.txt"), "--validation_file", str(folder / "validation.txt")]
@@ -301,7 +301,7 @@ def worker_transfer_ms(collate: Callable[[list], Any], batches: int) -> float:
 
 def worker_transfers(batches: int, shapes: list[tuple[int, int, int]] = TRANSFER_SHAPES) -> list[dict]:
     """Per batch shape: what receiving a worker's batch costs the training process, tensor by tensor (torch's
-    default) and in one transfer (:class:`~mlm_suite.data.worker_batches.OneBufferCollator`)."""
+    default) and in one transfer (:class:`~mlm_suite.training.worker_batches.OneBufferCollator`)."""
     results = []
     for rows, length, tensors in shapes:
         collate = ZerosBatch(rows, length, tensors)

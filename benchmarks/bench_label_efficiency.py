@@ -18,8 +18,8 @@ jobs (``--threads 1``), 4 of them pretraining.
 1. **Data.** The sentiment task (``finetune-cls``'s embedded default: the 4,000 Pang & Lee sentence-polarity
    snippets, negative/positive) split 80/10/10 once, with ``--split_seed`` (42: the job's default split), so
    every start, size and seed is scored on the same validation and test sentences. Per seed,
-   :func:`mlm_suite.data.subsets.balanced_nested_subsets` draws class-balanced subsets of ``--sizes`` from the
-   training split only (nested: for one seed the 32 examples lie inside the 64, ...); ``all`` is the whole
+   :func:`mlm_suite.data.finetuning.subsets.balanced_nested_subsets` draws class-balanced subsets of ``--sizes`` from
+   the training split only (nested: for one seed the 32 examples lie inside the 64, ...); ``all`` is the whole
    training split. Each subset is written to a JSON-lines file and fine-tuned with ``--train_file
    --validation_file --test_file`` (the job itself is unchanged).
 2. **Starts.** (a) ``random``: the main job's architecture and tokenizer, newly initialised (``--init random``
@@ -67,11 +67,13 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from mlm_suite.data import resources
-from mlm_suite.data.subsets import balanced_nested_subsets
+from mlm_suite.convert import converted_minilm_dir
+from mlm_suite.data.finetuning.subsets import balanced_nested_subsets
+from mlm_suite.data.inputs import downloads
+from mlm_suite.data.inputs.readers import split_80_10_10
+from mlm_suite.data.pretraining.documents import read_documents
 from mlm_suite.evaluation.intervals import mean_interval
 from mlm_suite.jobs import finetune_cls, pretrain
-from mlm_suite.data.readers import read_documents, split_80_10_10
 
 STARTS = {
     "random": "(a) random init, main architecture",
@@ -125,7 +127,7 @@ def normalise(text: str) -> str:
 
 def sentiment_splits(split_seed: int) -> dict[str, list[dict[str, str]]]:
     """The sentiment sentences as ``{split: [{"text", "label"}]}``, split 80/10/10 as ``finetune-cls`` splits them."""
-    examples = [{"text": text, "label": LABEL_NAMES[label]} for label, text in resources.pang_lee_sentences()]
+    examples = [{"text": text, "label": LABEL_NAMES[label]} for label, text in downloads.pang_lee_sentences()]
     return dict(zip(("train", "validation", "test"), split_80_10_10(examples, split_seed)))
 
 
@@ -249,14 +251,14 @@ def build_starts(args: argparse.Namespace, root: Path, tapt_corpus: Path) -> dic
         starts["main"] = {"path": main_dir, "flags": [], "how": how}
         starts["random"] = {"path": main_dir, "flags": ["--init", "random"], "how": "`--init random` on (b)'s folder"}
     if wanted & {"minilm", "minilm_dapt"}:
-        minilm = resources.converted_minilm_dir()
+        minilm = converted_minilm_dir()
         # [CLS] pooling, as the published curves were measured (the jobs' default then; the default is now MiniLM's
         # mean pooling, which (d)'s continued checkpoint carries).
         starts["minilm"] = {"path": minilm, "flags": ["--classifier_pooling", "cls"],
-                            "how": "`resources.converted_minilm_dir()`, `--classifier_pooling cls`"}
+                            "how": "`convert.converted_minilm_dir()`, `--classifier_pooling cls`"}
     if "minilm_dapt" in wanted:
         folder = root / "pretrain_minilm_dapt"
-        results = run_once(pretrain, ["--model_name_or_path", str(resources.minilm_dir()), *shlex.split(args.dapt_flags)],
+        results = run_once(pretrain, ["--model_name_or_path", str(downloads.minilm_dir()), *shlex.split(args.dapt_flags)],
                            folder)
         starts["minilm_dapt"] = {"path": folder, "flags": [], "how": (
             f"`mlm-suite pretrain --model_name_or_path MINILM {args.dapt_flags}` on "
@@ -611,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
     reviews_read_by = [label for label, read in (("(b)", set(args.starts) & {"random", "main", "main_tapt"}),
                                                  ("(d)", "minilm_dapt" in args.starts and not dapt_file)) if read]
     if reviews_read_by:
-        corpora[f"Pang & Lee reviews ({', '.join(reviews_read_by)})"] = [text for _, text in resources.pang_lee_reviews()]
+        corpora[f"Pang & Lee reviews ({', '.join(reviews_read_by)})"] = [text for _, text in downloads.pang_lee_reviews()]
     if dapt_file:
         corpora[f"{dapt_file} ((d))"] = read_documents(dapt_file)  # as the pretraining job reads its --train_file
     if "main_tapt" in args.starts:

@@ -31,7 +31,7 @@ from transformers import (
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_job_throughput import QUIET, bare_loop_steps_per_second, capture_trainer  # noqa: E402
 
-from mlm_suite.data import resources  # noqa: E402
+from mlm_suite.data.inputs import downloads  # noqa: E402
 from mlm_suite.jobs import pretrain  # noqa: E402
 
 SHORTEST, LONGEST = 16, 128
@@ -42,7 +42,7 @@ TINY_OVERRIDES = "num_hidden_layers=2,hidden_size=64,num_attention_heads=2,inter
 def variable_rows(tokenizer, count: int, seed: int = 0) -> list[str]:
     """``count`` documents of SHORTEST..LONGEST tokens with [CLS] and [SEP]: pieces of the embedded reviews."""
     rng = random.Random(seed)
-    texts = [text for _, text in resources.pang_lee_reviews()]
+    texts = [text for _, text in downloads.pang_lee_reviews()]
     ids = [token for row in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] for token in row]
     documents, start = [], 0
     for _ in range(count):
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     quick = args.quick
     batch_sizes, steps, warmup = ([8], 4, 4) if quick else (args.batch_sizes, args.steps, args.warmup)
 
-    tokenizer = AutoTokenizer.from_pretrained(resources.minilm_dir())  # bert-base-uncased's vocabulary
+    tokenizer = AutoTokenizer.from_pretrained(downloads.minilm_dir())  # bert-base-uncased's vocabulary
     documents = variable_rows(tokenizer, 600 if quick else 20000)
     mean_length = sum(min(LONGEST, len(ids)) for ids in tokenizer(documents)["input_ids"]) / len(documents)
     with tempfile.TemporaryDirectory() as folder:

@@ -45,11 +45,11 @@ from pathlib import Path
 from transformers import AutoTokenizer, TrainingArguments
 
 from mlm_suite import MlmSuiteForMaskedLM
-from mlm_suite.data.pretraining import first_rows
+from mlm_suite.data.inputs.readers import first_n
 from mlm_suite.jobs import pretrain
 from mlm_suite.evaluation.intervals import mean_interval
 from mlm_suite.evaluation.masked_lm import make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics
-from mlm_suite.data.tokenization import train_wordpiece_tokenizer
+from mlm_suite.data.pretraining.vocabulary import train_wordpiece_tokenizer
 from mlm_suite.training.pretraining import PretrainingTrainer, evaluation_collator
 
 TODAY = "today's recipe"
@@ -111,7 +111,7 @@ def evaluate_at_job_rows(folder: Path, job_args: list[str]) -> dict:
     corpus = pretrain.open_corpus(plan)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     baseline_token_id = corpus.baseline_token_id(tokenizer, corpus.train_rows(tokenizer, 0))
-    eval_features = first_rows(corpus.eval_rows(tokenizer), args.max_eval_samples)
+    eval_features = first_n(corpus.eval_rows(tokenizer), args.max_eval_samples)
     training_args = TrainingArguments(
         output_dir=str(folder / "eval"), per_device_eval_batch_size=64, report_to="none", disable_tqdm=True,
         remove_unused_columns=False, include_for_metrics=["inputs"],

@@ -33,9 +33,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from mlm_suite.data import resources
+from mlm_suite.data.inputs import downloads
 from mlm_suite.jobs import finetune_cls, finetune_pair, pretrain
-from mlm_suite.data.readers import split_80_10_10
+from mlm_suite.data.inputs.readers import split_80_10_10
 
 TASKS = {"sentiment": finetune_cls, "coherence": finetune_pair}
 STARTS = ("mlm", "mlm_nsp", "random")
@@ -49,18 +49,18 @@ MIN_OVERLAP_WORDS = 8
 def coherence_eval_reviews(seeds: list[int]) -> set[int]:
     """Indices of the reviews in the coherence task's validation or test split for any of ``seeds``.
 
-    ``mlm_suite.data.builtin.review_coherence_splits`` splits the review list 80/10/10 with the run's seed before it builds pairs.
+    ``mlm_suite.data.inputs.builtin.review_coherence_splits`` splits the review list 80/10/10 with the run's seed before it builds pairs.
     """
     held_out: set[int] = set()
     for seed in seeds:
-        _, validation, test = split_80_10_10(list(range(len(resources.pang_lee_reviews()))), seed)
+        _, validation, test = split_80_10_10(list(range(len(downloads.pang_lee_reviews()))), seed)
         held_out |= set(validation) | set(test)
     return held_out
 
 
 def write_corpus(path: Path, seeds: list[int]) -> dict[str, int]:
     """The pretraining corpus as JSON lines; returns its review counts."""
-    reviews = resources.pang_lee_reviews()
+    reviews = downloads.pang_lee_reviews()
     excluded = coherence_eval_reviews(seeds)
     kept = [text for index, (_, text) in enumerate(reviews) if index not in excluded]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -74,8 +74,8 @@ def sentiment_sentences_in_reviews() -> tuple[int, int]:
     def normalise(text: str) -> str:
         return re.sub(r"\s+", " ", text.lower()).strip()
 
-    corpus = "\n".join(normalise(text) for _, text in resources.pang_lee_reviews())
-    long = [text for _, text in resources.pang_lee_sentences() if len(text.split()) >= MIN_OVERLAP_WORDS]
+    corpus = "\n".join(normalise(text) for _, text in downloads.pang_lee_reviews())
+    long = [text for _, text in downloads.pang_lee_sentences() if len(text.split()) >= MIN_OVERLAP_WORDS]
     return sum(normalise(text) in corpus for text in long), len(long)
 
 

@@ -39,8 +39,8 @@ from pathlib import Path
 
 import torch
 
-from mlm_suite.data import resources
-from mlm_suite.data.builtin import wordnet_gloss_splits
+from mlm_suite.data.inputs import downloads
+from mlm_suite.data.inputs.builtin import wordnet_gloss_splits
 from mlm_suite.jobs import finetune_retrieval
 from mlm_suite.evaluation.retrieval import rank_documents, retrieval_metrics
 
@@ -56,7 +56,7 @@ def score_sentence_transformer(model, split) -> dict[str, float]:
 def sentence_transformers_minilm(max_seq_length: int):
     from sentence_transformers import SentenceTransformer, models
 
-    transformer = models.Transformer(str(resources.minilm_dir()), max_seq_length=max_seq_length)
+    transformer = models.Transformer(str(downloads.minilm_dir()), max_seq_length=max_seq_length)
     pooling = models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode="mean")
     return SentenceTransformer(modules=[transformer, pooling, models.Normalize()], device="cpu")
 

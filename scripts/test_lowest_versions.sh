@@ -37,11 +37,12 @@ test_tools=("pytest>=9" "pytest-xdist>=3.6.1")
 # the parts of the other direct dependencies they do not reach (evaluate's metric modules, matplotlib's plots,
 # scikit-learn's and scipy's scores).
 tests=(
-    tests/data/test_chunking.py tests/data/test_packing.py tests/data/test_nsp.py tests/data/test_masking.py
-    tests/data/test_tokenization.py tests/data/test_alignment.py tests/data/test_streaming.py
+    tests/data/pretraining/test_chunking.py tests/data/pretraining/test_packing.py tests/data/pretraining/test_nsp.py
+    tests/data/pretraining/test_masking.py tests/data/pretraining/test_vocabulary.py tests/data/finetuning/test_alignment.py
+    tests/data/pretraining/test_streaming.py
     tests/model/test_modeling_mlm_suite.py tests/model/test_heads.py tests/e2e/test_pretrain.py
     tests/e2e/test_finetune.py tests/jobs/test_checkpoints.py tests/conformance/test_training_semantics.py
-    tests/data/test_schedules.py tests/evaluation/test_metric_modules.py tests/evaluation/test_plots.py
+    tests/data/pretraining/test_schedules.py tests/evaluation/test_metric_modules.py tests/evaluation/test_plots.py
     tests/evaluation/test_classification.py tests/evaluation/test_intervals.py tests/cards/test_metadata.py
     tests/jobs/test_commands.py tests/conformance/test_package_layout.py tests/training/test_trainer.py
     tests/e2e/test_hostile_minor.py tests/e2e/test_hostile_writes.py tests/e2e/test_hostile_reruns.py

@@ -1,6 +1,6 @@
 """Fixtures shared by the whole test tree: tiny configurations, random inputs, a random tiny HF BERT, the real
-MiniLM-L6 folder and tokenizer (fetched offline from a package registry, see ``mlm_suite.data.resources``), a tiny
-saved model, small data files of every kind, a pretraining corpus and a retrieval task.
+MiniLM-L6 folder and tokenizer (fetched offline from a package registry, see ``mlm_suite.data.inputs.downloads``), a
+tiny saved model, small data files of every kind, a pretraining corpus and a retrieval task.
 
 Builders that cost time are session-scoped and read-only: a test that changes a folder copies it first. Fixtures that
 return factories (``tiny_config``, ``random_batch``, ``tiny_bert_config``) can be called several times per test with
@@ -20,7 +20,7 @@ import torch
 
 import mlm_suite  # noqa: F401  (registers the Auto classes)
 from mlm_suite import MlmSuiteConfig, MlmSuiteModel
-from mlm_suite.data import resources
+from mlm_suite.data.inputs import downloads
 from tests.helpers import (
     RETRIEVAL_OTHERS,
     RETRIEVAL_WORDS,
@@ -96,7 +96,7 @@ def warm_python(tmp_path_factory):
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     """The real all-MiniLM-L6-v2 BERT folder (weights + tokenizer files)."""
-    return resources.minilm_dir()
+    return downloads.minilm_dir()
 
 
 @pytest.fixture(scope="session")

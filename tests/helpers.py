@@ -54,7 +54,8 @@ from mlm_suite import (
     MlmSuiteModel,
 )
 from mlm_suite.cli import main
-from mlm_suite.data import WORD_ID_SENTINEL, DataCollatorForMaskedLM, resources
+from mlm_suite.data.inputs import downloads
+from mlm_suite.data.pretraining import WORD_ID_SENTINEL, DataCollatorForMaskedLM
 from mlm_suite.jobs.output_folder import lock_path
 
 
@@ -423,11 +424,11 @@ def write_jsonl(path: Path, rows) -> Path:
 
 def polarity_rows(start: int, stop: int) -> list[dict]:
     return [{"review": text, "label": "positive" if label == 1 else "negative"}
-            for label, text in resources.pang_lee_sentences()[start:stop]]
+            for label, text in downloads.pang_lee_sentences()[start:stop]]
 
 
 def write_pairs(path: Path, labels) -> Path:
-    sentences = [text for _, text in resources.pang_lee_sentences()[:60]]
+    sentences = [text for _, text in downloads.pang_lee_sentences()[:60]]
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["premise", "hypothesis", "label"])

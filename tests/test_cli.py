@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from mlm_suite.data import resources
+from mlm_suite.data.inputs import downloads
 from mlm_suite.cli import SUBCOMMANDS, main
 from mlm_suite.errors import FetchError, UsageError, is_user_error
 from mlm_suite.jobs.distributed import command_prog, run_job
@@ -446,8 +446,8 @@ def test_fetch_distribution_reports_what_it_fetches_and_its_size(tmp_path, monke
             wheel.writestr("fake_pkg/data.bin", b"\0" * 2_500_000)
         return subprocess.CompletedProcess(command, 0, "  Downloading fake_pkg-1.0-py3-none-any.whl (2.5 MB)\n", "")
 
-    monkeypatch.setattr(resources.subprocess, "run", fake_pip)
-    path = resources.fetch_distribution("fake-pkg==1.0")
+    monkeypatch.setattr(downloads.subprocess, "run", fake_pip)
+    path = downloads.fetch_distribution("fake-pkg==1.0")
     out, err = capsys.readouterr()
     assert out == ""  # the job's stdout stays for its results
     assert err.splitlines() == [
@@ -456,10 +456,10 @@ def test_fetch_distribution_reports_what_it_fetches_and_its_size(tmp_path, monke
         "mlm_suite: fetched fake_pkg-1.0-py3-none-any.whl (2.5 MB)",
     ]
     assert "--quiet" not in commands[0] and "-q" not in commands[0]
-    assert resources.fetch_distribution("fake-pkg==1.0") == path and len(commands) == 1  # cached: silent
+    assert downloads.fetch_distribution("fake-pkg==1.0") == path and len(commands) == 1  # cached: silent
     assert capsys.readouterr().err == ""
     with pytest.raises(FetchError, match="could not download 'broken-pkg==1.0'.*\n.*No matching distribution") as info:
-        resources.fetch_distribution("broken-pkg==1.0")
+        downloads.fetch_distribution("broken-pkg==1.0")
     assert is_user_error(info.value) and isinstance(info.value, RuntimeError)
 
 

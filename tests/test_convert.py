@@ -4,7 +4,8 @@ HF's own ``save_pretrained``) convert to mlm_suite folders whose hidden states (
 pooler, MLM and NSP logits match HF's; every fine-tuned head (NSP, sequence classification with each
 ``problem_type``, token classification, QA) converts with its labels and gives BERT's logits and loss;
 a sentence-transformers folder's pooling is carried into the config; the real MiniLM-L6 weights and
-tokenizer too; and the conversion errors, in the library and through ``mlm-suite convert-bert``.
+tokenizer too, and the jobs' default start (MiniLM converted once into the cache); and the conversion errors, in the
+library and through ``mlm-suite convert-bert``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from transformers import (
 import mlm_suite
 from tests.helpers import assert_one_line_error, make_random_batch, make_tiny_bert_config, make_tiny_config, run_cli
 from mlm_suite import MlmSuiteForMaskedLM, MlmSuiteForPreTraining, MlmSuiteModel, convert_bert_checkpoint
-from mlm_suite.convert import convert_bert_state_dict
+from mlm_suite.convert import CONVERTED_MINILM_FOLDER, convert_bert_state_dict, converted_minilm_dir
 from mlm_suite.errors import UsageError
 from mlm_suite.model import (
     MlmSuiteForNextSentencePrediction,
@@ -210,6 +211,16 @@ def test_real_minilm_conversion(minilm_dir, tmp_path):
         embeddings = MlmSuiteForSentenceEmbedding.from_pretrained(dst).eval()(**inputs).embeddings
     assert_outputs_match(ours, theirs, batch["attention_mask"].bool())
     torch.testing.assert_close(embeddings, F.normalize(mean, dim=-1), atol=1e-5, rtol=0)
+
+
+def test_the_default_fine_tuning_start_keeps_the_mean_pooling_minilm_was_trained_for():
+    """Chosen on validation by benchmarks/bench_default_pooling.py; a cache converted under the earlier [CLS] rule
+    sits in another folder and is not reused (the damaged-cache and concurrency paths: tests/e2e/test_hostile_files.py).
+    """
+    folder = converted_minilm_dir()
+    assert folder.name == CONVERTED_MINILM_FOLDER != "minilm-l6-mlm_suite"
+    config = json.loads((folder / "config.json").read_text())
+    assert (config["classifier_pooling"], config["sentence_pooling"], config["normalize_embeddings"]) == ("mean", "mean", True)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,14 +18,13 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
+from mlm_suite.data.words import split_words
+
 LayerSpec = Union[str, Sequence[int]]
 ArrayLike = Union[torch.Tensor, np.ndarray, Sequence[Sequence[float]]]
 
 LAYER_CHOICES = ("last", "last4_mean", "last4_sum")
 POOLING_CHOICES = ("mean", "first")
-# Word/punctuation split: runs of word characters, or single punctuation marks. This matches
-# how BERT's basic tokenizer pre-splits text, so no word shares a piece with its neighbour.
-WORD_PATTERN = re.compile(r"\w+|[^\w\s]")
 # Below this many batches a progress bar is more noise than help.
 _PROGRESS_MIN_BATCHES = 10
 # anisotropy() draws its pairs in blocks of this many (8 MB of indices) and gathers at most this many vector entries at
@@ -34,11 +32,6 @@ _PROGRESS_MIN_BATCHES = 10
 # draws the same pairs whatever the vectors' width.
 _PAIRS_PER_DRAW = 1 << 20
 _ENTRIES_PER_PRODUCT = 1 << 18
-
-
-def split_words(text: str) -> list[tuple[str, int, int]]:
-    """Split raw text into ``(word, start, end)`` character spans with :data:`WORD_PATTERN`."""
-    return [(match.group(), match.start(), match.end()) for match in WORD_PATTERN.finditer(text)]
 
 
 def _as_float_tensor(vectors: ArrayLike, name: str = "vectors") -> torch.Tensor:
@@ -172,7 +165,7 @@ class ContextualEmbedder:
         return torch.stack([sentence[target] for sentence, target in zip(vectors, targets)])
 
     def embed_texts(self, texts: Sequence[str]) -> list[TextEmbedding]:
-        """Embed raw texts, split into words with :func:`split_words` (word/punctuation split).
+        """Embed raw texts, split into words as BERT pre-splits them (:func:`~mlm_suite.data.words.split_words`).
 
         Returns:
             One :class:`TextEmbedding` per text, whose ``vectors`` has shape ``(n_words, hidden)``.

@@ -16,16 +16,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from mlm_suite.data import resources
 from mlm_suite.analysis.embeddings import (
-    WORD_PATTERN,
     ContextualEmbedder,
     SenseCentroidClassifier,
     Standardizer,
     accuracy,
     most_frequent_sense_baseline,
 )
-from mlm_suite.data.text_files import open_text
+from mlm_suite.data.inputs import downloads
+from mlm_suite.data.inputs.readers import read_json_lines
+from mlm_suite.data.words import split_words
 from mlm_suite.errors import InputIndexError
 
 POS_NAMES = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
@@ -73,7 +73,7 @@ class WordNet:
     Args:
         pos: parts of speech to load (``"n"``, ``"v"``, ``"a"``, ``"r"``).
         reader: ``filename -> text`` of a WordNet database file; default: the WordNet 3.0 copy
-            of :func:`mlm_suite.data.resources.wordnet_file` (``data.noun`` comes as two halves there).
+            of :func:`mlm_suite.data.inputs.downloads.wordnet_file` (``data.noun`` comes as two halves there).
     """
 
     def __init__(self, pos: Iterable[str] = ("n", "v"), reader=None) -> None:
@@ -110,8 +110,8 @@ class WordNet:
 def _read_packaged_file(name: str) -> str:
     if name == "data.noun":
         # The packaged noun data is split in two; the first half does not end with a newline.
-        return resources.wordnet_file("data.noun1").rstrip("\n") + "\n" + resources.wordnet_file("data.noun2")
-    return resources.wordnet_file(name)
+        return downloads.wordnet_file("data.noun1").rstrip("\n") + "\n" + downloads.wordnet_file("data.noun2")
+    return downloads.wordnet_file(name)
 
 
 def parse_data_line(line: str) -> Synset | None:
@@ -154,8 +154,8 @@ def inflections(lemma: str) -> set[str]:
 
 
 def tokenize(text: str) -> list[str]:
-    """Words and punctuation marks of ``text`` (the split of :func:`mlm_suite.analysis.embeddings.split_words`)."""
-    return WORD_PATTERN.findall(text)
+    """Words and punctuation marks of ``text``, as BERT pre-splits them (:func:`mlm_suite.data.words.split_words`)."""
+    return [word for word, _, _ in split_words(text)]
 
 
 def find_target(tokens: Sequence[str], lemma: str) -> int | None:
@@ -263,31 +263,22 @@ def read_jsonl(path: str | Path) -> list[WSDInstance]:
     Without ``lemma``, the lower-cased target token is the word key.
     """
     instances = []
-    with open_text(path) as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{where}: not valid JSON ({error})") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
-            missing = [key for key in ("tokens", "target", "sense") if key not in record]
-            if missing:
-                raise ValueError(f"{where}: missing field(s) {missing}")
-            tokens, target = record["tokens"], record["target"]
-            if not isinstance(tokens, list) or not all(isinstance(token, str) for token in tokens):
-                raise ValueError(f"{where}: 'tokens' must be a list of strings")
-            if not isinstance(target, int) or isinstance(target, bool):
-                raise ValueError(f"{where}: 'target' must be an integer, got {target!r}")
-            if not 0 <= target < len(tokens):
-                raise InputIndexError(f"{where}: target index {target} is outside the sentence, which has {len(tokens)} tokens")
-            if record["sense"] is None or not str(record["sense"]).strip():
-                raise ValueError(f"{where}: no 'sense' (got {record['sense']!r})")
-            lemma = record.get("lemma") or tokens[target].lower()
-            instances.append(WSDInstance(tuple(tokens), target, lemma, str(record["sense"])))
+    for line_number, record in read_json_lines(path):
+        where = f"{path} line {line_number}"
+        missing = [key for key in ("tokens", "target", "sense") if key not in record]
+        if missing:
+            raise ValueError(f"{where}: missing field(s) {missing}")
+        tokens, target = record["tokens"], record["target"]
+        if not isinstance(tokens, list) or not all(isinstance(token, str) for token in tokens):
+            raise ValueError(f"{where}: 'tokens' must be a list of strings")
+        if not isinstance(target, int) or isinstance(target, bool):
+            raise ValueError(f"{where}: 'target' must be an integer, got {target!r}")
+        if not 0 <= target < len(tokens):
+            raise InputIndexError(f"{where}: target index {target} is outside the sentence, which has {len(tokens)} tokens")
+        if record["sense"] is None or not str(record["sense"]).strip():
+            raise ValueError(f"{where}: no 'sense' (got {record['sense']!r})")
+        lemma = record.get("lemma") or tokens[target].lower()
+        instances.append(WSDInstance(tuple(tokens), target, lemma, str(record["sense"])))
     if not instances:
         raise ValueError(f"{path}: no instances")
     return instances

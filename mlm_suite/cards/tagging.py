@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from mlm_suite.cards.rendering import label_table, markdown_table
-from mlm_suite.data.tagging import NO_SCHEME
+from mlm_suite.data.finetuning.tagging import NO_SCHEME
 from mlm_suite.evaluation.entities import MODES, per_tag_rows
 
 

@@ -1,44 +1,13 @@
-"""Data pipeline: tokenisation with word ids, dynamic masking, NSP pairs, packing, fast padding collators,
-word/sub-word label alignment and entity prediction on raw text, WordPiece training and multilingual sampling.
-The jobs' input files are read in :mod:`mlm_suite.data.readers`, their built-in datasets listed in
-:mod:`mlm_suite.data.builtin`. See docs/data.md."""
+"""Data pipelines, grouped by the job that runs them (see docs/data.md):
 
-from mlm_suite.data.alignment import (
-    align_labels,
-    b_to_i_map,
-    document_word_predictions,
-    predict_entities,
-    tokenize_and_align,
-    word_predictions,
-)
-from mlm_suite.data.chunking import WORD_ID_SENTINEL, tokenize_for_mlm
-from mlm_suite.data.masking import DataCollatorForMaskedLM, MaskingEpochCallback, count_tokens
-from mlm_suite.data.nsp import build_nsp_examples, nsp_map_function, split_sentences
-from mlm_suite.data.packing import document_boundaries, pack_documents, packing_map_function
-from mlm_suite.data.padding import DataCollatorForPadding, DataCollatorForTokenLabels
-from mlm_suite.data.tokenization import language_sampling_probs, sample_multilingual_corpus, train_wordpiece_tokenizer
+* :mod:`mlm_suite.data.inputs`: the jobs' input files and Hub datasets read into rows, one reader per format; the
+  built-in datasets and the registry downloads they are read from.
+* :mod:`mlm_suite.data.pretraining`: documents → model rows (chunked, packed or NSP pairs; in memory, prepared or
+  streamed) → masked batches, the masking-rate and batch-size schedules, and WordPiece vocabularies.
+* :mod:`mlm_suite.data.finetuning`: labels (which rows have one, the label list), tag schemes, word/sub-token label
+  alignment and entity prediction on raw text, and class-balanced training subsets.
 
-__all__ = [
-    "WORD_ID_SENTINEL",
-    "DataCollatorForMaskedLM",
-    "DataCollatorForPadding",
-    "DataCollatorForTokenLabels",
-    "MaskingEpochCallback",
-    "align_labels",
-    "b_to_i_map",
-    "build_nsp_examples",
-    "count_tokens",
-    "document_boundaries",
-    "document_word_predictions",
-    "language_sampling_probs",
-    "nsp_map_function",
-    "pack_documents",
-    "packing_map_function",
-    "predict_entities",
-    "sample_multilingual_corpus",
-    "split_sentences",
-    "tokenize_and_align",
-    "tokenize_for_mlm",
-    "train_wordpiece_tokenizer",
-    "word_predictions",
-]
+Shared by both pipelines: the padding collators and their primitives (:mod:`mlm_suite.data.padding`), flattened
+batches (:mod:`mlm_suite.data.flattening`), the options of ``datasets.map`` (:mod:`mlm_suite.data.mapping`) and the
+word splitter of raw text (:mod:`mlm_suite.data.words`).
+"""

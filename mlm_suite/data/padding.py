@@ -32,7 +32,7 @@ _OFTEN_UNIFORM = ("attention_mask", "token_type_ids")
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
-# Shared with mlm_suite.data.masking (the MLM collator pads the same way).
+# Shared with mlm_suite.data.pretraining.masking (the MLM collator pads the same way).
 
 
 def column_values(features: Sequence[Mapping[str, Any]], key: str, lengths: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from mlm_suite.data import resources
+from mlm_suite.data.inputs import downloads
 from mlm_suite.evaluation.entities import paired_bootstrap
 from mlm_suite.evaluation.tagging_metrics import main_metric, predicted_tags
 
@@ -35,10 +35,10 @@ def compare_with_hf_baseline(
     """
     from transformers import AutoTokenizer, BertForTokenClassification, set_seed
 
-    tokenizer = AutoTokenizer.from_pretrained(resources.minilm_dir())
+    tokenizer = AutoTokenizer.from_pretrained(downloads.minilm_dir())
     set_seed(seed)
     model = BertForTokenClassification.from_pretrained(
-        resources.minilm_dir(), num_labels=len(label_list), id2label=dict(enumerate(label_list)),
+        downloads.minilm_dir(), num_labels=len(label_list), id2label=dict(enumerate(label_list)),
         label2id={label: index for index, label in enumerate(label_list)},
     )
     baseline, trainer, datasets = fit(model, tokenizer)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from mlm_suite.data.tagging import NO_SCHEME, ALLOWED_PREFIXES, UnknownTagError, normalize_scheme, parse_tag
+from mlm_suite.data.finetuning.tagging import NO_SCHEME, ALLOWED_PREFIXES, UnknownTagError, normalize_scheme, parse_tag
 
 MODES = ("conlleval", "strict")
 
@@ -75,7 +75,7 @@ def entity_scores(
     Args:
         gold: reference tag sequences, one list of tags per sentence.
         pred: predicted tag sequences, same shape as ``gold``.
-        scheme: tag scheme (see :mod:`mlm_suite.data.tagging`); may be None only in conlleval mode.
+        scheme: tag scheme (see :mod:`mlm_suite.data.finetuning.tagging`); may be None only in conlleval mode.
         mode: ``"conlleval"``: seqeval's default, which counts chunks as the CoNLL script conlleval.pl does,
             leniently (``I-X`` after ``O`` or after another type starts an entity, a type switch inside a span
             ends one entity and starts another); the scheme only checks that every tag's prefix belongs to it,

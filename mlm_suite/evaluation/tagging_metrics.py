@@ -3,8 +3,8 @@
 before they are gathered (Viterbi with a CRF), the predicted tags kept for the paired bootstrap, and the per-split
 figures. Scores are word-level: evaluation data are aligned with the ``first`` strategy (one label per word). They
 are sentence-level too: a sentence longer than a window is read in overlapping windows, whose predictions are
-merged back into one label per word (:class:`~mlm_suite.data.alignment.SentenceWindows`) before anything is scored.
-See docs/finetuning.md.
+merged back into one label per word (:class:`~mlm_suite.data.finetuning.alignment.SentenceWindows`) before anything is
+scored. See docs/finetuning.md.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from mlm_suite.data.alignment import SentenceWindows
-from mlm_suite.data.tagging import NO_SCHEME
+from mlm_suite.data.finetuning.alignment import SentenceWindows
+from mlm_suite.data.finetuning.tagging import NO_SCHEME
 from mlm_suite.evaluation.entities import (
     MODES,
     entity_counts,

@@ -20,9 +20,10 @@ from pathlib import Path
 
 from transformers import AutoModel
 
-from mlm_suite.data import resources
-from mlm_suite.data.builtin import BUILTIN_DATASETS
-from mlm_suite.analysis.embeddings import ContextualEmbedder, layerwise_anisotropy, save_json, split_words
+from mlm_suite.analysis.embeddings import ContextualEmbedder, layerwise_anisotropy, save_json
+from mlm_suite.convert import converted_minilm_dir
+from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
+from mlm_suite.data.words import split_words
 from mlm_suite.errors import UsageError
 from mlm_suite.evaluation.plots import plot_anisotropy
 from mlm_suite.jobs.distributed import command_prog
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     sample = random.Random(args.seed).sample(texts, args.num_sentences)
     sentences = [[word for word, _, _ in split_words(text)] for text in sample]
 
-    model_path = args.model_name_or_path or str(resources.converted_minilm_dir())
+    model_path = args.model_name_or_path or str(converted_minilm_dir())
     config = pretrained_config(model_path)
     tokenizer = pretrained_tokenizer(model_path)
     check_vocabulary(tokenizer, config, model_path, model_path)

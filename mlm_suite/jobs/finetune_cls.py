@@ -16,8 +16,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from mlm_suite.data.builtin import BUILTIN_DATASETS
-from mlm_suite.data.readers import load_intermediate, load_labelled_text_splits
+from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
+from mlm_suite.data.inputs.readers import load_intermediate, load_labelled_text_splits
 from mlm_suite.jobs.arguments import parse_arguments
 from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
 from mlm_suite.jobs.checkpoints import resume_checkpoint

@@ -19,15 +19,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mlm_suite.data import resources
-from mlm_suite.data.alignment import SentenceWindows, tokenize_and_align, window_stride
-from mlm_suite.data.builtin import BUILTIN_DATASETS
-from mlm_suite.data.labels import has_placeholder_labels, hub_tag_sequences, label_maps, resolve_label_list
+from mlm_suite.data.inputs import downloads
+from mlm_suite.data.finetuning.alignment import SentenceWindows, tokenize_and_align, window_stride
+from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
+from mlm_suite.data.finetuning.labels import has_placeholder_labels, hub_tag_sequences, label_maps, resolve_label_list
 from mlm_suite.data.mapping import map_options
-from mlm_suite.data.readers import (
+from mlm_suite.data.inputs.readers import (
     SPLITS,
     Sentence,
-    Source,
+    TaggedSentences,
     first_n,
     load_hub_splits,
     read_ner_file,
@@ -64,7 +64,7 @@ from mlm_suite.jobs.model_loading import (
     resolve_model_path,
 )
 from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
-from mlm_suite.data.tagging import NO_SCHEME, check_tags_in, scheme_labels, settle_scheme
+from mlm_suite.data.finetuning.tagging import NO_SCHEME, check_tags_in, scheme_labels, settle_scheme
 from mlm_suite.evaluation.baseline import compare_with_hf_baseline
 from mlm_suite.evaluation.plots import figures_section
 from mlm_suite.evaluation.tagging_metrics import (
@@ -171,8 +171,10 @@ class NerTrainingArguments(FinetuneTrainingArguments):
 # --------------------------------------------------------------------------------------------
 # Data
 # --------------------------------------------------------------------------------------------
-def load_sources(args: NerDataArguments, load_kwargs: Mapping[str, Any] | None = None) -> tuple[dict[str, Source], str]:
-    """The data as read, before any split: ``{role: Source}`` and a description.
+def load_sources(
+    args: NerDataArguments, load_kwargs: Mapping[str, Any] | None = None
+) -> tuple[dict[str, TaggedSentences], str]:
+    """The data as read, before any split: ``{role: TaggedSentences}`` and a description.
 
     Roles are ``train``/``validation``/``test``, or ``all`` for data still to be split 80/10/10. A Hub dataset's
     validation and test roles are its splits ``--validation_split_name``/``--test_split_name``; ``load_kwargs`` go
@@ -190,7 +192,7 @@ def load_sources(args: NerDataArguments, load_kwargs: Mapping[str, Any] | None =
             # tag names; a hidden tag (-1, None) is an error, never mapped to a name
             tag_sequences = hub_tag_sequences(dataset, args.label_column_name, name)
             sentences = [(list(tokens), tags) for tokens, tags in zip(dataset[args.text_column_name], tag_sequences)]
-            sources[split] = Source(name, sentences)
+            sources[split] = TaggedSentences(name, sentences)
         config = f" (`{args.dataset_config_name}`)" if args.dataset_config_name else ""
         return sources, f"Hub dataset `{args.dataset_name}`{config}{split_description(names)}"
     if args.train_file:
@@ -207,10 +209,10 @@ def load_sources(args: NerDataArguments, load_kwargs: Mapping[str, Any] | None =
     if args.validation_file or args.test_file:
         raise ValueError("--validation_file/--test_file need a --train_file")
     corpus = BUILTIN_DATASETS[args.builtin_dataset or DEFAULT_CORPUS]
-    return {"all": Source(corpus.title, corpus.read())}, corpus.description
+    return {"all": TaggedSentences(corpus.title, corpus.read())}, corpus.description
 
 
-def split_sources(sources: dict[str, Source], seed: int) -> dict[str, list[Sentence]]:
+def split_sources(sources: dict[str, TaggedSentences], seed: int) -> dict[str, list[Sentence]]:
     if "all" in sources:
         return dict(zip(SPLITS, split_80_10_10(sources["all"].sentences, seed)))
     return {role: source.sentences for role, source in sources.items()}
@@ -380,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tokenizer = load_tokenizer(model_path, model_args, config)
     check_max_seq_length(data_args.max_seq_length, config, model_path, tokenizer)
     if compare_hf:
-        check_max_seq_length(data_args.max_seq_length, AutoConfig.from_pretrained(resources.minilm_dir()),
+        check_max_seq_length(data_args.max_seq_length, AutoConfig.from_pretrained(downloads.minilm_dir()),
                              "HF BERT of --compare_hf")
     datasets = encode_splits(sentences, tokenizer, label2id, data_args)
     set_seed(training_args.seed)

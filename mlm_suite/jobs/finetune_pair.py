@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlm_suite.data.builtin import BUILTIN_DATASETS
-from mlm_suite.data.readers import load_intermediate, load_labelled_text_splits
+from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
+from mlm_suite.data.inputs.readers import load_intermediate, load_labelled_text_splits
 from mlm_suite.jobs.arguments import check_at_least, parse_arguments
 from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
 from mlm_suite.jobs.checkpoints import resume_checkpoint

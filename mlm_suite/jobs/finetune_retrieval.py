@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mlm_suite.data.builtin import BUILTIN_DATASETS
-from mlm_suite.data.readers import Pair, RetrievalSplit, first_n, read_retrieval_split, read_training_pairs
+from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
+from mlm_suite.data.inputs.readers import Pair, RetrievalSplit, first_n, read_retrieval_split, read_training_pairs
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import check_at_least, check_file, check_positive, parse_arguments
 from mlm_suite.jobs.output_folder import claim_output_folder, paths_read

@@ -22,8 +22,7 @@ from typing import Any, Literal
 import torch
 from transformers import AutoConfig, PretrainedConfig, PreTrainedTokenizerBase, TrainingArguments
 
-from mlm_suite.convert import convert_bert_checkpoint
-from mlm_suite.data import resources
+from mlm_suite.convert import convert_bert_checkpoint, converted_minilm_dir
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import HubArguments, check_at_least, check_model_source
 from mlm_suite.model import MlmSuiteConfig
@@ -84,7 +83,7 @@ def resolve_model_path(model_name_or_path: str | None, training_args: TrainingAr
     if model_name_or_path:
         return model_name_or_path
     with training_args.main_process_first(desc="converting all-MiniLM-L6-v2 to mlm_suite"):
-        return str(resources.converted_minilm_dir())
+        return str(converted_minilm_dir())
 
 
 def pretrained_config(source: str, **pretrained: Any) -> PretrainedConfig:

@@ -7,18 +7,18 @@
 The files are read as the pretraining job reads ``--train_file`` (blank-line-separated text blocks, or JSON lines
 with ``--text_column_name``), written to Arrow as they are read, never held in memory whole. The held-out documents are
 ``--validation_file`` or a seeded ``--validation_split_percentage`` of the documents: with the same documents and
-flags, the rows written are exactly the rows ``mlm-suite pretrain`` builds in memory (``mlm_suite.data.prepared``).
-The folder records its tokenizer; ``pretrain`` refuses the folder with another one. It prints the throughput.
+flags, the rows written are exactly the rows ``mlm-suite pretrain`` builds in memory
+(``mlm_suite.data.pretraining.prepared``). The folder records its tokenizer; ``pretrain`` refuses the folder with another one. It prints the throughput.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mlm_suite.data.corpus import HELD_OUT_SEED
-from mlm_suite.data.masking import check_mlm_tokenizer
-from mlm_suite.data.packing import MIN_PACKING_LENGTH, check_row_layout
-from mlm_suite.data.prepared import prepare_data
+from mlm_suite.data.pretraining.documents import HELD_OUT_SEED
+from mlm_suite.data.pretraining.masking import check_mlm_tokenizer
+from mlm_suite.data.pretraining.packing import MIN_PACKING_LENGTH, check_row_layout
+from mlm_suite.data.pretraining.prepared import prepare_data
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs import arguments
 from mlm_suite.jobs.arguments import HubArguments, check_at_least, check_file, check_model_source, check_within

@@ -25,16 +25,17 @@ from transformers import PreTrainedTokenizerBase, TrainingArguments, set_seed
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining
 from mlm_suite.cards import pretraining_card
-from mlm_suite.data import resources
-from mlm_suite.data.builtin import BUILTIN_DATASETS
-from mlm_suite.data.corpus_sources import CorpusSource, InMemoryCorpus, PreparedCorpus, StreamedCorpus
-from mlm_suite.data.masking import MaskingEpochCallback, check_mlm_tokenizer
-from mlm_suite.data.pretraining import RowFormat, first_rows
-from mlm_suite.data.readers import (
-    DocumentSource, load_pretraining_documents, read_documents, stream_pretraining_documents,
+from mlm_suite.data.inputs import downloads
+from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
+from mlm_suite.data.inputs.readers import first_n
+from mlm_suite.data.pretraining.corpora import InMemoryCorpus, PreparedCorpus, PretrainingCorpus, StreamedCorpus
+from mlm_suite.data.pretraining.documents import (
+    DocumentOrigin, load_pretraining_documents, read_documents, stream_pretraining_documents,
 )  # fmt: skip
-from mlm_suite.data.streaming import split_for_processes
-from mlm_suite.data.tokenization import train_wordpiece_tokenizer
+from mlm_suite.data.pretraining.masking import MaskingEpochCallback, check_mlm_tokenizer
+from mlm_suite.data.pretraining.rows import RowFormat
+from mlm_suite.data.pretraining.streaming import split_for_processes
+from mlm_suite.data.pretraining.vocabulary import train_wordpiece_tokenizer
 from mlm_suite.errors import UsageError
 from mlm_suite.evaluation.masked_lm import make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics, probe_sentences
 from mlm_suite.evaluation.plots import figures_section, plot_pretraining_curves
@@ -453,7 +454,7 @@ def plan_run(argv: list[str] | None) -> PretrainingPlan:
 # ------------------------------------------------------------------------------------------------
 # Data, tokenizer and model
 # ------------------------------------------------------------------------------------------------
-def open_corpus(plan: PretrainingPlan) -> CorpusSource:
+def open_corpus(plan: PretrainingPlan) -> PretrainingCorpus:
     """The run's corpus: documents in memory, the ``--prepared_data`` folder or a ``--streaming`` one, each process
     reading its own part of a stream (one-line errors, before anything is written)."""
     args, training_args = plan.args, plan.training_args
@@ -467,14 +468,14 @@ def open_corpus(plan: PretrainingPlan) -> CorpusSource:
         if args.validation_file:
             validation = Dataset.from_dict({"text": read_documents(args.validation_file, args.text_column_name)})
         return PreparedCorpus(plan.prepared, row_format, plan.tokenizer_flag, validation)
-    source = DocumentSource(
+    origin = DocumentOrigin(
         train_file=args.train_file, validation_file=args.validation_file, dataset_name=args.dataset_name,
         dataset_config_name=args.dataset_config_name, validation_split_name=args.validation_split_name,
         text_column=args.text_column_name, embedded=BUILTIN_DATASETS["pang_lee_reviews"],
     )  # fmt: skip
     if args.streaming:
         documents, validation, description, held_out_split = stream_pretraining_documents(
-            source, args.held_out_documents, **args.dataset_kwargs()
+            origin, args.held_out_documents, **args.dataset_kwargs()
         )
         part = split_for_processes(documents, training_args.process_index, training_args.world_size)
         world, shards = training_args.world_size, documents.num_shards
@@ -488,15 +489,15 @@ def open_corpus(plan: PretrainingPlan) -> CorpusSource:
             )
         return StreamedCorpus(documents, part, validation, description, row_format, held_out_split)
     documents, description, held_out_split = load_pretraining_documents(
-        source, args.validation_split_percentage, args.preprocessing_num_workers, args.overwrite_cache,
+        origin, args.validation_split_percentage, args.preprocessing_num_workers, args.overwrite_cache,
         **args.dataset_kwargs(),
     )
-    return InMemoryCorpus(documents, description, row_format, held_out_split, source.training_flag())
+    return InMemoryCorpus(documents, description, row_format, held_out_split, origin.training_flag())
 
 
-def pretraining_tokenizer(plan: PretrainingPlan, corpus: CorpusSource) -> PreTrainedTokenizerBase:
+def pretraining_tokenizer(plan: PretrainingPlan, corpus: PretrainingCorpus) -> PreTrainedTokenizerBase:
     """The plan's tokenizer (a fixed one, or a WordPiece vocabulary trained on ``corpus``' documents, or MiniLM's),
-    checked against ``corpus`` (:meth:`~mlm_suite.data.corpus_sources.CorpusSource.check_tokenizer`), then for what
+    checked against ``corpus`` (:meth:`~mlm_suite.data.pretraining.corpora.PretrainingCorpus.check_tokenizer`), then for what
     masking needs.
 
     A run that trains its vocabulary and resumes from a checkpoint takes the vocabulary saved there, the one its
@@ -512,7 +513,7 @@ def pretraining_tokenizer(plan: PretrainingPlan, corpus: CorpusSource) -> PreTra
         tokenizer = train_wordpiece_tokenizer(corpus.tokenizer_texts(), vocab_size=vocab_size)
     else:
         source = plan.tokenizer_flag or "MiniLM's vocabulary (--train_tokenizer false)"
-        name = args.tokenizer_name or args.model_name_or_path or str(resources.minilm_dir())
+        name = args.tokenizer_name or args.model_name_or_path or str(downloads.minilm_dir())
         tokenizer = pretrained_tokenizer(name, **args.pretrained_kwargs())
     if not tokenizer.is_fast:
         raise ValueError(f"a fast tokenizer is needed (word ids, batched encoding); {type(tokenizer).__name__} is not")
@@ -623,8 +624,8 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
     config, positions = build_config(plan, tokenizer, checkpoint or args.decay_from_checkpoint)
     controls = {**plan.controls, **positions}
     # Rows (tokenised or packed documents, or NSP pairs), each with the example_index its masks are keyed by.
-    train_dataset = first_rows(corpus.train_rows(tokenizer, training_args.seed), args.max_train_samples)
-    eval_dataset = first_rows(corpus.eval_rows(tokenizer), args.max_eval_samples)
+    train_dataset = first_n(corpus.train_rows(tokenizer, training_args.seed), args.max_train_samples)
+    eval_dataset = first_n(corpus.eval_rows(tokenizer), args.max_eval_samples)
     baseline_token_id = corpus.baseline_token_id(tokenizer, train_dataset)
 
     # Model: a new one (preset or --config_name) or the continued checkpoint, with any head it lacks.

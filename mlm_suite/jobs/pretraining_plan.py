@@ -32,8 +32,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from mlm_suite.cards import PretrainingRecipe, default_source
-from mlm_suite.data.prepared import PreparedData, load_prepared
-from mlm_suite.data.schedules import BatchSizeWarmup, MaskRateSchedule
+from mlm_suite.data.pretraining.prepared import PreparedData, load_prepared
+from mlm_suite.data.pretraining.schedules import BatchSizeWarmup, MaskRateSchedule
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import GIVEN, derived_training_arguments
 from mlm_suite.jobs.checkpoints import resume_checkpoint

@@ -24,10 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM
-    from mlm_suite.data import resources
+    from mlm_suite.data.inputs import downloads
     from mlm_suite.model_files import staged_model_folder
 
-    tokenizer = AutoTokenizer.from_pretrained(resources.minilm_dir())
+    tokenizer = AutoTokenizer.from_pretrained(downloads.minilm_dir())
     config = MlmSuiteConfig.preset(args.preset, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(0)
     model = MlmSuiteForMaskedLM(config).eval()

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mlm_suite.data.labels import (
+from mlm_suite.data.finetuning.labels import (
     are_whole_numbers,
     check_class_set,
     check_labels_listed,
@@ -29,7 +29,7 @@ from mlm_suite.data.labels import (
     split_is_labelled,
 )
 from mlm_suite.data.mapping import map_options
-from mlm_suite.data.readers import Example, TextSplit, first_n
+from mlm_suite.data.inputs.readers import Example, TextSplit, first_n
 from mlm_suite.errors import UsageError
 from mlm_suite.evaluation.classification import (
     classification_metrics,
@@ -114,7 +114,8 @@ class TextDataArguments:
             check_file(flag, getattr(self, flag))
 
     def data_source(self) -> dict[str, Any]:
-        """Where :func:`~mlm_suite.data.readers.load_labelled_text_splits` reads the data (its keyword arguments)."""
+        """Where :func:`~mlm_suite.data.inputs.readers.load_labelled_text_splits` reads the data (its keyword
+        arguments)."""
         return dict(files={"train": self.train_file, "validation": self.validation_file, "test": self.test_file},
                     dataset_name=self.dataset_name, dataset_config_name=self.dataset_config_name,
                     validation_split_name=self.validation_split_name, test_split_name=self.test_split_name)
@@ -153,9 +154,10 @@ def settle_labels(
     requested_task_type: str, training: bool,
 ) -> tuple[str, dict[str, TextSplit], tuple[list[Example], str] | None]:
     """Classification or regression, decided from the labels of every labelled split together (``--task_type``, or
-    :func:`~mlm_suite.data.labels.infer_task_type`), and the splits and intermediate data with their labels as the
-    task reads them (:func:`~mlm_suite.data.labels.labels_as`). A classifier to train needs a train split of two
-    classes or more holding every class of the other splits (:func:`~mlm_suite.data.labels.check_class_set`).
+    :func:`~mlm_suite.data.finetuning.labels.infer_task_type`), and the splits and intermediate data with their labels
+    as the task reads them (:func:`~mlm_suite.data.finetuning.labels.labels_as`). A classifier to train needs a train
+    split of two classes or more holding every class of the other splits
+    (:func:`~mlm_suite.data.finetuning.labels.check_class_set`).
     """
     labels = scored_labels(splits, unlabelled)
     task_type = infer_task_type(labels, requested_task_type)
@@ -189,7 +191,7 @@ def configure_head(
     (empty for a regression).
 
     A fine-tuned checkpoint keeps its label order when it knows every label of the data
-    (:func:`~mlm_suite.data.labels.resolve_label_list`); the intermediate data's labels must be among them.
+    (:func:`~mlm_suite.data.finetuning.labels.resolve_label_list`); the intermediate data's labels must be among them.
     """
     if model_args.classifier_pooling is not None:
         if config.model_type != "mlm_suite":

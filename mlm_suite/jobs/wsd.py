@@ -19,8 +19,8 @@ from pathlib import Path
 
 from transformers import AutoModel
 
-from mlm_suite.data import resources
 from mlm_suite.analysis.embeddings import ContextualEmbedder, save_json
+from mlm_suite.convert import converted_minilm_dir
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.distributed import command_prog
 from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder, paths_read
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.max_lemmas is not None:
         split = limit_lemmas(split, args.max_lemmas)
 
-    model_path = args.model_name_or_path or str(resources.converted_minilm_dir())
+    model_path = args.model_name_or_path or str(converted_minilm_dir())
     config = pretrained_config(model_path)
     check_layers(args.layers, config.num_hidden_layers, model_path)
     tokenizer = pretrained_tokenizer(model_path)

@@ -1,5 +1,5 @@
 """Linear-chain conditional random field (CRF) for token classification, and the tagging schemes whose
-transition rules constrain it (the one table of scheme names and prefixes; ``mlm_suite.data.tagging``
+transition rules constrain it (the one table of scheme names and prefixes; ``mlm_suite.data.finetuning.tagging``
 validates data with it). ``transitions[i, j]`` scores moving from tag ``i`` to tag ``j``; a mask selects the
 positions in the chain (typically each word's first piece), so constraints apply between words. Part of the
 remote-code payload: it imports only torch. See docs/models.md.

@@ -13,8 +13,8 @@ import math
 from collections.abc import Sequence
 from transformers import PreTrainedTokenizerBase, Trainer
 
-from mlm_suite.data.masking import DataCollatorForMaskedLM
-from mlm_suite.data.pretraining import EVAL_SEED
+from mlm_suite.data.pretraining.masking import DataCollatorForMaskedLM
+from mlm_suite.data.pretraining.rows import EVAL_SEED
 from mlm_suite.evaluation.masked_lm import fill_mask_probe
 from mlm_suite.training.schedules import ScheduledRowsMixin
 from mlm_suite.training.trainer import JobTrainer

@@ -1,6 +1,6 @@
 """The ``Trainer`` side of scheduled rows (``mlm-suite pretrain``'s masking-rate schedules, batch-size warmup and
 token-budget batches): a training loader that deals each optimizer step its rows, tagged with the step's masking rate.
-The schedules themselves are in :mod:`mlm_suite.data.schedules`; see docs/pretraining.md.
+The schedules themselves are in :mod:`mlm_suite.data.pretraining.schedules`; see docs/pretraining.md.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import TrainingArguments
 
-from mlm_suite.data.schedules import BatchSizeWarmup, MaskRateSchedule, ScheduledBatchSampler, TaggedRows
-from mlm_suite.data.token_budget import row_lengths
+from mlm_suite.data.pretraining.schedules import BatchSizeWarmup, MaskRateSchedule, ScheduledBatchSampler, TaggedRows
+from mlm_suite.data.pretraining.token_budget import row_lengths
 from mlm_suite.errors import UsageError
 from mlm_suite.training.controls import RowProgressCallback, TimeBudgetCallback
 
@@ -72,8 +72,8 @@ class ScheduledRowsMixin:
     """A ``Trainer`` mix-in whose training loader follows a :class:`RowSchedule` (``row_schedule=``).
 
     Without one (or with nothing that varies) the Trainer's own loader is used unchanged. With one, the loader reads
-    :class:`~mlm_suite.data.schedules.TaggedRows` through a :class:`~mlm_suite.data.schedules.ScheduledBatchSampler`
-    built for this process (accelerate does not deal its batches again), and every training log gets the masking
+    :class:`~mlm_suite.data.pretraining.schedules.TaggedRows` through a
+    :class:`~mlm_suite.data.pretraining.schedules.ScheduledBatchSampler` built for this process (accelerate does not deal its batches again), and every training log gets the masking
     rate (``mlm_probability``) and, during a batch-size warmup, the rows (``train_rows_per_step``) of the last step.
     """
 

@@ -43,8 +43,8 @@ from transformers.utils import (
     is_torch_xla_available,
 )
 
-from mlm_suite.data.streaming import ProcessStream
-from mlm_suite.data.worker_batches import OneBufferCollator
+from mlm_suite.data.pretraining.streaming import ProcessStream
+from mlm_suite.training.worker_batches import OneBufferCollator
 from mlm_suite.cards import JobCard, TrainedModelCard, markdown_table, render_card
 from mlm_suite.errors import UsageError, WriteError, writing
 from mlm_suite.model_files import staged_model_folder
@@ -786,7 +786,7 @@ class JobTrainer(PickleFreeTrainer):
     matter. With ``keep_predictions=True`` it keeps what each evaluation scored (:attr:`kept_predictions`), for
     the job's plots. An ``eval_data_collator`` collates evaluation and prediction batches instead of
     ``data_collator`` (which then collates training batches only). With loader workers, both are wrapped in
-    :class:`~mlm_suite.data.worker_batches.OneBufferCollator`, so that a worker's batch reaches this process in one
+    :class:`~mlm_suite.training.worker_batches.OneBufferCollator`, so that a worker's batch reaches this process in one
     transfer.
 
     What the run delivers goes into its end-of-training metrics and its card (:mod:`mlm_suite.training.throughput`):

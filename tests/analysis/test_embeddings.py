@@ -12,7 +12,6 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
 
-from mlm_suite.data import resources
 from mlm_suite.analysis import embeddings
 from mlm_suite.analysis.embeddings import (
     ContextualEmbedder,
@@ -25,18 +24,19 @@ from mlm_suite.analysis.embeddings import (
     most_frequent_sense_baseline,
     rogue_dimensions,
     similarity_in_context,
-    split_words,
 )
+from mlm_suite.data.inputs import downloads
+from mlm_suite.data.words import split_words
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return AutoTokenizer.from_pretrained(resources.minilm_dir())
+    return AutoTokenizer.from_pretrained(downloads.minilm_dir())
 
 
 @pytest.fixture(scope="module")
 def minilm():
-    return BertModel.from_pretrained(resources.minilm_dir())
+    return BertModel.from_pretrained(downloads.minilm_dir())
 
 
 @pytest.fixture(scope="module")
@@ -198,13 +198,6 @@ def test_contextual_similarity():
 # ---------------------------------------------------------------- embedder
 
 
-def test_split_words_offsets():
-    text = "Don't stop,  believing!"
-    split = split_words(text)
-    assert [word for word, _, _ in split] == ["Don", "'", "t", "stop", ",", "believing", "!"]
-    assert all(text[start:end] == word for word, start, end in split)
-
-
 @pytest.mark.parametrize("pooling", ["mean", "first"])
 @pytest.mark.parametrize("layers", ["last", "last4_mean", "last4_sum", [0, 2]])
 def test_embedding_does_not_depend_on_batch_padding(tiny_model, tokenizer, pooling, layers):
@@ -276,7 +269,7 @@ def test_embedder_errors(tiny_model, tokenizer):
 
 @pytest.mark.slow
 def test_real_minilm_anisotropy_drops_after_zscoring(minilm, tokenizer):
-    rows = random.Random(0).sample(resources.pang_lee_sentences(), 100)
+    rows = random.Random(0).sample(downloads.pang_lee_sentences(), 100)
     sentences = [[word for word, _, _ in split_words(text)] for _, text in rows]
     embedder = ContextualEmbedder(minilm, tokenizer, batch_size=32)
     vectors = torch.cat(embedder.embed_words(sentences))

@@ -114,7 +114,7 @@ def test_jsonl_round_trip_and_errors(tmp_path):
     path.write_text('{"tokens": ["The", "Bank"], "target": 1, "sense": "bank.n.02"}\n', encoding="utf-8")
     assert read_jsonl(path)[0].lemma == "bank"
     path.write_text('\n{"tokens": ["The", "Bank"], "target": 2, "sense": "x"}\n', encoding="utf-8")
-    with pytest.raises(IndexError, match=r"data.jsonl:2: target index 2 is outside the sentence, which has 2 tokens"):
+    with pytest.raises(IndexError, match=r"data.jsonl line 2: target index 2 is outside the sentence, which has 2 tokens"):
         read_jsonl(path)
     path.write_text('{"tokens": ["The"], "sense": "x"}\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"missing field\(s\) \['target'\]"):

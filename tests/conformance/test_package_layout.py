@@ -1,7 +1,10 @@
-"""The package layout by concern: every module imports, concerns are packages, and no old path survives."""
+"""The package layout by concern: every module imports, concerns are packages (the data ones grouped by pipeline),
+tests mirror the modules, each input format and the word split have one definition, and no old path survives."""
 
+import ast
 import importlib
 import pkgutil
+import re
 from pathlib import Path
 
 import pytest
@@ -9,6 +12,9 @@ import pytest
 import mlm_suite
 
 PACKAGE = Path(mlm_suite.__file__).parent
+TESTS = Path(__file__).parents[1]
+# evaluate loads a metric from a folder holding a script of the same name: the one module named as its package
+METRIC_MODULES = PACKAGE / "evaluation" / "metric_modules"
 
 
 def test_every_module_imports():
@@ -24,6 +30,43 @@ def test_concerns_are_packages_not_loose_modules():
     assert packages == ["analysis", "cards", "data", "evaluation", "jobs", "model", "training"]
 
 
+def test_data_is_grouped_by_pipeline():
+    """Inputs read, the pretraining and the fine-tuning pipelines are packages; what both pipelines use stays beside
+    them (padding collators, flattened batches, the datasets.map options, the word splitter)."""
+    data = PACKAGE / "data"
+    assert sorted(path.parent.name for path in data.glob("*/__init__.py")) == ["finetuning", "inputs", "pretraining"]
+    assert sorted(path.stem for path in data.glob("*.py")) == ["__init__", "flattening", "mapping", "padding", "words"]
+    assert not hasattr(importlib.import_module("mlm_suite.data"), "DataCollatorForMaskedLM")  # its subpackages' names
+
+
+def test_no_module_is_named_as_its_package():
+    named_twice = [str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
+                   if path.stem == path.parent.name and METRIC_MODULES not in path.parents]
+    assert not named_twice, named_twice
+
+
+def test_setuptools_ships_every_package():
+    """Every folder of modules is in pyproject.toml's ``packages`` (the metric modules' have no ``__init__``)."""
+    pyproject = (PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8")
+    packages = re.search(r"^packages = \[(.*?)^\]", pyproject, re.S | re.M).group(1)
+    listed = set(re.findall(r'"(mlm_suite[\w.]*)"', packages))
+    found = {".".join(path.parent.relative_to(PACKAGE.parent).parts) for path in PACKAGE.rglob("*.py")}
+    assert listed == found
+
+
+def test_tests_mirror_the_modules_they_are_named_after():
+    """``tests/<package dir>/test_<module>.py`` mirrors ``mlm_suite/<package dir>/<module>.py``, wherever it is."""
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        modules.setdefault(path.stem, []).append(path.parent.relative_to(PACKAGE))
+    misplaced = []
+    for test in TESTS.rglob("test_*.py"):
+        folder, homes = test.parent.relative_to(TESTS), modules.get(test.stem.removeprefix("test_"), [])
+        if folder.parts[:1] not in (("conformance",), ("e2e",), ("benchmarks",)) and homes and folder not in homes:
+            misplaced.append(f"tests/{folder.as_posix()}/{test.name}: its module is in {[str(home) for home in homes]}")
+    assert not misplaced, misplaced
+
+
 @pytest.mark.parametrize("old", ["mlm_suite.metrics", "mlm_suite.resources", "mlm_suite.trainer", "mlm_suite.wordnet"])
 def test_the_flat_layout_of_the_first_days_is_gone(old):
     """Nothing was released with those paths: they are not served by any alias."""
@@ -31,10 +74,90 @@ def test_the_flat_layout_of_the_first_days_is_gone(old):
         importlib.import_module(old)
 
 
+FLAT_DATA_MODULES = [
+    "alignment", "builtin", "chunking", "corpus", "corpus_sources", "labels", "masking", "nsp", "packing",
+    "prepared", "readers", "resources", "schedules", "streaming", "subsets", "tagging", "text_files",
+    "token_budget", "tokenization", "worker_batches",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("old", FLAT_DATA_MODULES)
+def test_the_flat_data_folder_is_gone(old):
+    """``mlm_suite.data`` was one folder of 25 modules before it was grouped by pipeline (``pretraining.py`` is now
+    ``pretraining/rows.py``); no alias serves the old paths."""
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"mlm_suite.data.{old}")
+
+
+def _names(target: ast.AST) -> frozenset[str]:
+    return frozenset(name.id for name in ast.walk(target) if isinstance(name, ast.Name))
+
+
+def _holds(source: str, predicate) -> bool:
+    """Whether ``source`` has a node for which ``predicate(node, loop_targets)`` holds; ``loop_targets`` are the names
+    bound by the ``for`` loops (and comprehensions) around the node."""
+
+    def visit(node: ast.AST, loop_targets: frozenset[str]) -> bool:
+        if predicate(node, loop_targets):
+            return True
+        if isinstance(node, (ast.For, ast.AsyncFor)):
+            loop_targets |= _names(node.target)
+        elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):  # the element comes first
+            loop_targets |= {name for generator in node.generators for name in _names(generator.target)}
+        return any(visit(child, loop_targets) for child in ast.iter_child_nodes(node))
+
+    return visit(ast.parse(source), frozenset())
+
+
+def _definitions(predicate) -> set[str]:
+    """The modules (paths relative to the package) for which :func:`_holds`."""
+    return {path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
+            if _holds(path.read_text(encoding="utf-8"), predicate)}
+
+
+def _parses_each_line(node: ast.AST, loop_targets: frozenset[str]) -> bool:
+    """``json.loads(line)`` where ``line`` comes from a loop: a JSON-lines reader."""
+    return (isinstance(node, ast.Call) and ast.unparse(node.func) == "json.loads" and len(node.args) == 1
+            and isinstance(node.args[0], ast.Name) and node.args[0].id in loop_targets)
+
+
+def _word_regex(node: ast.AST, loop_targets: frozenset[str]) -> bool:
+    """A string holding a regular expression of word-character runs (``\\w+``): a word splitter."""
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and "\\w+" in node.value
+
+
+def test_the_definition_finders_find_what_they_look_for():
+    assert _holds("for number, line in enumerate(handle):\n    record = json.loads(line)\n", _parses_each_line)
+    assert _holds("records = [json.loads(line) for line in handle]\n", _parses_each_line)
+    assert not _holds("for path in paths:\n    config = json.loads(path.read_text())\nvalue = json.loads(text)\n",
+                      _parses_each_line)  # whole files, not lines
+    assert _holds("WORDS = re.compile(r'\\w+|[^\\w\\s]')\n", _word_regex)
+    assert not _holds("SENTENCE_END = re.compile(r'(?<=[.!?])\\s+')\n", _word_regex)
+
+
+def test_json_lines_are_read_in_one_place():
+    """One reader per format: a JSON-lines file (records, NER sentences, pretraining documents, WSD instances) is
+    parsed line by line only by :func:`mlm_suite.data.inputs.readers.read_json_lines`, with one error type."""
+    assert _definitions(_parses_each_line) == {"data/inputs/readers.py"}
+
+
+def test_words_are_split_in_one_place():
+    """One word splitter (:func:`mlm_suite.data.words.split_words`): its patterns are the only word regexes."""
+    assert _definitions(_word_regex) == {"data/words.py"}
+
+
+def test_input_files_are_opened_by_the_readers_and_the_pretraining_documents_alone():
+    """Every input file is read by a reader of its format (:mod:`mlm_suite.data.inputs.readers`) or, for
+    pretraining documents, in their one home (:mod:`mlm_suite.data.pretraining.documents`)."""
+
+    def opens_text(node: ast.AST, loop_targets: frozenset[str]) -> bool:
+        return isinstance(node, ast.Call) and ast.unparse(node.func) == "open_text"
+
+    assert _definitions(opens_text) == {"data/inputs/readers.py", "data/pretraining/documents.py"}
+
+
 def test_only_the_jobs_take_a_jobs_argument_object():
     """Library code takes explicit parameters; Trainer callbacks and overrides get transformers' TrainingArguments."""
-    import ast
-
     offenders = []
     for path in PACKAGE.rglob("*.py"):
         if path.parent.name == "jobs" or path.name == "cli.py":
@@ -55,8 +178,6 @@ def test_only_the_jobs_take_a_jobs_argument_object():
 
 
 def test_one_module_per_command_and_no_job_imports_another():
-    import ast
-
     from mlm_suite.jobs.commands import SUBCOMMANDS
 
     commands = {module for module, _ in SUBCOMMANDS.values()}

@@ -33,7 +33,7 @@ else:  # pytest requires tomli before Python 3.11
 
 import transformers
 
-from mlm_suite.data import resources
+from mlm_suite.data.inputs import downloads
 
 PACKAGE = "transformers_common_tests"
 
@@ -70,7 +70,7 @@ CONFTEST_MARKS = [
 
 
 def _sdist(version: str) -> Path:
-    sdist = resources.fetch_distribution(f"transformers=={version}", sdist=True)
+    sdist = downloads.fetch_distribution(f"transformers=={version}", sdist=True)
     if f"-{version}.tar.gz" not in sdist.name:
         raise RuntimeError(f"expected the transformers {version} sdist, found {sdist} in the cache")
     return sdist
@@ -95,7 +95,7 @@ def marks() -> list[str]:
 
 def _extract_tests(version: str) -> Path:
     """Unpack ``tests/*.py`` of the transformers sdist into the cache; return the folder holding the package."""
-    root = resources.cache_dir() / f"transformers-tests-{version}"
+    root = downloads.cache_dir() / f"transformers-tests-{version}"
     package = root / PACKAGE
     marker = package / ".complete"
     if marker.exists():

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from mlm_suite.data import DataCollatorForMaskedLM
+from mlm_suite.data.pretraining import DataCollatorForMaskedLM
 from mlm_suite.data.flattening import flatten_batch
 from mlm_suite.model.layout import SequenceLayout
 from tests.helpers import padded_batch

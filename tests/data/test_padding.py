@@ -15,8 +15,8 @@ from transformers import (
     DataCollatorWithPadding,
 )
 
-from mlm_suite.data import resources
-from mlm_suite.data import DataCollatorForPadding, DataCollatorForTokenLabels
+from mlm_suite.data.inputs import downloads
+from mlm_suite.data.padding import DataCollatorForPadding, DataCollatorForTokenLabels
 from mlm_suite.data.flattening import flatten_batch
 from mlm_suite.data.padding import real_positions
 
@@ -31,12 +31,12 @@ def side_tokenizer(request, minilm_dir):
 
 @pytest.fixture(scope="module")
 def sentences() -> list[tuple[int, str]]:
-    return resources.pang_lee_sentences()[:48] + resources.pang_lee_sentences()[-48:]
+    return downloads.pang_lee_sentences()[:48] + downloads.pang_lee_sentences()[-48:]
 
 
 @pytest.fixture(scope="module")
 def tweets() -> list[tuple[list[str], list[str]]]:
-    return resources.read_wnut16()[:96]
+    return downloads.read_wnut16()[:96]
 
 
 def fast(collator):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from mlm_suite.data.pretraining import pretraining_rows_function
+from mlm_suite.data.pretraining.rows import pretraining_rows_function
 from mlm_suite.jobs import finetune_ner, finetune_retrieval, pretrain
 from tests.helpers import (
     BERT_ARCHITECTURE,

