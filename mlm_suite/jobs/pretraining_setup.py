@@ -318,7 +318,7 @@ def open_corpus_source(args: Any, training_args: TrainingArguments) -> CorpusSou
 
     Adjusts ``args`` to a prepared folder (its tokenizer and row settings; no trained vocabulary) and, for a stream,
     ``training_args`` (each process reads and restores its own part, see
-    :class:`~mlm_suite.training.trainer.PickleFreeTrainer`).
+    :class:`~mlm_suite.training.stream_position.StreamPositionMixin`).
     """
     given = training_args.flags_given
     if args.prepared_data:
