@@ -16,7 +16,7 @@ import sys
 from importlib import metadata
 
 from mlm_suite.jobs.commands import SUBCOMMANDS
-from mlm_suite.jobs.distributed import run_job
+from mlm_suite.jobs.running import run_job
 
 
 

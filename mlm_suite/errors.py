@@ -1,7 +1,7 @@
 """Errors the command line reports in one line, and which errors count as the user's.
 
 ``mlm-suite <command>``, ``python -m mlm_suite.jobs.<job>`` and ``examples/*.py`` all run their job
-through :func:`mlm_suite.jobs.distributed.run_job`, which sorts what the job raises:
+through :func:`mlm_suite.jobs.running.run_job`, which sorts what the job raises:
 
 * **user errors** — :data:`USER_ERRORS`: mlm_suite's own :class:`MlmSuiteError` (a flag value the
   model cannot take, a missing data file, a package that could not be fetched), any ``ValueError``

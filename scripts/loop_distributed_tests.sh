@@ -21,6 +21,7 @@ export OMP_NUM_THREADS=1
 tests=(
     tests/e2e/test_distributed.py
     tests/training/test_trainer.py
+    tests/training/test_checkpoint_format.py
     tests/test_cli.py::test_a_user_error_in_one_of_two_processes_ends_the_run_cleanly
     tests/conformance/test_training_semantics.py::test_two_processes_equal_one_process
 )

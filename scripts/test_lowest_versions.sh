@@ -45,6 +45,7 @@ tests=(
     tests/data/pretraining/test_schedules.py tests/evaluation/test_metric_modules.py tests/evaluation/test_plots.py
     tests/evaluation/test_classification.py tests/evaluation/test_intervals.py tests/cards/test_metadata.py
     tests/jobs/test_commands.py tests/conformance/test_package_layout.py tests/training/test_trainer.py
+    tests/training/test_checkpoint_format.py tests/training/test_resuming.py
     tests/e2e/test_hostile_minor.py tests/e2e/test_hostile_writes.py tests/e2e/test_hostile_reruns.py
 )
 

@@ -27,7 +27,7 @@ import pytest
 from mlm_suite.data.inputs import downloads
 from mlm_suite.cli import SUBCOMMANDS, main
 from mlm_suite.errors import FetchError, UsageError, is_user_error
-from mlm_suite.jobs.distributed import command_prog, run_job
+from mlm_suite.jobs.running import command_prog, run_job
 from mlm_suite.jobs.output_folder import LOCK_NAME, claim_output_folder, lock_path, release_output_folder
 from tests.helpers import assert_one_line_error, finetuning_dataclasses, launch_two_processes, run_cli
 from mlm_suite.jobs import arguments
@@ -469,7 +469,7 @@ import torch
 import torch.distributed as dist
 from accelerate import PartialState
 
-from mlm_suite.jobs.distributed import run_job
+from mlm_suite.jobs.running import run_job
 
 state = PartialState(cpu=True)  # a gloo group of the launched processes, as the Trainer sets up
 

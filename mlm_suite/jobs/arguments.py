@@ -277,12 +277,12 @@ def given_flags(parser: HfArgumentParser, argv: Sequence[str]) -> frozenset[str]
 def argument_parser(dataclass_types: Sequence[type], **kwargs: Any) -> HfArgumentParser:
     """An ``HfArgumentParser`` named after the command that runs the job.
 
-    Its ``prog`` is :func:`~mlm_suite.jobs.distributed.command_prog` (``mlm-suite finetune-ner``,
+    Its ``prog`` is :func:`~mlm_suite.jobs.running.command_prog` (``mlm-suite finetune-ner``,
     ``python -m mlm_suite.jobs.finetune_ner``, or the script's name). On a bad flag it prints a
     one-line usage and the error instead of the hundred-odd flags of ``TrainingArguments``
     (``--help`` still lists them all).
     """
-    from mlm_suite.jobs.distributed import command_prog
+    from mlm_suite.jobs.running import command_prog
 
     parser = HfArgumentParser(dataclass_types, prog=command_prog(), **kwargs)
     parser.format_usage = lambda: f"usage: {parser.prog} [options]  ({parser.prog} --help lists them)\n"

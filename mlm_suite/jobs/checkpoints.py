@@ -17,7 +17,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import LAST_CHECKPOINT
-from mlm_suite.training.trainer import TRAINER_STATE_JSON
+from mlm_suite.training.checkpoint_format import TRAINER_STATE_JSON
 
 
 

@@ -13,7 +13,7 @@ import argparse
 import json
 
 from mlm_suite.convert import convert_bert_checkpoint
-from mlm_suite.jobs.distributed import command_prog
+from mlm_suite.jobs.running import command_prog
 from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder
 
 DESCRIPTION = "convert a Hugging Face BERT folder (the encoder and its head) into an mlm_suite folder"
@@ -42,6 +42,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.distributed import run_job
+    from mlm_suite.jobs.running import run_job
 
     run_job(main)

@@ -24,7 +24,7 @@ from mlm_suite.export import OPSET_VERSIONS, export_onnx, onnx_difference
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mlm_suite.jobs.distributed import command_prog
+    from mlm_suite.jobs.running import command_prog
 
     parser = argparse.ArgumentParser(prog=command_prog(), description="export an mlm_suite checkpoint to ONNX")
     parser.add_argument("--model_name_or_path", required=True, help="an mlm_suite checkpoint folder (any head)")
@@ -99,6 +99,6 @@ def main(argv: list[str] | None = None) -> float:
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.distributed import run_job
+    from mlm_suite.jobs.running import run_job
 
     run_job(main)

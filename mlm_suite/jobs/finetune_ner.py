@@ -446,6 +446,6 @@ def card_dataset(args: NerDataArguments) -> CardDataset | None:
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.distributed import run_job
+    from mlm_suite.jobs.running import run_job
 
     raise SystemExit(run_job(main))

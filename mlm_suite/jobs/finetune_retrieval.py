@@ -309,6 +309,6 @@ def _loss_text(config: Any) -> str:
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.distributed import run_job
+    from mlm_suite.jobs.running import run_job
 
     raise SystemExit(run_job(main))

@@ -22,8 +22,8 @@ from mlm_suite.cards import initialisation, training_summary
 from mlm_suite.jobs.arguments import JobTrainingArguments, check_at_least, check_non_negative, flatten_batches_field
 from mlm_suite.jobs.model_loading import ModelArguments
 from mlm_suite.jobs.checkpoints import stage_checkpoint
+from mlm_suite.training.checkpoint_format import training_arguments_as_json
 from mlm_suite.training.controls import early_stopping_callback
-from mlm_suite.training.trainer import training_arguments_as_json
 
 
 # --------------------------------------------------------------------------------------------

@@ -102,6 +102,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.distributed import run_job
+    from mlm_suite.jobs.running import run_job
 
     raise SystemExit(run_job(main))

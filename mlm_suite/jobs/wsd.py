@@ -22,7 +22,7 @@ from transformers import AutoModel
 from mlm_suite.analysis.embeddings import ContextualEmbedder, save_json
 from mlm_suite.convert import converted_minilm_dir
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.distributed import command_prog
+from mlm_suite.jobs.running import command_prog
 from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder, paths_read
 from mlm_suite.jobs.arguments import check_at_least, check_file, check_model_source, check_within
 from mlm_suite.jobs.model_loading import check_vocabulary, pretrained_config, pretrained_model, pretrained_tokenizer
@@ -133,6 +133,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.distributed import run_job
+    from mlm_suite.jobs.running import run_job
 
     run_job(main)

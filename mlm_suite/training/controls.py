@@ -352,7 +352,7 @@ def early_stopping_callback(
     Sets what the callback needs on ``training_args``: ``load_best_model_at_end`` (the saved model is
     the best one), the metric and its direction, checkpoints at every evaluation (at most the best and the
     latest kept). The checkpoints are complete, so ``--resume_from_checkpoint`` continues an early-stopping
-    run exactly: optimizer, scheduler and RNG states (pickle-free, see :class:`mlm_suite.training.trainer.PickleFreeTrainer`)
+    run exactly: optimizer, scheduler and RNG states (pickle-free, see :mod:`mlm_suite.training.checkpoint_format`)
     and the trainer state, with the best score so far and the callback's count of evaluations without
     improvement (``restore_callback_states_from_checkpoint``). Raises ValueError when nothing is evaluated
     during training.

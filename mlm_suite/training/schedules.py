@@ -69,12 +69,14 @@ def row_schedule(
 
 
 class ScheduledRowsMixin:
-    """A ``Trainer`` mix-in whose training loader follows a :class:`RowSchedule` (``row_schedule=``).
+    """A :class:`~mlm_suite.training.trainer.JobTrainer` mix-in whose training loader follows a :class:`RowSchedule`
+    (``row_schedule=``).
 
     Without one (or with nothing that varies) the Trainer's own loader is used unchanged. With one, the loader reads
-    :class:`~mlm_suite.data.pretraining.schedules.TaggedRows` through a
-    :class:`~mlm_suite.data.pretraining.schedules.ScheduledBatchSampler` built for this process (accelerate does not deal its batches again), and every training log gets the masking
-    rate (``mlm_probability``) and, during a batch-size warmup, the rows (``train_rows_per_step``) of the last step.
+    :class:`~mlm_suite.data.pretraining.schedules.TaggedRows` through a :class:`~mlm_suite.data.pretraining.schedules.ScheduledBatchSampler`
+    built for this process (accelerate does not deal its batches again), and every training log gets the masking
+    rate (``mlm_probability``) and, during a batch-size warmup, the rows (``train_rows_per_step``) of the last step
+    (:meth:`~mlm_suite.training.trainer.JobTrainer.extra_log_values`).
     """
 
     def __init__(self, *args: Any, row_schedule: RowSchedule | None = None, **kwargs: Any) -> None:
@@ -134,13 +136,14 @@ class ScheduledRowsMixin:
             non_blocking=args.accelerator_config.non_blocking,
         )
 
-    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+    def extra_log_values(self, logs: dict[str, float]) -> dict[str, float]:
+        values = super().extra_log_values(logs)
         sampler = self.row_sampler
         if sampler is not None and "loss" in logs:
             step = max(0, self.state.global_step - 1)  # the step just trained
             rate = sampler.rate(step)
             if rate is not None:
-                logs["mlm_probability"] = round(rate, 6)
+                values["mlm_probability"] = round(rate, 6)
             if sampler.warmup is not None:
-                logs["train_rows_per_step"] = sampler.rows_per_step(step)
-        super().log(logs, *args, **kwargs)
+                values["train_rows_per_step"] = sampler.rows_per_step(step)
+        return values

@@ -94,5 +94,5 @@ def test_every_module_imports_and_the_import_graph_has_no_cycle():
     for name in MODULES:
         importlib.import_module(name)
     graph = {name: imported_modules(name, path) for name, path in MODULES.items()}
-    assert "mlm_suite.cards" in graph["mlm_suite.training.trainer"]  # the graph sees the package's imports
+    assert "mlm_suite.cards" in graph["mlm_suite.training.job_outputs"]  # the graph sees the package's imports
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))

@@ -235,3 +235,18 @@ def test_no_function_assigns_to_an_argument_object_after_parsing():
                         if isinstance(element, ast.Attribute) and _argument_object(element.value):
                             offenders.append(f"{where}:{node.lineno} {function.name}: {ast.unparse(element)}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_trainers_have_one_log_path():
+    """``JobTrainer.log`` is the only override of ``Trainer.log``: a subclass or mix-in adds its values through
+    ``JobTrainer.extra_log_values``, so what a log entry holds, and in which order, is decided in one place."""
+    import ast
+
+    overrides = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and any(
+                isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == "log" for item in node.body
+            ):
+                overrides.append(f"{path.relative_to(PACKAGE.parent).as_posix()}:{node.name}")
+    assert overrides == ["mlm_suite/training/trainer.py:JobTrainer"]

@@ -25,7 +25,8 @@ from transformers import TrainingArguments
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM
 from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, pretrain
 from mlm_suite.cards import MINILM_HUB_ID, base_model_fields
-from mlm_suite.training.trainer import JobTrainer, PickleFreeTrainer, join_optimizer_state, split_optimizer_state
+from mlm_suite.training.checkpoint_format import join_optimizer_state, split_optimizer_state
+from mlm_suite.training.trainer import JobTrainer
 from tests.helpers import (
     FAST,
     PICKLE_SUFFIXES,
@@ -249,12 +250,12 @@ def test_every_job_pushes_once_after_writing_its_card(job, tiny_model, tmp_path,
 # --------------------------------------------------------------------------------------------
 # Checkpoint states without pickle
 # --------------------------------------------------------------------------------------------
-def _trainer(tmp_path: Path, seed: int) -> PickleFreeTrainer:
+def _trainer(tmp_path: Path, seed: int) -> JobTrainer:
     torch.manual_seed(seed)
     model = MlmSuiteForMaskedLM(MlmSuiteConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                                intermediate_size=24, max_position_embeddings=16))
     args = TrainingArguments(output_dir=str(tmp_path / f"run{seed}"), report_to="none", adam_beta2=0.98, use_cpu=True)
-    trainer = PickleFreeTrainer(model=model, args=args)
+    trainer = JobTrainer(model=model, args=args)
     trainer.create_optimizer_and_scheduler(num_training_steps=10)
     return trainer
 

@@ -25,7 +25,7 @@ from mlm_suite import cli
 from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, finetune_retrieval, pretrain
 from mlm_suite.jobs.arguments import JobTrainingArguments
 from mlm_suite.jobs.checkpoints import resume_checkpoint, stage_checkpoint
-from mlm_suite.training.trainer import PickleFreeTrainer
+from mlm_suite.training.trainer import JobTrainer
 from tests.helpers import SENTENCES, assert_no_pickle, polarity_rows, write_conll, write_jsonl, write_pairs
 from tests.helpers import job_args as pretrain_args
 
@@ -40,7 +40,7 @@ class Stopped(Exception):
 @contextlib.contextmanager
 def stopped_after_saving(monkeypatch, step: int):
     """Within the block, a job's Trainer raises :class:`Stopped` as soon as it has saved ``checkpoint-<step>``."""
-    save = PickleFreeTrainer._save_checkpoint
+    save = JobTrainer._save_checkpoint
 
     def save_then_stop(self, model, trial):
         save(self, model, trial)
@@ -48,7 +48,7 @@ def stopped_after_saving(monkeypatch, step: int):
             raise Stopped(f"stopped after saving checkpoint-{step}")
 
     with monkeypatch.context() as patch:
-        patch.setattr(PickleFreeTrainer, "_save_checkpoint", save_then_stop)
+        patch.setattr(JobTrainer, "_save_checkpoint", save_then_stop)
         with pytest.raises(Stopped):
             yield
 
@@ -56,7 +56,7 @@ def stopped_after_saving(monkeypatch, step: int):
 def keep_every_checkpoint(monkeypatch, into: Path) -> None:
     """Copy each checkpoint a job saves to ``into/<output folder name>/`` (the Trainer deletes all but the best
     one when early stopping ends a run)."""
-    save = PickleFreeTrainer._save_checkpoint
+    save = JobTrainer._save_checkpoint
 
     def save_and_keep(self, model, trial):
         save(self, model, trial)
@@ -64,7 +64,7 @@ def keep_every_checkpoint(monkeypatch, into: Path) -> None:
         shutil.copytree(Path(self.args.output_dir) / name, into / Path(self.args.output_dir).name / name,
                         dirs_exist_ok=True)
 
-    monkeypatch.setattr(PickleFreeTrainer, "_save_checkpoint", save_and_keep)
+    monkeypatch.setattr(JobTrainer, "_save_checkpoint", save_and_keep)
 
 
 def read_json(path: Path) -> dict:

@@ -31,7 +31,7 @@ from mlm_suite.jobs import (
 from mlm_suite.data.pretraining.documents import DocumentOrigin, load_pretraining_documents
 from mlm_suite.data.pretraining.rows import document_rows
 from mlm_suite.jobs.arguments import JobTrainingArguments
-from mlm_suite.jobs.distributed import run_job
+from mlm_suite.jobs.running import run_job
 from tests.helpers import FAST, finetuning_dataclasses, make_documents, write_text
 from tests.helpers import job_args as pretrain_args
 

@@ -1,5 +1,6 @@
 """What a run delivers (mlm_suite.training.throughput): real tokens per second over the steady steps and the model
-FLOPs utilisation against a device's peak, as the jobs write them to all_results.json and the model card."""
+FLOPs utilisation against a device's peak, as the jobs write them to all_results.json and the model card, and the
+Trainer's FLOP count without walking the model at every step."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from transformers import AutoTokenizer
 
 from mlm_suite.cli import main
 from mlm_suite.training.throughput import UNKNOWN, model_flops_utilisation, peak_tflops, real_tokens
+from tests.helpers import make_random_batch, make_tiny_config
 
 TINY = "num_hidden_layers=1,hidden_size=32,num_attention_heads=2,intermediate_size=64"
 QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--dataloader_pin_memory", "false"]
@@ -61,6 +63,21 @@ def test_real_tokens_leave_padding_out():
                  "document_input_ids": torch.ones(2, 4), "document_attention_mask": torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])}  # fmt: skip
     assert int(real_tokens(retrieval)) == 9
     assert real_tokens({"input_ids": torch.ones(3, 4)}) == 12
+
+
+def test_the_trainer_counts_flops_as_the_stock_one_without_walking_the_model_each_step(tmp_path):
+    import accelerate.optimizer
+    import transformers
+
+    from mlm_suite import MlmSuiteForMaskedLM
+    from mlm_suite.training.trainer import JobTrainer
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+    trainer = JobTrainer(model=MlmSuiteForMaskedLM(make_tiny_config()), args=args)
+    batch = make_random_batch()
+    stock = transformers.Trainer.floating_point_ops(trainer, batch)
+    assert stock > 0 and trainer.floating_point_ops(batch) == stock == trainer.floating_point_ops(batch)
+    assert hasattr(accelerate.optimizer.is_lomo_available, "cache_info")  # asked once per process, not per step
 
 
 def _results(output_dir: Path) -> tuple[dict, dict, str]:

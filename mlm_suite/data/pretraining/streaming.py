@@ -14,7 +14,7 @@ memory does not grow with the corpus. The pieces, all on ``datasets``' streaming
   parts at different steps, so a pass is counted per process, not by the Trainer. Its ``state_dict`` is
   ``datasets``' own position (pass, shard, document): plain JSON data.
 
-``mlm_suite.training.trainer.PickleFreeTrainer`` trains on a :class:`ProcessStream` through accelerate's
+``mlm_suite.training.stream_position.StreamPositionMixin`` trains on a :class:`ProcessStream` through accelerate's
 ``DataLoaderShard`` over torchdata's ``StatefulDataLoader``, without splitting it again (each process already
 holds its own part) and without rank-0 dispatch; checkpoints hold each process's position as JSON, and
 ``--resume_from_checkpoint`` continues from it: no row repeated or skipped.
