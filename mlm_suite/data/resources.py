@@ -235,7 +235,7 @@ def converted_minilm_dir() -> Path:
     again. Under ``accelerate launch`` call it inside ``training_args.main_process_first()`` so that only one
     process converts (two that do anyway each convert into a folder of their own; the first renamed in is kept).
     """
-    from mlm_suite.convert import convert_bert_checkpoint
+    from mlm_suite.conversion import convert_checkpoint
 
     destination = cache_dir() / CONVERTED_MINILM_FOLDER
     if destination.exists():
@@ -249,7 +249,7 @@ def converted_minilm_dir() -> Path:
     _report(f"mlm_suite: converting all-MiniLM-L6-v2 to an mlm_suite folder in {destination} (once; cached)")
     # The conversion carries MiniLM's mean pooling to the classification heads: over five seeds it matched [CLS] on
     # sentiment and beat it by 2 validation points on coherence (benchmarks/bench_default_pooling.py).
-    return _build_folder(destination, lambda staging: convert_bert_checkpoint(source, staging))
+    return _build_folder(destination, lambda staging: convert_checkpoint(source, staging))
 
 
 def wnut16_path() -> Path:
