@@ -10,7 +10,6 @@ tokenizer too; and the conversion errors, in the library and through ``mlm-suite
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import torch
@@ -30,7 +29,15 @@ from transformers import (
 )
 
 import mlm_suite
-from tests.helpers import assert_one_line_error, make_random_batch, make_tiny_bert_config, make_tiny_config, run_cli
+from tests.helpers import (
+    assert_one_line_error,
+    label_maps,
+    make_random_batch,
+    make_tiny_bert_config,
+    make_tiny_config,
+    printed_lines,
+    run_cli,
+)
 from mlm_suite import MlmSuiteForMaskedLM, MlmSuiteForPreTraining, MlmSuiteModel, convert_checkpoint
 from mlm_suite.conversion.bert import convert_bert_state_dict
 from mlm_suite.errors import UsageError
@@ -215,10 +222,6 @@ def test_real_minilm_conversion(minilm_dir, tmp_path):
 # ------------------------------------------------------------------------------------------------
 # Fine-tuned heads
 # ------------------------------------------------------------------------------------------------
-def label_maps(names):
-    return {"id2label": dict(enumerate(names)), "label2id": {name: index for index, name in enumerate(names)}}
-
-
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 HEADS = {
     # case: (BERT class, BERT config overrides, mlm_suite class, name of the logits compared)
@@ -315,12 +318,6 @@ def test_auto_class_loads_the_converted_head(tmp_path):
     assert type(model) is MlmSuiteForSequenceClassification
     assert model.config.id2label == {0: "negative", 1: "neutral", 2: "positive"}
     torch.testing.assert_close(model.classifier.weight, bert.classifier.weight)
-
-
-def printed_lines(err: str) -> list[str]:
-    """stderr's lines less transformers' progress bars (saving and loading weights) and blank lines."""
-    lines = re.split(r"[\r\n]", err)
-    return [line for line in lines if line.strip() and not line.startswith(("Writing model shards", "Loading weights"))]
 
 
 def write_state(folder, config, state):
