@@ -24,6 +24,16 @@ def test_concerns_are_packages_not_loose_modules():
     assert packages == ["analysis", "cards", "conversion", "data", "evaluation", "jobs", "model", "training"]
 
 
+def test_every_package_ships_in_the_wheel():
+    """pyproject.toml lists the packages the wheel holds: one left out imports from the checkout and not once installed."""
+    import tomllib
+
+    pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    listed = set(pyproject["tool"]["setuptools"]["packages"])
+    found = {".".join(path.parent.relative_to(PACKAGE.parent).parts) for path in PACKAGE.rglob("__init__.py")}
+    assert not found - listed, f"pyproject.toml's [tool.setuptools] packages lacks {sorted(found - listed)}"
+
+
 @pytest.mark.parametrize("old", ["mlm_suite.metrics", "mlm_suite.resources", "mlm_suite.trainer", "mlm_suite.wordnet"])
 def test_the_flat_layout_of_the_first_days_is_gone(old):
     """Nothing was released with those paths: they are not served by any alias."""
