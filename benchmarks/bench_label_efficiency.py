@@ -67,7 +67,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from mlm_suite.convert import converted_minilm_dir
+from mlm_suite.conversion import converted_minilm_dir
 from mlm_suite.data.finetuning.subsets import balanced_nested_subsets
 from mlm_suite.data.inputs import downloads
 from mlm_suite.data.inputs.readers import split_80_10_10
@@ -255,7 +255,7 @@ def build_starts(args: argparse.Namespace, root: Path, tapt_corpus: Path) -> dic
         # [CLS] pooling, as the published curves were measured (the jobs' default then; the default is now MiniLM's
         # mean pooling, which (d)'s continued checkpoint carries).
         starts["minilm"] = {"path": minilm, "flags": ["--classifier_pooling", "cls"],
-                            "how": "`convert.converted_minilm_dir()`, `--classifier_pooling cls`"}
+                            "how": "`conversion.converted_minilm_dir()`, `--classifier_pooling cls`"}
     if "minilm_dapt" in wanted:
         folder = root / "pretrain_minilm_dapt"
         results = run_once(pretrain, ["--model_name_or_path", str(downloads.minilm_dir()), *shlex.split(args.dapt_flags)],

@@ -11,7 +11,7 @@ data loader would), which on CUDA uses ``varlen_attn`` and needs no host synchro
 Method
 ------
 * **Identical work.** mlm_suite and BERT get identical weights (BERT's, mapped with
-  ``mlm_suite.convert.convert_bert_state_dict``), identical batches and identical labels (a seeded
+  ``mlm_suite.conversion.bert.convert_bert_state_dict``), identical batches and identical labels (a seeded
   15 % BERT-style 80/10/10 masking of the real, non-special tokens). Dropout is 0 so the two compute
   the same function; before timing, the script checks that their losses (training workloads) or
   hidden states (inference) agree to 1e-4 in fp32 and aborts if they do not. ModernBERT is a
@@ -76,7 +76,8 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from mlm_suite.convert import config_from_bert, convert_bert_state_dict, load_bert_weights
+from mlm_suite.conversion.bert import config_from_bert, convert_bert_state_dict
+from mlm_suite.conversion.core import load_converted_weights
 from mlm_suite.data.flattening import flatten_batch
 from mlm_suite.model import MlmSuiteForMaskedLM, MlmSuiteForTokenClassification, MlmSuiteModel
 
@@ -258,7 +259,7 @@ def build_models(workload: Workload, seed: int = 0, modernbert: bool = True) -> 
     hf = hf_class(config, **extra)
     ours_config = config_from_bert(config.to_dict())
     ours = ours_class(ours_config, **extra)
-    load_bert_weights(ours, convert_bert_state_dict(hf.state_dict(), config.num_hidden_layers), "the HF model")
+    load_converted_weights(ours, convert_bert_state_dict(hf.state_dict(), config.num_hidden_layers), "the HF model")
     models = {HF: hf, OURS: ours}
     if modernbert:
         models[MODERNBERT] = mb_class(modernbert_config(workload))

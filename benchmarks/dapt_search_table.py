@@ -43,7 +43,7 @@ def table(results: dict[str, dict], plain: dict, sizes: list[str]) -> str:
              "labels (plain MiniLM (c) for reference):", "",
              "| recipe | how it was made | mean validation |", "|---|---|---|"]
     plain_score = statistics.fmean(plain["summary"]["minilm"][size]["validation_mean"] for size in sizes)
-    lines.append(f"| (c) plain MiniLM | `convert.converted_minilm_dir()` | {plain_score:.4f} |")
+    lines.append(f"| (c) plain MiniLM | `conversion.converted_minilm_dir()` | {plain_score:.4f} |")
     for name, report in sorted(results.items(), key=lambda item: -validation_score(item[1], sizes)):
         how = report["start_info"]["minilm_dapt"]["how"]
         lines.append(f"| {name} | {how} | {validation_score(report, sizes):.4f} |")

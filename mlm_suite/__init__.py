@@ -21,7 +21,7 @@ from .model import (
     MlmSuiteModel,
     MlmSuitePreTrainedModel,
 )
-from .convert import convert_bert_checkpoint
+from .conversion import convert_checkpoint
 
 __version__ = "0.1.0"
 
@@ -47,5 +47,5 @@ __all__ = [
     "MlmSuiteForTokenClassification",
     "MlmSuiteModel",
     "MlmSuitePreTrainedModel",
-    "convert_bert_checkpoint",
+    "convert_checkpoint",
 ]

@@ -6,7 +6,7 @@ reads only the files' structure (JSON, a safetensors header against the file's s
 never the weights) and raises :class:`~mlm_suite.errors.UsageError` naming the file and what is wrong. The jobs
 call them through :mod:`mlm_suite.jobs.model_loading`.
 
-Every model folder a job writes (a checkpoint's, the final model, ``quickstart``'s, ``convert-bert``'s) is saved
+Every model folder a job writes (a checkpoint's, the final model, ``quickstart``'s, ``convert``'s) is saved
 through :func:`staged_model_folder`, so that it never holds a ``config.json`` without the weights saved with it.
 See docs/command_line.md.
 """

@@ -248,6 +248,43 @@ def make_tiny_bert_config(**overrides):
     values.update(overrides)
     return BertConfig(**values)
 
+
+# The other families mlm_suite converts: transformers' class prefix, config class and a tiny random folder's settings
+# (99 ids, hidden 32, 2 layers, 4 heads, 40 positions, dropout off so that training mode computes what eval does).
+_BERT_SETTINGS = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, max_position_embeddings=40)
+NATIVE_FAMILIES = {
+    "roberta": ("Roberta", "RobertaConfig", dict(_BERT_SETTINGS, type_vocab_size=1, pad_token_id=1, layer_norm_eps=1e-5)),
+    "xlm-roberta": ("XLMRoberta", "XLMRobertaConfig",
+                    dict(_BERT_SETTINGS, type_vocab_size=1, pad_token_id=1, layer_norm_eps=1e-5)),
+    "distilbert": ("DistilBert", "DistilBertConfig", dict(
+        vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37, dropout=0.0, attention_dropout=0.0,
+        qa_dropout=0.0, seq_classif_dropout=0.0, max_position_embeddings=40)),
+    "electra": ("Electra", "ElectraConfig", dict(_BERT_SETTINGS, embedding_size=16)),
+}
+
+
+def make_native_model(family: str, class_suffix: str, seed: int = 0, **overrides):
+    """A random fp32 model of transformers' ``<family><class_suffix>`` (``make_native_model("roberta", "ForMaskedLM")``
+    is a ``RobertaForMaskedLM``) of :data:`NATIVE_FAMILIES`' settings and ``overrides``, in eval mode, its
+    LayerNorms and biases moved off 1 and 0 so that a mix-up would show."""
+    import transformers
+
+    prefix, config_class, settings = NATIVE_FAMILIES[family]
+    torch.manual_seed(seed)
+    config = getattr(transformers, config_class)(**{**settings, **overrides})
+    model = getattr(transformers, prefix + class_suffix)(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "norm" in name.lower() or name.endswith("bias"):
+                parameter.add_(0.1 * torch.randn_like(parameter))
+    return model
+
+
+def label_maps(names: list[str]) -> dict[str, dict]:
+    """A config's ``id2label`` and ``label2id`` for the label ``names``."""
+    return {"id2label": dict(enumerate(names)), "label2id": {name: index for index, name in enumerate(names)}}
+
 # --- pretraining job runs ---
 TINY_MODEL = (
     "num_hidden_layers=2,hidden_size=64,num_attention_heads=2,intermediate_size=128,max_position_embeddings=64,"
@@ -657,6 +694,12 @@ def check_whole_words_masked_together(tokenizer: PreTrainedTokenizerBase, featur
     assert ((sizes >= 2) & (hits == sizes)).sum() >= 5, "no multi-piece word was masked: the test proves nothing"
 
 # --- the command line ---
+def printed_lines(err: str) -> list[str]:
+    """stderr's lines less transformers' progress bars (saving and loading weights) and blank lines."""
+    lines = re.split(r"[\r\n]", err)
+    return [line for line in lines if line.strip() and not line.startswith(("Writing model shards", "Loading weights"))]
+
+
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
     """``mlm_suite.cli.main(argv)`` → (exit status, stdout, stderr), whether it returns or exits."""
     capsys.readouterr()

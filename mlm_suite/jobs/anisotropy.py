@@ -21,7 +21,7 @@ from pathlib import Path
 from transformers import AutoModel
 
 from mlm_suite.analysis.embeddings import ContextualEmbedder, layerwise_anisotropy, save_json
-from mlm_suite.convert import converted_minilm_dir
+from mlm_suite.conversion import converted_minilm_dir
 from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
 from mlm_suite.data.words import split_words
 from mlm_suite.errors import UsageError

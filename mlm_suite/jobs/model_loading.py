@@ -1,5 +1,5 @@
 """The model a job starts from: its flags (:class:`ModelArguments`), the default start (all-MiniLM-L6-v2 converted
-once), a folder's config, tokenizer and weights loaded with the Hub flags, a BERT checkpoint converted on the fly,
+once), a folder's config, tokenizer and weights loaded with the Hub flags, a BERT-like checkpoint converted on the fly,
 ``--max_seq_length`` checked against the model and the layers frozen; a config changed by ``--config_overrides`` or
 a context extension. See docs/finetuning.md.
 
@@ -22,7 +22,7 @@ from typing import Any, Literal
 import torch
 from transformers import AutoConfig, PretrainedConfig, PreTrainedTokenizerBase, TrainingArguments
 
-from mlm_suite.convert import convert_bert_checkpoint, converted_minilm_dir
+from mlm_suite.conversion import FAMILIES, convert_checkpoint, converted_minilm_dir
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import HubArguments, check_at_least, check_model_source
 from mlm_suite.model import MlmSuiteConfig
@@ -157,11 +157,11 @@ def check_vocabulary(tokenizer: Any, config: PretrainedConfig, tokenizer_source:
 
 
 def mlm_suite_checkpoint(model_name_or_path: str, **pretrained: Any) -> str:
-    """An mlm_suite folder holding ``model_name_or_path``: the folder itself (its weights checked), or a BERT folder
-    converted.
+    """An mlm_suite folder holding ``model_name_or_path``: the folder itself (its weights checked), or a folder of a
+    family mlm_suite converts (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA) converted.
 
-    A BERT checkpoint (``BertModel``, ``BertForMaskedLM``, ``BertForPreTraining``) is converted with
-    :func:`~mlm_suite.convert.convert_bert_checkpoint` into a temporary folder, removed when the process exits.
+    Such a checkpoint is converted with :func:`~mlm_suite.conversion.convert_checkpoint` into a temporary folder,
+    removed when the process exits.
     ``pretrained`` (the Hub flags, :meth:`~mlm_suite.jobs.arguments.HubArguments.pretrained_kwargs`) go to
     ``AutoConfig.from_pretrained``.
     """
@@ -170,15 +170,19 @@ def mlm_suite_checkpoint(model_name_or_path: str, **pretrained: Any) -> str:
         if Path(model_name_or_path).is_dir():
             check_weights_files(Path(model_name_or_path))
         return model_name_or_path
-    if config.model_type != "bert":
+    family = FAMILIES.get(config.model_type)
+    if family is None:
         raise ValueError(
             f"--model_name_or_path {model_name_or_path} holds a {config.model_type!r} model; this job takes "
-            "mlm_suite or BERT checkpoints"
+            f"mlm_suite checkpoints or those of {', '.join(sorted(FAMILIES))}"
         )
     folder = tempfile.mkdtemp(prefix="mlm_suite-converted-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    print(f"converting the BERT checkpoint {model_name_or_path} to mlm_suite (in {folder}, removed at exit)", file=sys.stderr)
-    return str(convert_bert_checkpoint(model_name_or_path, folder))
+    print(
+        f"converting the {family.name} checkpoint {model_name_or_path} to mlm_suite (in {folder}, removed at exit)",
+        file=sys.stderr,
+    )
+    return str(convert_checkpoint(model_name_or_path, folder))
 
 
 def check_max_seq_length(

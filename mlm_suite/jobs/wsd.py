@@ -20,7 +20,7 @@ from pathlib import Path
 from transformers import AutoModel
 
 from mlm_suite.analysis.embeddings import ContextualEmbedder, save_json
-from mlm_suite.convert import converted_minilm_dir
+from mlm_suite.conversion import converted_minilm_dir
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.running import command_prog
 from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder, paths_read

@@ -33,6 +33,19 @@ _CHOICES = {
     "ffn_type": ("gelu", "geglu"),
     "classifier_pooling": ("cls", "mean"),
     "sentence_pooling": ("mean", "cls", "max"),
+    "classifier_activation": ("tanh", "relu", "gelu"),
+    "positions_count": ("columns", "real_tokens"),
+}
+
+# The options other encoder families need (RoBERTa, DistilBERT, ELECTRA), with the defaults that are BERT. A
+# config.json holds them only where they differ, so every folder saved before they existed is saved unchanged.
+FAMILY_OPTIONS = {
+    "positions_count": "columns",
+    "embedding_size": None,
+    "attention_output_dropout": None,
+    "classifier_activation": "tanh",
+    "pooler_dropout": 0.0,
+    "qa_dropout": 0.0,
 }
 
 
@@ -58,6 +71,20 @@ class MlmSuiteConfig(PreTrainedConfig):
       ``normalize_embeddings`` (L2): the sentence embeddings of ``MlmSuiteForSentenceEmbedding``.
     - ``contrastive_temperature`` (its initial value when ``learn_temperature``) and
       ``contrastive_symmetric``: its in-batch-negatives loss (cosine similarity / temperature).
+
+    Options of the other BERT-like families (:data:`FAMILY_OPTIONS`; config.json holds them only when set):
+
+    - ``positions_count``: ``"columns"`` (BERT: a token's position is its column, pads included) or
+      ``"real_tokens"`` (RoBERTa: positions count the real tokens, so a left-padded row starts at 0 too).
+    - ``embedding_size``: the width of the embeddings when it is not ``hidden_size`` (ELECTRA): a linear layer
+      projects them to ``hidden_size``, and the MLM head maps back to it before the tied decoder.
+    - ``attention_output_dropout``: dropout on the attention block's output before its residual add (default:
+      ``hidden_dropout_prob``; DistilBERT has none, 0.0).
+    - ``classifier_activation``: the pooler's activation, ``"tanh"`` (BERT, RoBERTa), ``"relu"`` (DistilBERT)
+      or ``"gelu"`` (ELECTRA).
+    - ``pooler_dropout``: dropout on the pooled token before the pooler's dense layer (RoBERTa's and ELECTRA's
+      classification heads drop out there too).
+    - ``qa_dropout``: dropout on the token states before the question-answering head (DistilBERT).
     """
 
     model_type = "mlm_suite"
@@ -95,6 +122,12 @@ class MlmSuiteConfig(PreTrainedConfig):
         learn_temperature: bool = False,
         contrastive_symmetric: bool = False,
         tie_word_embeddings: bool = True,
+        positions_count: str = "columns",
+        embedding_size: int | None = None,
+        attention_output_dropout: float | None = None,
+        classifier_activation: str = "tanh",
+        pooler_dropout: float = 0.0,
+        qa_dropout: float = 0.0,
         **kwargs,
     ):
         for name, value in (
@@ -103,6 +136,8 @@ class MlmSuiteConfig(PreTrainedConfig):
             ("ffn_type", ffn_type),
             ("classifier_pooling", classifier_pooling),
             ("sentence_pooling", sentence_pooling),
+            ("classifier_activation", classifier_activation),
+            ("positions_count", positions_count),
         ):
             if value not in _CHOICES[name]:
                 raise ValueError(f"{name}={value!r} is not one of {_CHOICES[name]}")
@@ -139,7 +174,26 @@ class MlmSuiteConfig(PreTrainedConfig):
         self.contrastive_temperature = contrastive_temperature
         self.learn_temperature = learn_temperature
         self.contrastive_symmetric = contrastive_symmetric
+        self.positions_count = positions_count
+        self.embedding_size = embedding_size
+        self.attention_output_dropout = attention_output_dropout
+        self.classifier_activation = classifier_activation
+        self.pooler_dropout = pooler_dropout
+        self.qa_dropout = qa_dropout
         super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
+
+    def to_dict(self) -> dict:
+        """``PreTrainedConfig.to_dict`` less the family options that hold their BERT default (:data:`FAMILY_OPTIONS`)."""
+        output = super().to_dict()
+        for name, default in FAMILY_OPTIONS.items():
+            if name in output and output[name] == default:
+                del output[name]
+        return output
+
+    @property
+    def embedding_width(self) -> int:
+        """The width of the word, position and token-type embeddings: ``embedding_size``, else ``hidden_size``."""
+        return self.hidden_size if self.embedding_size is None else self.embedding_size
 
     def check_sizes(self) -> None:
         """Raise a ValueError, naming the field and its value, if a size is not a whole number of at least its
@@ -152,6 +206,9 @@ class MlmSuiteConfig(PreTrainedConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be a whole number of at least {low}, got {value!r}")
+        size = self.embedding_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ValueError(f"embedding_size must be a whole number of at least 1 or None, got {size!r}")
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})"
@@ -178,4 +235,4 @@ class MlmSuiteConfig(PreTrainedConfig):
         return cls(**{**sizes, "attention_probs_dropout_prob": 0.0, **overrides})
 
 
-__all__ = ["MlmSuiteConfig", "PRESETS"]
+__all__ = ["FAMILY_OPTIONS", "MlmSuiteConfig", "PRESETS"]

@@ -61,13 +61,15 @@ class SequenceLayout:
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         document_ids: torch.Tensor | None = None,
+        count_real_tokens: bool = False,
     ) -> "SequenceLayout":
         """The padding-free layout read off the masks (host synchronisations: sizes depend on values).
 
         Segments start at the first real token of each row, wherever ``position_ids`` returns to 0
         (packed rows) and wherever ``document_ids`` changes. Without explicit ``position_ids``,
         tokens take their column index as position (as BERT does), or their offset within their
-        document when ``document_ids`` is given.
+        document when ``document_ids`` is given, or with ``count_real_tokens`` their offset within their
+        segment (as RoBERTa counts the tokens that are not pads).
         """
         batch_size, seq_len = shape
         columns = torch.arange(seq_len, device=device).expand(batch_size, seq_len)
@@ -85,7 +87,7 @@ class SequenceLayout:
         max_segment_len = int(segment_lengths.max()) if segment_lengths.numel() else 0  # 0: every row is padding
         if position_ids is not None:
             positions = position_ids.reshape(-1)[token_index]
-        elif document_ids is not None:
+        elif document_ids is not None or count_real_tokens:
             positions = None  # the offsets within the segments, computed below
         else:
             positions = columns.reshape(-1)[token_index]
@@ -165,6 +167,7 @@ class SequenceLayout:
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         document_ids: torch.Tensor | None = None,
+        count_real_tokens: bool = False,
     ) -> "SequenceLayout":
         """For ``torch.compile`` / ``torch.export`` without offsets: every cell is computed, masks keep segments apart.
 
@@ -176,7 +179,7 @@ class SequenceLayout:
         real = torch.ones(shape, dtype=torch.bool, device=device) if attention_mask is None else attention_mask.bool()
         if position_ids is None and document_ids is None:
             allowed = None if attention_mask is None else real[:, None, None, :]  # (batch, 1, 1, seq)
-            positions = columns
+            positions = (real.cumsum(dim=1) - 1).clamp(min=0) if count_real_tokens else columns
         else:
             starts = segment_starts(real, position_ids, document_ids)
             segment = starts.cumsum(dim=1)  # (batch, seq): segment number within the row, 1-based at real tokens

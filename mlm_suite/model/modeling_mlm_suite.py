@@ -52,15 +52,21 @@ def rotary_tables(positions: torch.Tensor, head_size: int, theta: float, dtype: 
 
 
 class MlmSuiteEmbeddings(nn.Module):
+    """Word, position and token-type embeddings of ``config.embedding_width``, then LayerNorm and dropout; embeddings
+    narrower than the layers (ELECTRA's ``embedding_size``) are projected to ``hidden_size``."""
+
     def __init__(self, config: MlmSuiteConfig):
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        width = config.embedding_width
+        self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
         if config.position_embedding_type == "absolute":
-            self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+            self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
         if config.type_vocab_size > 0:
-            self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.use_bias)
+            self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
+        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps, bias=config.use_bias)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        if width != config.hidden_size:
+            self.project = nn.Linear(width, config.hidden_size, bias=config.use_bias)
 
     def forward(
         self,
@@ -80,7 +86,8 @@ class MlmSuiteEmbeddings(nn.Module):
                 embeddings = embeddings + self.token_type_embeddings.weight[0]
             else:
                 embeddings = embeddings + self.token_type_embeddings(layout.unpad(token_type_ids))
-        return self.dropout(self.norm(embeddings))
+        embeddings = self.dropout(self.norm(embeddings))  # (total, embedding_width)
+        return self.project(embeddings) if hasattr(self, "project") else embeddings
 
 
 class MlmSuiteFeedForward(nn.Module):
@@ -109,6 +116,8 @@ class MlmSuiteLayer(GradientCheckpointingLayer):
         self.ffn = MlmSuiteFeedForward(config)
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.use_bias)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        attention_dropout = config.attention_output_dropout
+        self.attention_dropout = nn.Dropout(config.hidden_dropout_prob if attention_dropout is None else attention_dropout)
         self.pre_norm = config.norm_position == "pre"
 
     def forward(
@@ -127,26 +136,32 @@ class MlmSuiteLayer(GradientCheckpointingLayer):
         residual = hidden if outputs_for is None else hidden[outputs_for]
         if self.pre_norm:
             attended, weights = self.attention(self.attention_norm(hidden), layout, rotary, output_attentions, outputs_for)
-            hidden = residual + self.dropout(attended)
+            hidden = residual + self.attention_dropout(attended)
             return hidden + self.dropout(self.ffn(self.ffn_norm(hidden))), weights
         attended, weights = self.attention(hidden, layout, rotary, output_attentions, outputs_for)
-        hidden = self.attention_norm(residual + self.dropout(attended))
+        hidden = self.attention_norm(residual + self.attention_dropout(attended))
         return self.ffn_norm(hidden + self.dropout(self.ffn(hidden))), weights
 
 
 class MlmSuitePooler(nn.Module):
-    """Dense + tanh over ``config.classifier_pooling`` (``cls`` or ``mean``) of each row of the batch, or of each
-    sequence of a flattened batch."""
+    """Dense + ``config.classifier_activation`` (tanh as BERT's) over ``config.classifier_pooling`` (``cls`` or
+    ``mean``) of each row of the batch, or of each sequence of a flattened batch; ``config.pooler_dropout`` drops out
+    the pooled vector before the dense layer, as RoBERTa's and ELECTRA's classification heads do."""
 
     def __init__(self, config: MlmSuiteConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
+        self.activation = ACT2FN[config.classifier_activation]
         self.mode = config.classifier_pooling
+        if config.pooler_dropout:
+            self.dropout = nn.Dropout(config.pooler_dropout)
 
     def forward(self, hidden: torch.Tensor, layout: SequenceLayout, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """``(total, hidden)`` → ``(batch, hidden)``, or ``(num_sequences, hidden)`` for a flattened batch."""
         pooled = pool_sequences(hidden, layout, attention_mask, self.mode, by_segment=layout.flattened)
-        return torch.tanh(self.dense(pooled))
+        if hasattr(self, "dropout"):
+            pooled = self.dropout(pooled)
+        return self.activation(self.dense(pooled))
 
 
 def pool_sequences(
@@ -173,14 +188,15 @@ def pool_sequences(
 
 
 class MlmSuiteLMHead(nn.Module):
-    """Transform (dense + activation + LayerNorm) and a decoder tied to the word embeddings."""
+    """Transform (dense + activation + LayerNorm, to the embeddings' width) and a decoder tied to the word embeddings."""
 
     def __init__(self, config: MlmSuiteConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.use_bias)
+        width = config.embedding_width
+        self.dense = nn.Linear(config.hidden_size, width, bias=config.use_bias)
         self.activation = ACT2FN[config.hidden_act]
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.use_bias)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=True)
+        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps, bias=config.use_bias)
+        self.decoder = nn.Linear(width, config.vocab_size, bias=True)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.norm(self.activation(self.dense(hidden))))
@@ -430,9 +446,10 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
                     "pass neither attention_mask nor document_ids with it"
                 )
             return SequenceLayout.from_offsets(shape, cu_seq_lens, max_length, position_ids)
+        count_real_tokens = self.config.positions_count == "real_tokens"
         if torch.compiler.is_compiling():
-            return SequenceLayout.traced_dense(shape, device, attention_mask, position_ids, document_ids)
-        return SequenceLayout.from_inputs(shape, device, attention_mask, position_ids, document_ids)
+            return SequenceLayout.traced_dense(shape, device, attention_mask, position_ids, document_ids, count_real_tokens)
+        return SequenceLayout.from_inputs(shape, device, attention_mask, position_ids, document_ids, count_real_tokens)
 
     def encode(
         self,
@@ -962,11 +979,14 @@ class MlmSuiteForTokenClassification(MlmSuitePreTrainedModel):
 
 
 class MlmSuiteForQuestionAnswering(MlmSuitePreTrainedModel):
-    """Extractive QA: start and end logits per token."""
+    """Extractive QA: start and end logits per token (``config.qa_dropout`` drops out the token states first, as
+    DistilBERT does)."""
 
     def __init__(self, config: MlmSuiteConfig):
         super().__init__(config)
         self.encoder = MlmSuiteModel(config, add_pooling_layer=False)
+        if config.qa_dropout:
+            self.dropout = nn.Dropout(config.qa_dropout)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
@@ -990,7 +1010,10 @@ class MlmSuiteForQuestionAnswering(MlmSuitePreTrainedModel):
             document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
             output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
         )
-        logits = self.qa_outputs(outputs.last_hidden_state).float()  # (batch, seq, 2)
+        hidden = outputs.last_hidden_state
+        if hasattr(self, "dropout"):
+            hidden = self.dropout(hidden)
+        logits = self.qa_outputs(hidden).float()  # (batch, seq, 2)
         if attention_mask is not None:
             # No answer starts or ends at a pad: the most negative finite score keeps pads out of the softmax.
             logits = logits.masked_fill(~attention_mask.bool()[..., None], torch.finfo(logits.dtype).min)

@@ -62,7 +62,7 @@ def test_the_licence_is_the_base_models_where_its_card_says_one_else_the_project
     other.mkdir()
     (other / "README.md").write_text("---\nlicense: other\nlicense_name: tiny\nlicense_link: LICENSE.md\n---\n")
     assert base_model_license(other) == {"license": "other", "license_name": "tiny", "license_link": "LICENSE.md"}
-    converted = tmp_path / "all-minilm-l6-v2-mlm_suite"  # the folder name of convert.converted_minilm_dir()
+    converted = tmp_path / "all-minilm-l6-v2-mlm_suite"  # the folder name of conversion.converted_minilm_dir()
     converted.mkdir()
     (converted / "config.json").write_text("{}")
     assert base_model_license(converted) == {"license": "apache-2.0"}  # all-MiniLM-L6-v2's card

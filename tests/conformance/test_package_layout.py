@@ -25,9 +25,19 @@ def test_every_module_imports():
 
 def test_concerns_are_packages_not_loose_modules():
     loose = sorted(path.stem for path in PACKAGE.glob("*.py"))
-    assert loose == ["__init__", "cli", "convert", "errors", "export", "model_files"]
+    assert loose == ["__init__", "cli", "errors", "export", "model_files"]
     packages = sorted(path.parent.name for path in PACKAGE.glob("*/__init__.py"))
-    assert packages == ["analysis", "cards", "data", "evaluation", "jobs", "model", "training"]
+    assert packages == ["analysis", "cards", "conversion", "data", "evaluation", "jobs", "model", "training"]
+
+
+def test_every_package_ships_in_the_wheel():
+    """pyproject.toml lists the packages the wheel holds: one left out imports from the checkout and not once installed."""
+    import tomllib
+
+    pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    listed = set(pyproject["tool"]["setuptools"]["packages"])
+    found = {".".join(path.parent.relative_to(PACKAGE.parent).parts) for path in PACKAGE.rglob("__init__.py")}
+    assert not found - listed, f"pyproject.toml's [tool.setuptools] packages lacks {sorted(found - listed)}"
 
 
 def test_data_is_grouped_by_pipeline():

@@ -3,7 +3,7 @@
 For each head (masked LM, pretraining MLM + NSP, sequence classification, regression, multi-label, token
 classification, extractive QA) and each ``TrainingArguments`` feature a user of transformers' ``run_*.py`` reaches
 for, one tiny run (3 optimizer steps, batch 4) of the stock Trainer trains a random tiny ``BertFor*`` and the
-mlm_suite head converted from it (``convert_bert_checkpoint``, so both start from the same weights; dropout off).
+mlm_suite head converted from it (``convert_checkpoint``, so both start from the same weights; dropout off).
 Both must succeed and, where the feature is deterministic, agree: the mean training loss and the evaluation loss
 after training (which moves only if every step's gradients matched) to ``FP32_RTOL`` (``BF16_RTOL`` under bf16
 autocast), and the metrics ``compute_metrics`` reads off the evaluation outputs. Features that cannot apply to a
@@ -30,7 +30,7 @@ from transformers import (
 )
 
 from tests.helpers import TINY_VOCAB, make_tiny_bert_config
-from mlm_suite import convert_bert_checkpoint
+from mlm_suite import convert_checkpoint
 from mlm_suite.model import (
     MlmSuiteForMaskedLM,
     MlmSuiteForPreTraining,
@@ -212,7 +212,7 @@ def converted_pairs(tmp_path_factory):
         root = tmp_path_factory.mktemp(head)
         torch.manual_seed(0)
         bert_class(make_tiny_bert_config(**overrides)).save_pretrained(root / "bert")
-        pairs[head] = (root / "bert", convert_bert_checkpoint(root / "bert", root / "mlm_suite"))
+        pairs[head] = (root / "bert", convert_checkpoint(root / "bert", root / "mlm_suite"))
     return pairs
 
 

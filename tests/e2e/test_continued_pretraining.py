@@ -2,7 +2,8 @@
 
 The checkpoints are tiny random models on the MiniLM (bert-base-uncased) vocabulary, saved with its
 tokenizer: a headless HF ``BertModel`` (the shape of all-MiniLM-L6-v2, which ships without an MLM head)
-and an mlm_suite ``MlmSuiteForMaskedLM``.
+and an mlm_suite ``MlmSuiteForMaskedLM``; and native masked-LM folders of the other families mlm_suite converts
+(RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA's generator) with a byte-level BPE tokenizer (issue 47).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, BertConfig, BertModel
 
-from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining
+from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining, convert_checkpoint
 from mlm_suite.jobs.model_loading import mlm_suite_checkpoint
 from mlm_suite.jobs.pretrain import build_config, build_model, main, plan_run
 from mlm_suite.training.pretraining import evaluation_collator
-from tests.helpers import job_args, make_documents, write_text
+from tests.helpers import job_args, make_documents, make_native_model, train_byte_level_bpe, write_text
 
 NEW_MLM_HEAD = ["lm_head.decoder.bias", "lm_head.dense.bias", "lm_head.dense.weight", "lm_head.norm.bias", "lm_head.norm.weight"]
 SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
@@ -162,3 +163,39 @@ def test_head_warmup_needs_a_checkpoint(corpus, tmp_path):
     with pytest.raises(ValueError, match="needs --model_name_or_path"):
         main(job_args(output_dir, "--train_file", str(corpus), "--max_steps", "1", "--head_warmup_steps", "2"))
     assert not output_dir.exists()
+
+
+@pytest.fixture(scope="module")
+def byte_level_bpe(corpus):
+    return train_byte_level_bpe(corpus.read_text(encoding="utf-8").splitlines())
+
+
+def native_masked_lm(family: str, tokenizer, folder: Path) -> Path:
+    """A random masked-LM folder of transformers' own class for ``family``, with ``tokenizer`` and 64 positions."""
+    offset = tokenizer.pad_token_id + 1 if "roberta" in family else 0  # RoBERTa's positions start after the pad
+    make_native_model(family, "ForMaskedLM", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                 max_position_embeddings=64 + offset).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("family", ["roberta", "xlm-roberta", "distilbert", "electra"])
+def test_a_native_folder_of_another_family_continues_from_its_converted_weights(family, byte_level_bpe, corpus,
+                                                                                 tmp_path, capsys):
+    """``--model_name_or_path`` a native masked-LM folder: converted on the fly, it trains with its BPE tokenizer
+    (``<mask>``, ``<s>``/``</s>``, no token types); a step at learning rate 0 writes back exactly the converted
+    weights, and a whole-word-masked run of two steps learns."""
+    source = native_masked_lm(family, byte_level_bpe, tmp_path / "native")
+    converted = convert_checkpoint(source, tmp_path / "converted")
+    output_dir = tmp_path / "unchanged"
+    assert main(continued_args(output_dir, source, corpus, "--max_steps", "1", "--learning_rate", "0")) == 0
+    name = {"xlm-roberta": "XLM-RoBERTa", "distilbert": "DistilBERT", "electra": "ELECTRA"}.get(family, "RoBERTa")
+    assert f"converting the {name} checkpoint {source} to mlm_suite" in capsys.readouterr().err
+    before, after = load_file(converted / "model.safetensors"), load_file(output_dir / "model.safetensors")
+    assert before.keys() == after.keys() and all(torch.equal(before[key], after[key]) for key in before)
+    assert AutoTokenizer.from_pretrained(output_dir).mask_token == "<mask>"
+
+    trained = tmp_path / "trained"
+    assert main(continued_args(trained, source, corpus, "--max_steps", "2", "--masking", "whole_word")) == 0
+    after = load_file(trained / "model.safetensors")
+    assert not torch.equal(before["encoder.layers.0.ffn.up.weight"], after["encoder.layers.0.ffn.up.weight"])

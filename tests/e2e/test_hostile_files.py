@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.helpers import assert_refused, folder_files, run_command
-from mlm_suite.convert import converted_minilm_dir
+from mlm_suite.conversion import converted_minilm_dir
 from mlm_suite.data.inputs import downloads
 from mlm_suite.errors import FetchError
 
@@ -163,50 +163,50 @@ def test_prepare_data_empty_tokenizer_folder(tmp_path, data_files, capsys):
 
 
 # --------------------------------------------------------------------------------------------
-# convert-bert
+# convert
 # --------------------------------------------------------------------------------------------
-def test_convert_bert_truncated_weights(tmp_path, tiny_bert, capsys):
+def test_convert_truncated_weights(tmp_path, tiny_bert, capsys):
     source, output_dir = truncated_weights(tiny_bert, tmp_path), tmp_path / "out"
-    outcome = run_command(["convert-bert", source, output_dir], capsys)
-    assert_refused(outcome, "convert-bert", str(source / "model.safetensors"))
+    outcome = run_command(["convert", source, output_dir], capsys)
+    assert_refused(outcome, "convert", str(source / "model.safetensors"))
     assert not output_dir.exists()
 
 
-def test_convert_bert_damaged_tokenizer_is_refused_before_writing(tmp_path, tiny_bert, capsys):
+def test_convert_damaged_tokenizer_is_refused_before_writing(tmp_path, tiny_bert, capsys):
     source = damaged_copy(tiny_bert, tmp_path, "tokenizer.json", b'{"version": "1.0"}')
     output_dir = tmp_path / "out"
-    outcome = run_command(["convert-bert", source, output_dir], capsys)
-    assert_refused(outcome, "convert-bert", str(source / "tokenizer.json"), "not a tokenizer file")
+    outcome = run_command(["convert", source, output_dir], capsys)
+    assert_refused(outcome, "convert", str(source / "tokenizer.json"), "not a tokenizer file")
     assert not output_dir.exists()
 
 
-def test_convert_bert_on_an_mlm_suite_folder(tmp_path, tiny_model, capsys):
+def test_convert_on_an_mlm_suite_folder(tmp_path, tiny_model, capsys):
     output_dir = tmp_path / "out"
-    outcome = run_command(["convert-bert", tiny_model, output_dir], capsys)
-    assert_refused(outcome, "convert-bert", str(tiny_model), "'mlm_suite'", "not a BERT one", "nothing to convert")
+    outcome = run_command(["convert", tiny_model, output_dir], capsys)
+    assert_refused(outcome, "convert", str(tiny_model), "'mlm_suite'", "cannot convert", "nothing to convert")
     assert not output_dir.exists()
 
 
-def test_convert_bert_on_another_architecture_without_model_type(tmp_path, capsys):
+def test_convert_on_another_architecture_without_model_type(tmp_path, capsys):
     source, output_dir = tmp_path / "gpt2", tmp_path / "out"
     source.mkdir()
     (source / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "n_layer": 2}))
-    outcome = run_command(["convert-bert", source, output_dir], capsys)
-    assert_refused(outcome, "convert-bert", str(source), "GPT2LMHeadModel", "not a BERT one")
+    outcome = run_command(["convert", source, output_dir], capsys)
+    assert_refused(outcome, "convert", str(source), "GPT2LMHeadModel", "which mlm_suite cannot convert")
     assert not output_dir.exists()
 
 
-def test_convert_bert_on_a_folder_without_config(tmp_path, tiny_bert, capsys):
+def test_convert_on_a_folder_without_config(tmp_path, tiny_bert, capsys):
     source, output_dir = damaged_copy(tiny_bert, tmp_path, "config.json", None), tmp_path / "out"
-    outcome = run_command(["convert-bert", source, output_dir], capsys)
-    assert_refused(outcome, "convert-bert", str(source / "config.json"), "does not exist", "found: model.safetensors")
+    outcome = run_command(["convert", source, output_dir], capsys)
+    assert_refused(outcome, "convert", str(source / "config.json"), "does not exist", "found: model.safetensors")
     assert not output_dir.exists()
 
 
-def test_convert_bert_config_that_is_not_an_object(tmp_path, tiny_bert, capsys):
+def test_convert_config_that_is_not_an_object(tmp_path, tiny_bert, capsys):
     source, output_dir = damaged_copy(tiny_bert, tmp_path, "config.json", b'["bert"]'), tmp_path / "out"
-    outcome = run_command(["convert-bert", source, output_dir], capsys)
-    assert_refused(outcome, "convert-bert", str(source / "config.json"), "JSON list")
+    outcome = run_command(["convert", source, output_dir], capsys)
+    assert_refused(outcome, "convert", str(source / "config.json"), "JSON list")
     assert not output_dir.exists()
 
 
@@ -365,16 +365,16 @@ def test_finetune_with_the_default_model_rebuilds_a_damaged_cached_conversion(ca
 
 
 def test_two_processes_converting_minilm_at_once_each_use_their_own_folder(cache, bert_as_minilm, monkeypatch):
-    from mlm_suite import convert
+    from mlm_suite import conversion
 
     both_converting = threading.Barrier(2, timeout=30)
-    convert_once = convert.convert_bert_checkpoint
+    convert_once = conversion.convert_checkpoint
 
     def convert_together(*args, **kwargs):
         both_converting.wait()  # neither finishes before the other has started
         return convert_once(*args, **kwargs)
 
-    monkeypatch.setattr(convert, "convert_bert_checkpoint", convert_together)
+    monkeypatch.setattr(conversion, "convert_checkpoint", convert_together)
     results, errors = [], []
 
     def run() -> None:

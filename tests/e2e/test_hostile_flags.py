@@ -99,10 +99,10 @@ def test_prepare_data_names_a_missing_train_file(tmp_path, tiny_model, capsys):
     assert not output_dir.exists()
 
 
-def test_convert_bert_names_a_source_that_is_not_a_bert_folder(tmp_path, capsys):
+def test_convert_names_a_source_that_is_not_a_checkpoint_folder(tmp_path, capsys):
     destination = tmp_path / "converted"
-    outcome = run_command(["convert-bert", tmp_path / "missing", destination], capsys)
-    assert_refused(outcome, "convert-bert", "missing", "config.json")
+    outcome = run_command(["convert", tmp_path / "missing", destination], capsys)
+    assert_refused(outcome, "convert", "missing", "config.json")
     assert not destination.exists() and not lock_path(destination).exists()
 
 
@@ -165,12 +165,12 @@ def test_an_output_folder_given_through_another_spelling_is_the_same_folder(tmp_
     assert contents(model_copy) == before
 
 
-def test_convert_bert_refuses_to_write_over_its_source(tmp_path, capsys):
+def test_convert_refuses_to_write_over_its_source(tmp_path, capsys):
     source = tmp_path / "bert"
     source.mkdir()
     (source / "config.json").write_text(json.dumps({"model_type": "bert"}))
-    outcome = run_command(["convert-bert", source, source], capsys)
-    assert_refused(outcome, "convert-bert", f"dst {source} is src {source}")
+    outcome = run_command(["convert", source, source], capsys)
+    assert_refused(outcome, "convert", f"dst {source} is src {source}")
     assert folder_files(source) == ["config.json"]
 
 

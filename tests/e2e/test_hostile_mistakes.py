@@ -14,8 +14,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from tests.helpers import assert_refused, run_command
+from mlm_suite import convert_checkpoint
 from mlm_suite.model import MlmSuiteConfig, MlmSuiteModel
+from tests.helpers import assert_refused, make_native_model, run_command
 
 FAST = ["--max_steps", "2", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "2",
         "--report_to", "none"]
@@ -61,6 +62,23 @@ def test_a_tokenizer_larger_than_the_model_s_vocabulary_is_refused(
     outcome = run_command([*command_line(command, small_vocabulary_model, data_files), "--output_dir", output_dir],
                           capsys)
     assert_refused(outcome, command, "30522 tokens", "vocab_size 1000", str(small_vocabulary_model))
+    assert not output_dir.exists()
+
+
+@pytest.mark.parametrize("command", ["finetune-cls", "pretrain"])
+@pytest.mark.parametrize("converted", [False, True], ids=["native", "converted"])
+def test_a_tokenizer_larger_than_a_roberta_s_vocabulary_is_refused(command, converted, tmp_path, tiny_model,
+                                                                      data_files, capsys):
+    """A RoBERTa folder of 1000 word embeddings with the MiniLM tokenizer of 30522 tokens, as given (pretrain converts
+    it on the fly) or converted first: one line naming both sizes, no output folder."""
+    model = tmp_path / "roberta"
+    make_native_model("roberta", "ForMaskedLM", vocab_size=1000).save_pretrained(model)
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(model)
+    if converted:
+        model = convert_checkpoint(model, tmp_path / "converted")
+    output_dir = tmp_path / "out"
+    outcome = run_command([*command_line(command, model, data_files), "--output_dir", output_dir], capsys)
+    assert_refused(outcome, command, "30522 tokens", "vocab_size 1000")
     assert not output_dir.exists()
 
 

@@ -30,8 +30,8 @@ EARLIER_RUN = {
 def command_line(command: str, model: Path, data_files: dict[str, Path], bert_folder: Path, output_dir: Path,
                  *flags: str) -> list:
     """A command line of ``command`` that succeeds, writing ``output_dir``, with ``flags`` of the command's own."""
-    if command == "convert-bert":
-        return ["convert-bert", bert_folder, output_dir, *flags]
+    if command == "convert":
+        return ["convert", bert_folder, output_dir, *flags]
     if command == "seeds":
         return ["seeds", "finetune-cls", "--seeds", "1", "--output_dir", output_dir, *flags, "--",
                 "--model_name_or_path", model, "--train_file", data_files["csv"], *FAST]
@@ -73,7 +73,7 @@ def leave_an_earlier_run(folder: Path) -> dict[str, bytes]:
 
 
 COMMANDS = ["finetune-cls", "finetune-pair", "finetune-ner", "finetune-retrieval", "pretrain", "wsd", "anisotropy",
-            "quickstart", "prepare-data", "convert-bert", "seeds"]
+            "quickstart", "prepare-data", "convert", "seeds"]
 
 
 @pytest.mark.slow
@@ -85,7 +85,7 @@ def test_a_rerun_into_a_used_folder_is_refused_and_overwrite_leaves_only_its_own
     data_files = {**data_files, "corpus": corpus["train"]}
 
     refused = run_command(command_line(command, tiny_model, data_files, bert_folder, output_dir), capsys)
-    flag = "dst" if command == "convert-bert" else "--output_dir"
+    flag = "dst" if command == "convert" else "--output_dir"
     assert_refused(refused, command, f"{flag} {output_dir} already holds an earlier run's files",
                    "all_results.json", "--overwrite_output_dir")
     assert {name: (output_dir / name).read_bytes() for name in folder_files(output_dir)} == before

@@ -97,7 +97,7 @@ def tiny_bert(tmp_path_factory) -> Path:
 # --------------------------------------------------------------------------------------------
 # Model folders: the weights go past the limit, so no config.json is left without them
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("command", ["pretrain", "finetune-cls", "quickstart", "convert-bert"])
+@pytest.mark.parametrize("command", ["pretrain", "finetune-cls", "quickstart", "convert"])
 def test_a_model_too_large_to_save_leaves_no_config_without_weights(command, tmp_path, tiny_model, tiny_bert,
                                                                     data_files, capsys):
     output_dir = tmp_path / "out"
@@ -105,7 +105,7 @@ def test_a_model_too_large_to_save_leaves_no_config_without_weights(command, tmp
         "pretrain": lambda: pretrain(tiny_model, data_files, output_dir, "--max_steps", "2"),
         "finetune-cls": lambda: finetune_cls(tiny_model, data_files, output_dir),
         "quickstart": lambda: ["quickstart", "--preset", "tiny", "--output_dir", output_dir],
-        "convert-bert": lambda: ["convert-bert", tiny_bert, output_dir],
+        "convert": lambda: ["convert", tiny_bert, output_dir],
     }[command]()
     with file_size_limit(LIMIT):
         outcome = run_command(argv, capsys)

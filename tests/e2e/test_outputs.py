@@ -171,7 +171,7 @@ def test_finetuned_card_snippet_runs_without_mlm_suite_and_nothing_is_pickled(ti
 
 
 def test_base_model_is_a_hub_id_or_absent(tmp_path):
-    converted = tmp_path / "all-minilm-l6-v2-mlm_suite"  # the folder name of convert.converted_minilm_dir()
+    converted = tmp_path / "all-minilm-l6-v2-mlm_suite"  # the folder name of conversion.converted_minilm_dir()
     converted.mkdir()
     (converted / "config.json").write_text("{}")
     fields = base_model_fields(str(converted))

@@ -37,7 +37,7 @@ def test_varlen_is_chosen_only_where_it_applies(monkeypatch):
 def test_cuda_varlen_equals_the_grid_in_bf16_and_hf_bert_in_fp32():
     from transformers import BertConfig, BertModel
 
-    from mlm_suite.convert import convert_bert_state_dict
+    from mlm_suite.conversion.bert import convert_bert_state_dict
 
     torch.manual_seed(0)
     sizes = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)

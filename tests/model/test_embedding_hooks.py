@@ -17,7 +17,7 @@ from mlm_suite import (
     MlmSuiteForPreTraining,
     MlmSuiteForSequenceClassification,
     MlmSuiteForTokenClassification,
-    convert_bert_checkpoint,
+    convert_checkpoint,
 )
 from mlm_suite.data.flattening import flatten_batch
 
@@ -61,7 +61,7 @@ def test_neftune_adds_the_noise_it_adds_to_bert(tmp_path, hf_class, ours_class):
     torch.manual_seed(0)
     hf_class(make_tiny_bert_config()).save_pretrained(tmp_path / "bert")
     hf = hf_class.from_pretrained(tmp_path / "bert")
-    ours = ours_class.from_pretrained(convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours"))
+    ours = ours_class.from_pretrained(convert_checkpoint(tmp_path / "bert", tmp_path / "ours"))
     batch = make_random_batch(LENGTHS, seed=2)
     batch["labels"] = torch.where(batch["attention_mask"].bool(), batch["input_ids"], -100)
     if ours_class is MlmSuiteForPreTraining:

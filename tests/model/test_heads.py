@@ -31,7 +31,8 @@ from mlm_suite import (
     MlmSuiteForTokenClassification,
     MlmSuiteModel,
 )
-from mlm_suite.convert import convert_bert_state_dict, load_bert_weights
+from mlm_suite.conversion.bert import convert_bert_state_dict
+from mlm_suite.conversion.core import load_converted_weights
 from mlm_suite.model import MlmSuiteForPreTrainingOutput, modeling_mlm_suite
 
 BIO = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
@@ -408,7 +409,7 @@ def bert_and_ours_question_answering():
     torch.manual_seed(0)
     bert = BertForQuestionAnswering(make_tiny_bert_config()).eval()
     ours = MlmSuiteForQuestionAnswering(make_tiny_config()).eval()
-    load_bert_weights(ours, convert_bert_state_dict(bert.state_dict(), bert.config.num_hidden_layers))
+    load_converted_weights(ours, convert_bert_state_dict(bert.state_dict(), bert.config.num_hidden_layers))
     return bert, ours
 
 

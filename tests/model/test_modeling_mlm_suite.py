@@ -5,6 +5,7 @@ finite; eager and SDPA agree; the textbook attention arithmetic; the input/confi
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -21,6 +22,9 @@ VARIANTS = {
     "geglu": {"ffn_type": "geglu"},
     "no_bias": {"use_bias": False},
     "mean_pooling": {"classifier_pooling": "mean"},
+    # The options of the other families (RoBERTa, ELECTRA, DistilBERT).
+    "families": {"embedding_size": 16, "positions_count": "real_tokens", "classifier_activation": "gelu",
+                 "attention_output_dropout": 0.0, "pooler_dropout": 0.1},
 }
 
 
@@ -67,6 +71,44 @@ def test_padded_batch_equals_each_sequence_alone(variant):
     padded = assert_rows_match_alone(model, batch)
     for h in padded.hidden_states:
         assert torch.isfinite(h).all()
+
+
+def test_real_token_positions_make_a_left_padded_row_equal_the_sequence_alone():
+    """``positions_count="real_tokens"`` (RoBERTa's): positions count from a row's first real token, so a left-padded
+    row computes what the sequence alone does, as a right-padded one does with column positions (BERT's)."""
+    batch = make_random_batch(lengths=(7, 4, 9, 1), seq_len=11)
+    left = {name: torch.stack([row.roll(int(11 - length)) for row, length in zip(value, batch["attention_mask"].sum(1))])
+            for name, value in batch.items()}
+    model = build_model(positions_count="real_tokens")
+    padded, columns = run(model, **left), run(build_model(), **left)
+    for row, length in enumerate(batch["attention_mask"].sum(1).tolist()):
+        alone = run(model, **{name: value[row : row + 1, -length:] for name, value in left.items() if name != "attention_mask"})
+        torch.testing.assert_close(padded.last_hidden_state[row, -length:], alone.last_hidden_state[0], atol=1e-5, rtol=0)
+    assert not torch.allclose(columns.last_hidden_state[0, -7:], padded.last_hidden_state[0, -7:], atol=1e-3)
+
+
+def test_family_options_reach_config_json_only_when_set(tmp_path):
+    """A config that sets none of them saves as before the options existed; one that sets them reloads them."""
+    from mlm_suite.model.configuration_mlm_suite import FAMILY_OPTIONS
+
+    MlmSuiteConfig().save_pretrained(tmp_path / "bert")
+    assert not set(FAMILY_OPTIONS) & set(json.loads((tmp_path / "bert" / "config.json").read_text()))
+    options = {"positions_count": "real_tokens", "embedding_size": 16, "attention_output_dropout": 0.0,
+               "classifier_activation": "relu", "pooler_dropout": 0.2, "qa_dropout": 0.1}
+    assert options.keys() == FAMILY_OPTIONS.keys()
+    MlmSuiteConfig(**options).save_pretrained(tmp_path / "families")
+    reloaded = MlmSuiteConfig.from_pretrained(tmp_path / "families")
+    assert {name: getattr(reloaded, name) for name in options} == options
+
+
+def test_narrow_embeddings_are_projected_and_the_mlm_head_maps_back_to_them():
+    from mlm_suite import MlmSuiteForMaskedLM
+
+    model = MlmSuiteForMaskedLM(make_tiny_config(embedding_size=16))
+    assert model.encoder.embeddings.word_embeddings.weight.shape == (model.config.vocab_size, 16)
+    assert model.encoder.embeddings.project.weight.shape == (32, 16)
+    assert model.lm_head.dense.weight.shape == (16, 32) and model.lm_head.decoder.weight.shape == (model.config.vocab_size, 16)
+    assert model.lm_head.decoder.weight is model.encoder.embeddings.word_embeddings.weight
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])

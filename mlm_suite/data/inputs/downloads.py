@@ -10,7 +10,7 @@ A damaged cache never fails the same way run after run: a download's size and SH
 recorded when it is fetched, and one that no longer matches (or no longer opens) is an error
 naming the file and the command that removes it, so that the next run fetches it again. What
 is built from a download (an extracted folder here, the converted MiniLM of
-:func:`mlm_suite.convert.converted_minilm_dir`) is checked against its source when used and built
+:func:`mlm_suite.conversion.converted_minilm_dir`) is checked against its source when used and built
 again when damaged, each build in a temporary folder of its own renamed into place
 (:func:`build_folder`), so that a reader never sees a half-built folder and two processes building
 it at once do not mix their files.

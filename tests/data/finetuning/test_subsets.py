@@ -254,7 +254,7 @@ def test_dapt_search_picks_the_best_recipe_on_validation_and_pairs_it_with_plain
                                   "--markdown", str(markdown)]) == 0
         assert capsys.readouterr().out.strip() == "longer"  # 0.65 against 0.61 (default) and 0.60 (lower_rate)
         text = markdown.read_text()
-        assert "| (c) plain MiniLM | `convert.converted_minilm_dir()` | 0.7100 |" in text
+        assert "| (c) plain MiniLM | `conversion.converted_minilm_dir()` | 0.7100 |" in text
         assert "| longer | longer | 0.6500 |" in text
         assert "| 32 | 0.5800 (-2.0 [-2.0, -2.0]) | 0.6200 (+2.0 [" in text and "| 64 | 0.5900 (-1.0 [" in text
         assert text.splitlines()[-1].endswith("| – | – |")  # neither search recipe was run at 64

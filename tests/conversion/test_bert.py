@@ -1,17 +1,16 @@
-"""``convert_bert_checkpoint``: randomly initialised HF BERT checkpoints (BertModel, BertForMaskedLM,
+"""``convert_checkpoint`` on BERT folders: randomly initialised HF BERT checkpoints (BertModel, BertForMaskedLM,
 BertForPreTraining; with and without the ``bert.`` prefix; safetensors, ``pytorch_model.bin`` and
 HF's own ``save_pretrained``) convert to mlm_suite folders whose hidden states (every layer),
 pooler, MLM and NSP logits match HF's; every fine-tuned head (NSP, sequence classification with each
 ``problem_type``, token classification, QA) converts with its labels and gives BERT's logits and loss;
 a sentence-transformers folder's pooling is carried into the config; the real MiniLM-L6 weights and
 tokenizer too, and the jobs' default start (MiniLM converted once into the cache); and the conversion errors, in the
-library and through ``mlm-suite convert-bert``.
+library and through ``mlm-suite convert``.
 """
 
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import torch
@@ -31,9 +30,18 @@ from transformers import (
 )
 
 import mlm_suite
-from tests.helpers import assert_one_line_error, make_random_batch, make_tiny_bert_config, make_tiny_config, run_cli
-from mlm_suite import MlmSuiteForMaskedLM, MlmSuiteForPreTraining, MlmSuiteModel, convert_bert_checkpoint
-from mlm_suite.convert import CONVERTED_MINILM_FOLDER, convert_bert_state_dict, converted_minilm_dir
+from tests.helpers import (
+    assert_one_line_error,
+    label_maps,
+    make_random_batch,
+    make_tiny_bert_config,
+    make_tiny_config,
+    printed_lines,
+    run_cli,
+)
+from mlm_suite import MlmSuiteForMaskedLM, MlmSuiteForPreTraining, MlmSuiteModel, convert_checkpoint
+from mlm_suite.conversion.bert import convert_bert_state_dict
+from mlm_suite.conversion import CONVERTED_MINILM_FOLDER, converted_minilm_dir
 from mlm_suite.errors import UsageError
 from mlm_suite.model import (
     MlmSuiteForNextSentencePrediction,
@@ -147,7 +155,7 @@ def test_converted_checkpoint_matches_hf(kind, fmt, prefix, tmp_path):
     src, dst = tmp_path / "bert", tmp_path / "converted"
     src.mkdir()
     write_checkpoint(bert, src, fmt, prefix)
-    assert convert_bert_checkpoint(src, dst) == dst
+    assert convert_checkpoint(src, dst) == dst
     assert (dst / "model.safetensors").exists()
     model = load_converted(dst, kind)
     batch = make_random_batch(lengths=(7, 4, 9, 2), seq_len=10, seed=2)
@@ -160,7 +168,7 @@ def test_converted_checkpoint_matches_hf(kind, fmt, prefix, tmp_path):
 def test_converted_masked_lm_is_tied(tmp_path):
     bert = random_bert("BertForPreTraining")
     write_checkpoint(bert, tmp_path, "native", None)
-    model = load_converted(convert_bert_checkpoint(tmp_path, tmp_path / "out"), "BertForPreTraining")
+    model = load_converted(convert_checkpoint(tmp_path, tmp_path / "out"), "BertForPreTraining")
     assert model.lm_head.decoder.weight.data_ptr() == model.encoder.embeddings.word_embeddings.weight.data_ptr()
     torch.testing.assert_close(model.lm_head.decoder.weight, bert.cls.predictions.decoder.weight)
 
@@ -173,7 +181,7 @@ def test_legacy_gamma_beta_layernorm_names(tmp_path):
         name = name.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
         state[name] = tensor.clone().contiguous()
     save_file(state, str(tmp_path / "model.safetensors"))
-    model = load_converted(convert_bert_checkpoint(tmp_path, tmp_path / "out"), "BertModel")
+    model = load_converted(convert_checkpoint(tmp_path, tmp_path / "out"), "BertModel")
     batch = make_random_batch(seed=5)
     assert_outputs_match(ours_outputs(model, batch), hf_outputs(bert, batch), batch["attention_mask"].bool())
 
@@ -184,7 +192,7 @@ def mean_of_real_tokens(states, attention_mask):
 
 
 def test_real_minilm_conversion(minilm_dir, tmp_path):
-    dst = convert_bert_checkpoint(minilm_dir, tmp_path / "minilm")
+    dst = convert_checkpoint(minilm_dir, tmp_path / "minilm")
     for filename in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         assert (dst / filename).read_bytes() == (minilm_dir / filename).read_bytes()
     tokenizer = AutoTokenizer.from_pretrained(dst)
@@ -226,10 +234,6 @@ def test_the_default_fine_tuning_start_keeps_the_mean_pooling_minilm_was_trained
 # ------------------------------------------------------------------------------------------------
 # Fine-tuned heads
 # ------------------------------------------------------------------------------------------------
-def label_maps(names):
-    return {"id2label": dict(enumerate(names)), "label2id": {name: index for index, name in enumerate(names)}}
-
-
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 HEADS = {
     # case: (BERT class, BERT config overrides, mlm_suite class, name of the logits compared)
@@ -291,7 +295,7 @@ def test_fine_tuned_heads_convert_whole(case, tmp_path):
     bert = random_head(case)
     bert.save_pretrained(tmp_path / "bert")
     _, _, ours_class, logits_name = HEADS[case]
-    dst = convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours")
+    dst = convert_checkpoint(tmp_path / "bert", tmp_path / "ours")
     config = json.loads((dst / "config.json").read_text())
     assert config["architectures"] == [ours_class.__name__]
     assert config.get("problem_type") == bert.config.problem_type
@@ -322,16 +326,10 @@ def test_auto_class_loads_the_converted_head(tmp_path):
 
     bert = random_head("single_label")
     bert.save_pretrained(tmp_path / "bert")
-    model = AutoModelForSequenceClassification.from_pretrained(convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours"))
+    model = AutoModelForSequenceClassification.from_pretrained(convert_checkpoint(tmp_path / "bert", tmp_path / "ours"))
     assert type(model) is MlmSuiteForSequenceClassification
     assert model.config.id2label == {0: "negative", 1: "neutral", 2: "positive"}
     torch.testing.assert_close(model.classifier.weight, bert.classifier.weight)
-
-
-def printed_lines(err: str) -> list[str]:
-    """stderr's lines less transformers' progress bars (saving and loading weights) and blank lines."""
-    lines = re.split(r"[\r\n]", err)
-    return [line for line in lines if line.strip() and not line.startswith(("Writing model shards", "Loading weights"))]
 
 
 def write_state(folder, config, state):
@@ -347,7 +345,7 @@ def test_pooler_the_head_does_not_use_is_dropped_with_a_line(tmp_path, capsys):
     state = {name: tensor for name, tensor in bert.state_dict().items() if not name.startswith("cls.seq_relationship.")}
     bert.config.architectures = ["BertForMaskedLM"]
     write_state(tmp_path / "bert", bert.config, state)
-    dst = convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours")
+    dst = convert_checkpoint(tmp_path / "bert", tmp_path / "ours")
     lines = printed_lines(capsys.readouterr().err)
     assert lines == [
         f"mlm_suite: converting {tmp_path / 'bert'}: BERT's pooler (pooler.dense.bias, pooler.dense.weight) dropped: "
@@ -362,7 +360,7 @@ def test_masked_lm_with_its_nsp_head_keeps_both(tmp_path):
     bert = random_bert("BertForPreTraining")
     bert.config.architectures = ["BertForMaskedLM"]
     write_state(tmp_path / "bert", bert.config, bert.state_dict())
-    dst = convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours")
+    dst = convert_checkpoint(tmp_path / "bert", tmp_path / "ours")
     assert json.loads((dst / "config.json").read_text())["architectures"] == ["MlmSuiteForPreTraining"]
 
 
@@ -373,7 +371,7 @@ def test_untied_decoder_is_kept(tmp_path):
     with torch.no_grad():
         bert.cls.predictions.decoder.weight.normal_()
     bert.save_pretrained(tmp_path / "bert")
-    ours = MlmSuiteForMaskedLM.from_pretrained(convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours")).eval()
+    ours = MlmSuiteForMaskedLM.from_pretrained(convert_checkpoint(tmp_path / "bert", tmp_path / "ours")).eval()
     assert ours.lm_head.decoder.weight.data_ptr() != ours.encoder.embeddings.word_embeddings.weight.data_ptr()
     batch = make_random_batch(seed=6)
     with torch.no_grad():
@@ -407,7 +405,7 @@ def test_sentence_transformers_mean_pooling_reaches_the_classifier(tmp_path, cap
     ``mean`` and ``normalize_embeddings``: a classifier built from it pools the mean of the real tokens (through BERT's
     pooler dense + tanh), the sentence embeddings are the model's own; ``classifier_pooling="cls"`` overrides."""
     bert = sentence_transformers_folder(tmp_path / "st", extra_modules=[("2_Normalize", "Normalize")])
-    dst = convert_bert_checkpoint(tmp_path / "st", tmp_path / "ours")
+    dst = convert_checkpoint(tmp_path / "st", tmp_path / "ours")
     assert printed_lines(capsys.readouterr().err) == []
     config = json.loads((dst / "config.json").read_text())
     assert (config["classifier_pooling"], config["sentence_pooling"], config["normalize_embeddings"]) == ("mean", "mean", True)
@@ -422,7 +420,7 @@ def test_sentence_transformers_mean_pooling_reaches_the_classifier(tmp_path, cap
     expected_embeddings = F.normalize(mean_of_real_tokens(states, batch["attention_mask"]), dim=-1)
     torch.testing.assert_close(embeddings, expected_embeddings, atol=1e-5, rtol=0)
 
-    chosen = convert_bert_checkpoint(tmp_path / "st", tmp_path / "cls", classifier_pooling="cls")
+    chosen = convert_checkpoint(tmp_path / "st", tmp_path / "cls", classifier_pooling="cls")
     config = json.loads((chosen / "config.json").read_text())
     assert (config["classifier_pooling"], config["sentence_pooling"]) == ("cls", "mean")
 
@@ -439,7 +437,7 @@ def test_sentence_transformers_mean_pooling_reaches_the_classifier(tmp_path, cap
 )
 def test_sentence_transformers_pooling_it_cannot_carry_is_said(modes, extra, expected, note, tmp_path, capsys):
     sentence_transformers_folder(tmp_path / "st", modes, extra)
-    dst = convert_bert_checkpoint(tmp_path / "st", tmp_path / "ours")
+    dst = convert_checkpoint(tmp_path / "st", tmp_path / "ours")
     config = json.loads((dst / "config.json").read_text())
     assert (config["classifier_pooling"], config["sentence_pooling"]) == expected
     lines = printed_lines(capsys.readouterr().err)
@@ -456,20 +454,20 @@ def test_missing_config(tmp_path):
     bert = random_bert("BertModel")
     save_file({k: v.clone().contiguous() for k, v in bert.state_dict().items()}, str(tmp_path / "model.safetensors"))
     with pytest.raises(UsageError, match="config.json"):
-        convert_bert_checkpoint(tmp_path, tmp_path / "out")
+        convert_checkpoint(tmp_path, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
 def test_not_a_bert_folder(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2}))
-    with pytest.raises(UsageError, match="'gpt2'.*not a BERT"):
-        convert_bert_checkpoint(tmp_path, tmp_path / "out")
+    with pytest.raises(UsageError, match="'gpt2' checkpoint, which mlm_suite cannot convert"):
+        convert_checkpoint(tmp_path, tmp_path / "out")
 
 
 def test_config_without_weights(tmp_path):
     make_tiny_bert_config().save_pretrained(tmp_path)
     with pytest.raises(UsageError, match="no model.safetensors or pytorch_model.bin"):
-        convert_bert_checkpoint(tmp_path, tmp_path / "out")
+        convert_checkpoint(tmp_path, tmp_path / "out")
 
 
 @pytest.mark.parametrize("damage", ["truncated_safetensors", "truncated_bin", "config_not_json", "missing_shard"])
@@ -487,7 +485,7 @@ def test_damaged_input_names_the_file(damage, tmp_path):
         path = src / "model-00002-of-00002.safetensors"
         (src / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"pooler.dense.weight": path.name}}))
     with pytest.raises(UsageError) as error:
-        convert_bert_checkpoint(src, tmp_path / "out")
+        convert_checkpoint(src, tmp_path / "out")
     assert str(path) in str(error.value) and "\n" not in str(error.value)
     assert not (tmp_path / "out").exists()
 
@@ -496,10 +494,10 @@ def test_unsupported_bert_variants(tmp_path):
     config = make_tiny_bert_config().to_dict()
     (tmp_path / "config.json").write_text(json.dumps({**config, "position_embedding_type": "relative_key"}))
     with pytest.raises(UsageError, match="relative_key"):
-        convert_bert_checkpoint(tmp_path, tmp_path / "out")
+        convert_checkpoint(tmp_path, tmp_path / "out")
     (tmp_path / "config.json").write_text(json.dumps({**config, "is_decoder": True}))
     with pytest.raises(UsageError, match="decoder"):
-        convert_bert_checkpoint(tmp_path, tmp_path / "out")
+        convert_checkpoint(tmp_path, tmp_path / "out")
 
 
 def test_weights_that_do_not_match_the_config(tmp_path):
@@ -510,7 +508,7 @@ def test_weights_that_do_not_match_the_config(tmp_path):
     state["encoder.layer.1.output.extra.weight"] = torch.zeros(2)
     write_state(tmp_path, bert.config, state)
     with pytest.raises(UsageError, match=r"missing.*layers\.1\.ffn\.down\.weight.*encoder\.layer\.1\.output\.extra\.weight"):
-        convert_bert_checkpoint(tmp_path, tmp_path / "out")
+        convert_checkpoint(tmp_path, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -540,7 +538,7 @@ def test_heads_that_cannot_be_carried_are_named(case, edit, message, tmp_path):
     bert.config.architectures = edit["architectures"] if edit and "architectures" in edit else [names.get(case, type(bert).__name__)]
     write_state(tmp_path / "bert", bert.config, state)
     with pytest.raises(UsageError) as error:
-        convert_bert_checkpoint(tmp_path / "bert", tmp_path / "out")
+        convert_checkpoint(tmp_path / "bert", tmp_path / "out")
     assert message in str(error.value) and "\n" not in str(error.value)
     assert not (tmp_path / "out").exists()
 
@@ -548,33 +546,33 @@ def test_heads_that_cannot_be_carried_are_named(case, edit, message, tmp_path):
 # ------------------------------------------------------------------------------------------------
 # Command line (in-process, through the same ``main`` the ``mlm-suite`` console script calls)
 # ------------------------------------------------------------------------------------------------
-def test_cli_convert_bert(tmp_path, capsys):
+def test_cli_convert(tmp_path, capsys):
     bert = random_bert("BertForPreTraining", seed=3)
     src, dst = tmp_path / "bert", tmp_path / "converted"
     write_checkpoint(bert, src, "native", None)
-    status, out, _ = run_cli(["convert-bert", str(src), str(dst)], capsys)
+    status, out, _ = run_cli(["convert", str(src), str(dst)], capsys)
     assert status == 0 and out == f"converted {src} -> {dst} (MlmSuiteForPreTraining, classifier_pooling=cls)\n"
     model = load_converted(dst, "BertForPreTraining")
     batch = make_random_batch(seed=4)
     assert_outputs_match(ours_outputs(model, batch), hf_outputs(bert, batch), batch["attention_mask"].bool())
-    status, _, err = run_cli(["convert-bert", str(tmp_path / "nowhere"), str(tmp_path / "out")], capsys)
+    status, _, err = run_cli(["convert", str(tmp_path / "nowhere"), str(tmp_path / "out")], capsys)
     assert status == 2  # a user error: one line on stderr
-    assert_one_line_error(err, "convert-bert", "config.json")
-    status, _, _ = run_cli(["convert-bert", str(src)], capsys)  # missing DST
+    assert_one_line_error(err, "convert", "config.json")
+    status, _, _ = run_cli(["convert", str(src)], capsys)  # missing DST
     assert status == 2
 
 
 def test_cli_converts_a_classifier_and_chooses_its_pooling(tmp_path, capsys):
     bert = random_head("token")
     bert.save_pretrained(tmp_path / "token")
-    status, out, err = run_cli(["convert-bert", str(tmp_path / "token"), str(tmp_path / "ours")], capsys)
+    status, out, err = run_cli(["convert", str(tmp_path / "token"), str(tmp_path / "ours")], capsys)
     assert status == 0 and "(MlmSuiteForTokenClassification, " in out and printed_lines(err) == []
     assert MlmSuiteForTokenClassification.from_pretrained(tmp_path / "ours").config.id2label == dict(enumerate(TAGS))
 
     sentence_transformers_folder(tmp_path / "st")
-    status, out, _ = run_cli(["convert-bert", str(tmp_path / "st"), str(tmp_path / "st_mean")], capsys)
+    status, out, _ = run_cli(["convert", str(tmp_path / "st"), str(tmp_path / "st_mean")], capsys)
     assert status == 0 and out.endswith("(MlmSuiteModel, classifier_pooling=mean)\n")
-    argv = ["convert-bert", str(tmp_path / "st"), str(tmp_path / "st_cls"), "--classifier_pooling", "cls"]
+    argv = ["convert", str(tmp_path / "st"), str(tmp_path / "st_cls"), "--classifier_pooling", "cls"]
     status, out, _ = run_cli(argv, capsys)
     assert status == 0 and out.endswith("(MlmSuiteModel, classifier_pooling=cls)\n")
     status, _, err = run_cli([*argv[:3], "--classifier_pooling", "max"], capsys)
@@ -589,9 +587,9 @@ def test_cli_errors_exit_2_and_write_nothing(damage, tmp_path, capsys):
     if damage == "truncated":
         weights = tmp_path / "bert" / "model.safetensors"
         weights.write_bytes(weights.read_bytes()[:100])
-    status, out, err = run_cli(["convert-bert", str(tmp_path / "bert"), str(tmp_path / "out")], capsys)
+    status, out, err = run_cli(["convert", str(tmp_path / "bert"), str(tmp_path / "out")], capsys)
     assert status == 2 and out == ""
-    assert_one_line_error(err, "convert-bert", "BertForMultipleChoice" if damage == "multiple_choice" else "model.safetensors")
+    assert_one_line_error(err, "convert", "BertForMultipleChoice" if damage == "multiple_choice" else "model.safetensors")
     assert not (tmp_path / "out").exists()
 
 
@@ -603,7 +601,7 @@ def test_training_gradients_equal_hf_bert(tmp_path, hf_class, ours_class):
     Dropout is off, so both compute one function."""
     hf = random_bert(hf_class)
     hf.save_pretrained(tmp_path / "bert")
-    ours = ours_class.from_pretrained(convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours"))
+    ours = ours_class.from_pretrained(convert_checkpoint(tmp_path / "bert", tmp_path / "ours"))
     assert ours.config.sparse_prediction
     batch = make_random_batch(lengths=(9, 4, 7, 2), seed=3)
     selected = (torch.rand(batch["input_ids"].shape, generator=torch.Generator().manual_seed(4)) < 0.3)
@@ -635,7 +633,7 @@ def test_gradients_reach_returned_hidden_states_and_attentions_as_in_hf_bert(tmp
     hf = random_bert("BertModel")
     hf.save_pretrained(tmp_path / "bert")
     hf.set_attn_implementation("eager")  # BERT returns attention weights from eager only
-    ours = MlmSuiteModel.from_pretrained(convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours")).eval()
+    ours = MlmSuiteModel.from_pretrained(convert_checkpoint(tmp_path / "bert", tmp_path / "ours")).eval()
     ours.set_attn_implementation(attn_implementation)
     batch = make_random_batch(lengths=(9, 4, 7, 2), seed=5)
     real = batch["attention_mask"].bool()
@@ -661,7 +659,7 @@ def test_return_dict_false_gives_bert_tuples(tmp_path):
     """``config.return_dict=False`` (or ``return_dict=False`` in the call) returns the tuple BERT returns."""
     hf = random_bert("BertForPreTraining")
     hf.save_pretrained(tmp_path / "bert")
-    ours = MlmSuiteForPreTraining.from_pretrained(convert_bert_checkpoint(tmp_path / "bert", tmp_path / "ours")).eval()
+    ours = MlmSuiteForPreTraining.from_pretrained(convert_checkpoint(tmp_path / "bert", tmp_path / "ours")).eval()
     batch = make_random_batch(seed=7)
     with torch.no_grad():
         expected = hf(**batch, return_dict=False)

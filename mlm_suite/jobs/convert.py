@@ -1,10 +1,10 @@
-"""``mlm-suite convert-bert``: convert a Hugging Face BERT folder (the encoder and its head) into an mlm_suite folder.
+"""``mlm-suite convert``: convert a Hugging Face folder of a BERT-like family (BERT, RoBERTa, XLM-RoBERTa, DistilBERT,
+ELECTRA: the encoder and its head) into an mlm_suite folder.
 
-    mlm-suite convert-bert path/to/bert-folder path/to/mlm_suite-folder
-    mlm-suite convert-bert path/to/sentence-transformers-folder out --classifier_pooling cls
+    mlm-suite convert path/to/roberta-folder path/to/mlm_suite-folder
+    mlm-suite convert path/to/sentence-transformers-folder out --classifier_pooling cls
 
-The conversion itself is :func:`mlm_suite.convert.convert_bert_checkpoint`; see
-docs/models.md#converting-bert-checkpoints.
+The conversion itself is :func:`mlm_suite.conversion.convert_checkpoint`; see docs/models.md#converting-checkpoints.
 """
 
 from __future__ import annotations
@@ -12,16 +12,19 @@ from __future__ import annotations
 import argparse
 import json
 
-from mlm_suite.convert import convert_bert_checkpoint
+from mlm_suite.conversion import convert_checkpoint
 from mlm_suite.jobs.running import command_prog
 from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder
 
-DESCRIPTION = "convert a Hugging Face BERT folder (the encoder and its head) into an mlm_suite folder"
+DESCRIPTION = (
+    "convert a Hugging Face BERT, RoBERTa, XLM-RoBERTa, DistilBERT or ELECTRA folder (the encoder and its head) into "
+    "an mlm_suite folder"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=command_prog(), description=DESCRIPTION)
-    parser.add_argument("src", help="folder with a BERT config.json and weights (safetensors or pytorch_model.bin)")
+    parser.add_argument("src", help="folder with a config.json and weights (safetensors or pytorch_model.bin)")
     parser.add_argument("dst", help="output folder")
     parser.add_argument(
         "--classifier_pooling",
@@ -35,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     claim_output_folder(args.dst, inputs={"src": args.src}, flag="dst", overwrite=args.overwrite_output_dir)
-    destination = convert_bert_checkpoint(args.src, args.dst, classifier_pooling=args.classifier_pooling)
+    destination = convert_checkpoint(args.src, args.dst, classifier_pooling=args.classifier_pooling)
     config = json.loads((destination / "config.json").read_text())
     print(f"converted {args.src} -> {destination} ({config['architectures'][0]}, classifier_pooling={config['classifier_pooling']})")
     return 0

@@ -1,0 +1,264 @@
+"""What converting any family's folder shares: reading its weights, the description each family module gives
+(:class:`Family`), fusing separate query/key/value projections, choosing the mlm_suite class from the heads the
+weights hold, loading the renamed weights, and carrying a sentence-transformers folder's pooling.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from mlm_suite.errors import UsageError
+from mlm_suite.model import (
+    MlmSuiteConfig,
+    MlmSuiteForMaskedLM,
+    MlmSuiteForNextSentencePrediction,
+    MlmSuiteForPreTraining,
+    MlmSuiteForQuestionAnswering,
+    MlmSuiteForSequenceClassification,
+    MlmSuiteForTokenClassification,
+    MlmSuiteModel,
+    MlmSuitePreTrainedModel,
+)
+
+# The heads each mlm_suite class holds, by the first part of their weights' names.
+HEADS = {
+    MlmSuiteModel: frozenset(),
+    MlmSuiteForMaskedLM: frozenset({"lm_head"}),
+    MlmSuiteForNextSentencePrediction: frozenset({"nsp_head"}),
+    MlmSuiteForPreTraining: frozenset({"lm_head", "nsp_head"}),
+    MlmSuiteForSequenceClassification: frozenset({"classifier"}),
+    MlmSuiteForTokenClassification: frozenset({"classifier"}),
+    MlmSuiteForQuestionAnswering: frozenset({"qa_outputs"}),
+}
+HEAD_NAMES = frozenset().union(*HEADS.values())
+#: The classes whose encoder has no pooler: a source's pooler is left out of them.
+WITHOUT_POOLER = (MlmSuiteForMaskedLM, MlmSuiteForTokenClassification, MlmSuiteForQuestionAnswering)
+#: The config fields every family names as BERT does and mlm_suite takes as they are.
+LABEL_FIELDS = ("problem_type", "id2label", "label2id")
+
+# sentence-transformers pooling flag → mlm_suite's name for it; classifier_pooling takes only cls and mean.
+_SENTENCE_POOLING_MODES = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one family's folders become mlm_suite folders; each family module defines one.
+
+    ``config`` maps the source's ``config.json`` (a dict) onto an mlm_suite config, labels and ``problem_type``
+    included, raising :class:`UsageError` for what mlm_suite cannot express; ``head_fields`` gives the fields that
+    depend on the mlm_suite class the folder converts to (or refuses it). ``rename`` maps the weights, given that
+    config, onto mlm_suite's names (encoder weights unprefixed, heads under their own names), keeping any
+    name it has no counterpart for as it is, so that loading names it. ``dropped`` (name prefix → why) are weights
+    left out on purpose, each prefix with a printed line.
+    """
+
+    name: str  # as people write it: "RoBERTa"
+    class_prefix: str  # of transformers' classes: "Roberta"
+    model_types: tuple[str, ...]
+    architectures: dict[str, type[MlmSuitePreTrainedModel]]
+    no_counterpart: dict[str, str]
+    config: Callable[[dict], MlmSuiteConfig]
+    rename: Callable[[dict[str, torch.Tensor], MlmSuiteConfig], dict[str, torch.Tensor]]
+    head_fields: Callable[[dict, type[MlmSuitePreTrainedModel]], dict] = lambda native, model_class: {}
+    dropped: dict[str, str] = field(default_factory=dict)
+
+
+def native_fields(native: dict, names: dict[str, str]) -> dict:
+    """mlm_suite config fields from the source's ``config.json`` ``native``: ``names`` maps mlm_suite's name to the
+    family's; fields the source does not set (or sets to null) are left to mlm_suite's defaults."""
+    return {ours: native[theirs] for ours, theirs in names.items() if native.get(theirs) is not None}
+
+
+def read_state_dict(source: Path) -> dict[str, torch.Tensor]:
+    """Read a folder's weights: ``model.safetensors`` (single or sharded) or ``pytorch_model.bin``.
+
+    ``.bin`` files are read with ``weights_only=True``, so no pickled code runs. A missing or
+    damaged file is a :class:`~mlm_suite.errors.UsageError` naming it.
+    """
+    index = source / "model.safetensors.index.json"
+    if index.exists():
+        shards = sorted(set(read_json(index).get("weight_map", {}).values()))
+        state: dict[str, torch.Tensor] = {}
+        for shard in shards:
+            state.update(_read_weights(source / shard))
+        return state
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (source / name).exists():
+            return _read_weights(source / name)
+    raise UsageError(f"no model.safetensors or pytorch_model.bin in {source}")
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        if path.suffix == ".safetensors":
+            return load_file(path)
+        return torch.load(path, map_location="cpu", weights_only=True)
+    # safetensors and torch raise their own error types for a truncated or corrupt file.
+    except Exception as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise UsageError(f"{path} cannot be read as weights ({reason}); is the file complete?") from error
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UsageError(f"{path} cannot be read as JSON: {error}") from error
+
+
+def legacy_layernorm_name(name: str) -> str:
+    # Checkpoints converted from TF1 name LayerNorm parameters gamma/beta.
+    return name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+
+
+def rename_layer(name: str, pattern: str, renames: tuple[tuple[str, str], ...]) -> str:
+    """``<pattern matching the layer number>.<rest>`` → ``layers.<n>.<rest renamed>``; a name no rename fits stays
+    as it is."""
+    layer, rest = re.fullmatch(pattern, name).groups()
+    for old, new in renames:
+        if re.match(old, rest):
+            return f"layers.{layer}.{re.sub(old, new, rest, count=1)}"
+    return name
+
+
+def fuse_qkv(
+    state: dict[str, torch.Tensor], converted: dict[str, torch.Tensor], num_layers: int, projections: Callable[[int], list[str]],
+    family: str,
+) -> None:
+    """Concatenate each layer's query, key and value projections (``projections(layer)`` names their weights, less
+    ``.weight``/``.bias``) into ``converted``'s ``layers.<n>.attention.qkv``."""
+    for layer in range(num_layers):
+        for kind in ("weight", "bias"):
+            names = [f"{projection}.{kind}" for projection in projections(layer)]
+            missing = [name for name in names if name not in state]
+            if missing:
+                raise UsageError(f"checkpoint is missing {missing}; it does not hold {num_layers} {family} layers")
+            converted[f"layers.{layer}.attention.qkv.{kind}"] = torch.cat([state[name] for name in names], dim=0)
+
+
+def target_class(family: Family, architecture: str | None, heads: frozenset[str]) -> type[MlmSuitePreTrainedModel]:
+    """The mlm_suite class for the source's ``architecture`` (``config.json``'s, or None) whose weights hold ``heads``.
+
+    The weights decide, since many folders hold more heads than their ``architectures`` names
+    (``bert-base-uncased`` names ``BertForMaskedLM`` and holds the NSP head too); the architecture tells a
+    sequence classifier from a token classifier (both are ``classifier.*``) and must not name a head the
+    weights lack.
+    """
+    if architecture in family.no_counterpart:
+        raise UsageError(f"{architecture} cannot be converted: {family.no_counterpart[architecture]}")
+    named = family.architectures.get(architecture)
+    if named is not None and not HEADS[named] <= heads:
+        missing = sorted(HEADS[named] - heads)
+        raise UsageError(f"config.json names {architecture}, but the weights hold no {' or '.join(missing)} head")
+    if heads == {"classifier"}:
+        if named is None:
+            prefix = family.class_prefix
+            raise UsageError(
+                f"classifier.weight: config.json's architectures ({architecture}) does not say whether it is a "
+                f"sequence or a token classifier; set it to {prefix}ForSequenceClassification or "
+                f"{prefix}ForTokenClassification"
+            )
+        return named
+    for model_class, class_heads in HEADS.items():
+        if class_heads == heads:
+            return model_class
+    raise UsageError(f"the weights hold the heads {sorted(heads)}, which no one mlm_suite model holds together")
+
+
+def load_converted_weights(
+    model: MlmSuitePreTrainedModel, weights: dict[str, torch.Tensor], source: str = "the checkpoint"
+) -> None:
+    """Load weights renamed by a family's ``rename`` into ``model``, an mlm_suite model of the same heads.
+
+    A weight the model lacks or one it has no counterpart for is a :class:`~mlm_suite.errors.UsageError` naming it;
+    an MLM decoder is tied to the word embeddings unless ``config.tie_word_embeddings`` is off.
+    """
+    if model.base_model is not model:  # a head: the encoder's weights live under "encoder."
+        weights = {(name if name.split(".")[0] in HEAD_NAMES else f"encoder.{name}"): t for name, t in weights.items()}
+    tied = model.config.tie_word_embeddings
+    if tied:
+        weights = {name: t for name, t in weights.items() if name != "lm_head.decoder.weight"}  # the source ties it too
+    expected = model.state_dict()
+    for name, tensor in weights.items():
+        if name in expected and expected[name].shape != tensor.shape:
+            raise UsageError(
+                f"{source}'s {name} has shape {tuple(tensor.shape)}, but {type(model).__name__} built from its "
+                f"config.json needs {tuple(expected[name].shape)}"
+            )
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    missing = [name for name in missing if not (tied and name == "lm_head.decoder.weight")]
+    if missing or unexpected:
+        # A name no rename fits keeps its source name, less the "encoder." prefix added above.
+        unexpected = [name.removeprefix("encoder.") if model.base_model is not model else name for name in unexpected]
+        raise UsageError(
+            f"{source}'s weights do not match {type(model).__name__}: missing {missing}, no counterpart for {unexpected}"
+        )
+    if hasattr(model, "lm_head"):
+        model.tie_weights()
+
+
+def sentence_transformers_pooling(source: Path) -> tuple[dict, list[str]]:
+    """The config fields that make a sentence-transformers folder's pooling mlm_suite's, and notes on what is not carried.
+
+    Its Pooling module (``1_Pooling/config.json``, found through ``modules.json``) gives ``sentence_pooling``
+    (``MlmSuiteForSentenceEmbedding``) and ``classifier_pooling`` (the pooler of the sequence heads), a Normalize
+    module ``normalize_embeddings``. A folder without ``modules.json`` is a plain encoder: ``({}, [])``.
+    """
+    modules_file = source / "modules.json"
+    if not modules_file.exists():
+        return {}, []
+    fields: dict = {}
+    notes = []
+    for module in read_json(modules_file):
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+        if kind == "Transformer":
+            continue
+        if kind == "Normalize":
+            fields["normalize_embeddings"] = True
+        elif kind == "Pooling":
+            pooling_file = source / module.get("path", "1_Pooling") / "config.json"
+            settings = read_json(pooling_file) if pooling_file.exists() else {}
+            modes = [mode for flag, mode in _SENTENCE_POOLING_MODES.items() if settings.get(flag)]
+            if len(modes) != 1 or modes[0] not in ("cls", "mean", "max"):
+                notes.append(f"sentence-transformers pooling {modes} ({pooling_file}) not carried: mlm_suite pools by cls, mean or max")
+                continue
+            fields["sentence_pooling"] = modes[0]
+            if modes[0] in ("cls", "mean"):
+                fields["classifier_pooling"] = modes[0]
+            else:
+                notes.append(f"classifier_pooling stays 'cls': the sequence heads' pooler takes cls or mean, not {modes[0]!r}")
+        else:
+            notes.append(f"sentence-transformers module {module.get('path') or kind} ({kind}) dropped: mlm_suite has no counterpart")
+    return fields, notes
+
+
+__all__ = [
+    "HEADS",
+    "HEAD_NAMES",
+    "LABEL_FIELDS",
+    "WITHOUT_POOLER",
+    "Family",
+    "fuse_qkv",
+    "legacy_layernorm_name",
+    "native_fields",
+    "load_converted_weights",
+    "read_json",
+    "read_state_dict",
+    "rename_layer",
+    "sentence_transformers_pooling",
+    "target_class",
+]

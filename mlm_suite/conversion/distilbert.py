@@ -1,0 +1,127 @@
+"""DistilBERT folders: the bare encoder and its masked-LM, sequence-classification, token-classification and
+question-answering heads.
+
+DistilBERT is BERT's post-norm encoder with learned positions, no token types (``type_vocab_size=0``), no pooler,
+no dropout on the attention output (``attention_output_dropout=0.0``) and LayerNorms at eps 1e-12. Its sequence
+head (``pre_classifier``, ReLU, dropout, ``classifier`` on the first token) becomes the pooler (ReLU) and the
+classifier, its dropout ``seq_classif_dropout``; its question-answering head drops out the token states first
+(``qa_dropout``). Fixed sinusoidal positions are refused: mlm_suite's table is learned.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from mlm_suite.errors import UsageError
+from mlm_suite.model import (
+    MlmSuiteConfig,
+    MlmSuiteForMaskedLM,
+    MlmSuiteForQuestionAnswering,
+    MlmSuiteForSequenceClassification,
+    MlmSuiteForTokenClassification,
+    MlmSuiteModel,
+)
+
+from mlm_suite.conversion.core import LABEL_FIELDS, Family, fuse_qkv, native_fields, rename_layer
+
+# mlm_suite's field → DistilBERT's.
+_CONFIG_FIELDS = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "dim",
+    "num_hidden_layers": "n_layers",
+    "num_attention_heads": "n_heads",
+    "intermediate_size": "hidden_dim",
+    "hidden_act": "activation",
+    "hidden_dropout_prob": "dropout",
+    "attention_probs_dropout_prob": "attention_dropout",
+    "max_position_embeddings": "max_position_embeddings",
+    "initializer_range": "initializer_range",
+    "pad_token_id": "pad_token_id",
+    "qa_dropout": "qa_dropout",
+    "tie_word_embeddings": "tie_word_embeddings",
+    **{name: name for name in LABEL_FIELDS},
+}
+# DistilBERT name (after "transformer.layer.<n>.") → mlm_suite name (after "layers.<n>.").
+_LAYER_RENAMES = (
+    (r"attention\.out_lin\.(weight|bias)$", r"attention.out.\1"),
+    (r"sa_layer_norm\.(weight|bias)$", r"attention_norm.\1"),
+    (r"ffn\.lin1\.(weight|bias)$", r"ffn.up.\1"),
+    (r"ffn\.lin2\.(weight|bias)$", r"ffn.down.\1"),
+    (r"output_layer_norm\.(weight|bias)$", r"ffn_norm.\1"),
+)
+_RENAMES = {
+    "embeddings.LayerNorm.weight": "embeddings.norm.weight",
+    "embeddings.LayerNorm.bias": "embeddings.norm.bias",
+    "vocab_transform.weight": "lm_head.dense.weight",
+    "vocab_transform.bias": "lm_head.dense.bias",
+    "vocab_layer_norm.weight": "lm_head.norm.weight",
+    "vocab_layer_norm.bias": "lm_head.norm.bias",
+    "vocab_projector.weight": "lm_head.decoder.weight",
+    "vocab_projector.bias": "lm_head.decoder.bias",
+    "pre_classifier.weight": "pooler.dense.weight",  # the sequence head's dense + ReLU is mlm_suite's pooler
+    "pre_classifier.bias": "pooler.dense.bias",
+}
+
+
+def config_from_distilbert(native: dict) -> MlmSuiteConfig:
+    """An mlm_suite config equivalent to a DistilBERT ``config.json`` dictionary (labels included)."""
+    if native.get("sinusoidal_pos_embds"):
+        raise UsageError(
+            "sinusoidal_pos_embds=True: DistilBERT keeps those positions fixed while training, and mlm_suite's "
+            "position table is learned"
+        )
+    return MlmSuiteConfig(
+        **native_fields(native, _CONFIG_FIELDS),
+        type_vocab_size=0,
+        layer_norm_eps=1e-12,
+        attention_output_dropout=0.0,
+        classifier_activation="relu",
+    )
+
+
+def distilbert_head_fields(native: dict, model_class: type) -> dict:
+    """The sequence head drops out at ``seq_classif_dropout``, the token head at ``dropout`` (mlm_suite's
+    ``classifier_dropout`` serves both, so it follows the head converted)."""
+    if model_class is MlmSuiteForSequenceClassification and native.get("seq_classif_dropout") is not None:
+        return {"classifier_dropout": native["seq_classif_dropout"]}
+    return {}
+
+
+def convert_distilbert_state_dict(state: dict[str, torch.Tensor], config: MlmSuiteConfig) -> dict[str, torch.Tensor]:
+    """Rename DistilBERT weights to mlm_suite's; names with no counterpart are kept as they are."""
+    state = {name.removeprefix("distilbert."): tensor for name, tensor in state.items()}
+    converted: dict[str, torch.Tensor] = {}
+    for name, tensor in state.items():
+        if name == "embeddings.position_ids":
+            continue  # a buffer, which mlm_suite computes
+        if name.startswith("transformer.layer."):
+            if re.search(r"\.attention\.[qkv]_lin\.(weight|bias)$", name):
+                continue  # fused below
+            converted[rename_layer(name, r"transformer\.layer\.(\d+)\.(.*)", _LAYER_RENAMES)] = tensor
+        else:
+            converted[_RENAMES.get(name, name)] = tensor
+    prefix = "transformer.layer.{}.attention."
+    fuse_qkv(state, converted, config.num_hidden_layers, lambda layer: [prefix.format(layer) + p for p in ("q_lin", "k_lin", "v_lin")], "DistilBERT")
+    return converted
+
+
+DISTILBERT = Family(
+    name="DistilBERT",
+    class_prefix="DistilBert",
+    model_types=("distilbert",),
+    architectures={
+        "DistilBertModel": MlmSuiteModel,
+        "DistilBertForMaskedLM": MlmSuiteForMaskedLM,
+        "DistilBertForSequenceClassification": MlmSuiteForSequenceClassification,
+        "DistilBertForTokenClassification": MlmSuiteForTokenClassification,
+        "DistilBertForQuestionAnswering": MlmSuiteForQuestionAnswering,
+    },
+    no_counterpart={"DistilBertForMultipleChoice": "mlm_suite has no multiple-choice head"},
+    config=config_from_distilbert,
+    rename=convert_distilbert_state_dict,
+    head_fields=distilbert_head_fields,
+)
+
+__all__ = ["DISTILBERT", "config_from_distilbert", "convert_distilbert_state_dict", "distilbert_head_fields"]

@@ -1,0 +1,122 @@
+"""RoBERTa and XLM-RoBERTa folders: the bare encoder and its masked-LM, sequence-classification,
+token-classification and question-answering heads.
+
+The encoder is BERT's, names and all (under ``roberta.``), with one token type and positions that count the real
+tokens from ``pad_token_id + 1`` on. mlm_suite's positions start at 0 (in the padded layout and in the
+padding-free and flattened ones alike), so the position table loses its first ``pad_token_id + 1`` rows, which
+RoBERTa never reads, and ``positions_count="real_tokens"`` makes a left-padded row start at 0 as RoBERTa's does.
+The classification head (dropout, dense, tanh, dropout, out_proj on the first token) becomes the pooler (with
+``pooler_dropout``) and the classifier.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mlm_suite.errors import UsageError
+from mlm_suite.model import (
+    MlmSuiteConfig,
+    MlmSuiteForMaskedLM,
+    MlmSuiteForQuestionAnswering,
+    MlmSuiteForSequenceClassification,
+    MlmSuiteForTokenClassification,
+    MlmSuiteModel,
+)
+
+from mlm_suite.conversion.bert import BERT_CONFIG_FIELDS, check_encoder_config, convert_bert_encoder
+from mlm_suite.conversion.core import Family, native_fields
+
+_HEAD_RENAMES = {
+    "lm_head.dense.weight": "lm_head.dense.weight",
+    "lm_head.dense.bias": "lm_head.dense.bias",
+    "lm_head.layer_norm.weight": "lm_head.norm.weight",
+    "lm_head.layer_norm.bias": "lm_head.norm.bias",
+    "lm_head.decoder.weight": "lm_head.decoder.weight",
+    "lm_head.bias": "lm_head.decoder.bias",
+    "classifier.dense.weight": "pooler.dense.weight",  # the sequence head's dense + tanh is mlm_suite's pooler
+    "classifier.dense.bias": "pooler.dense.bias",
+    "classifier.out_proj.weight": "classifier.weight",
+    "classifier.out_proj.bias": "classifier.bias",
+}
+
+
+def config_from_roberta(native: dict) -> MlmSuiteConfig:
+    """An mlm_suite config equivalent to a RoBERTa or XLM-R ``config.json`` dictionary (labels included)."""
+    check_encoder_config(native, "RoBERTa")
+    pad = native.get("pad_token_id")
+    if pad is None:
+        raise UsageError("pad_token_id is null: RoBERTa's positions start after the padding id, so it needs one")
+    fields = native_fields(native, {name: name for name in (*BERT_CONFIG_FIELDS, "bos_token_id", "eos_token_id")})
+    positions = native["max_position_embeddings"] - (pad + 1)
+    if positions < 1:
+        raise UsageError(
+            f"max_position_embeddings={native['max_position_embeddings']} leaves no position after pad_token_id={pad}"
+        )
+    dropout = native.get("classifier_dropout")
+    return MlmSuiteConfig(
+        **{**fields, "max_position_embeddings": positions},
+        positions_count="real_tokens",
+        pooler_dropout=native["hidden_dropout_prob"] if dropout is None else dropout,
+    )
+
+
+def gelu_head_fields(family: str, head: str):
+    """``head_fields`` of a family whose MLM head applies gelu whatever ``hidden_act`` says (mlm_suite's applies
+    ``hidden_act``): a masked-LM conversion with another ``hidden_act`` is refused."""
+
+    def fields(native: dict, model_class: type) -> dict:
+        activation = native.get("hidden_act", "gelu")
+        if model_class is MlmSuiteForMaskedLM and activation != "gelu":
+            raise UsageError(
+                f"hidden_act={activation!r}: {family}'s {head} applies gelu whatever hidden_act says, and "
+                "mlm_suite's applies hidden_act"
+            )
+        return {}
+
+    return fields
+
+
+def convert_roberta_state_dict(state: dict[str, torch.Tensor], config: MlmSuiteConfig) -> dict[str, torch.Tensor]:
+    """Rename RoBERTa (or XLM-R) weights to mlm_suite's; names with no counterpart are kept as they are."""
+    state = {name.removeprefix("roberta."): tensor for name, tensor in state.items()}
+    if "pooler.dense.weight" in state and "classifier.dense.weight" in state:
+        raise UsageError("the weights hold both a pooler and classifier.dense, which mlm_suite's one pooler cannot both be")
+    converted: dict[str, torch.Tensor] = {}
+    for name, tensor in convert_bert_encoder(state, config.num_hidden_layers, "RoBERTa").items():
+        if name == "embeddings.position_embeddings.weight":
+            converted[name] = tensor[config.pad_token_id + 1 :]  # rows RoBERTa never reads: the pad's and those before
+        elif name == "lm_head.decoder.bias":
+            converted.setdefault(name, tensor)  # the same tensor as lm_head.bias
+        elif name in _HEAD_RENAMES:
+            converted[_HEAD_RENAMES[name]] = tensor
+        else:
+            converted[name] = tensor
+    return converted
+
+
+def _roberta_family(name: str, class_prefix: str, model_type: str) -> Family:
+    return Family(
+        name=name,
+        class_prefix=class_prefix,
+        model_types=(model_type,),
+        architectures={
+            f"{class_prefix}Model": MlmSuiteModel,
+            f"{class_prefix}ForMaskedLM": MlmSuiteForMaskedLM,
+            f"{class_prefix}ForSequenceClassification": MlmSuiteForSequenceClassification,
+            f"{class_prefix}ForTokenClassification": MlmSuiteForTokenClassification,
+            f"{class_prefix}ForQuestionAnswering": MlmSuiteForQuestionAnswering,
+        },
+        no_counterpart={
+            f"{class_prefix}ForMultipleChoice": "mlm_suite has no multiple-choice head",
+            f"{class_prefix}ForCausalLM": "it is a left-to-right language model and mlm_suite's encoder is bidirectional",
+        },
+        config=config_from_roberta,
+        rename=convert_roberta_state_dict,
+        head_fields=gelu_head_fields(name, "MLM head"),
+    )
+
+
+ROBERTA = _roberta_family("RoBERTa", "Roberta", "roberta")
+XLM_ROBERTA = _roberta_family("XLM-RoBERTa", "XLMRoberta", "xlm-roberta")
+
+__all__ = ["ROBERTA", "XLM_ROBERTA", "config_from_roberta", "convert_roberta_state_dict", "gelu_head_fields"]
