@@ -5,6 +5,7 @@ dataclasses call from their ``__post_init__``. See docs/command_line.md.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -373,6 +374,15 @@ def apply_defaults(
     return applied
 
 
+def derived_training_arguments(training_args: JobTrainingArguments, **changes: Any) -> JobTrainingArguments:
+    """A copy of ``training_args`` with ``changes``: the values a job derives for its Trainer from its flags, checked
+    as the flags are (``training_args`` itself stays as parsed). It keeps :attr:`~JobTrainingArguments.flags_given`
+    and :attr:`~JobTrainingArguments.data_flags`."""
+    derived = dataclasses.replace(training_args, **changes)
+    derived.flags_given, derived.data_flags = training_args.flags_given, training_args.data_flags
+    return derived
+
+
 __all__ = [
     "DATA_FLAGS",
     "GIVEN",
@@ -390,6 +400,7 @@ __all__ = [
     "check_seed",
     "check_within",
     "data_flag_values",
+    "derived_training_arguments",
     "feed_the_device",
     "flatten_batches_field",
     "given_flags",

@@ -30,8 +30,8 @@ from mlm_suite.evaluation.masked_lm import make_mlm_compute_metrics, preprocess_
 from mlm_suite.evaluation.plots import figures_section, plot_pretraining_curves
 from mlm_suite.cards import pretraining_card
 from mlm_suite.training.controls import (
-    DECAY_TYPES, UNBOUNDED_STEPS, control_card_rows, early_stopping_callback, lr_schedule_summary, rows_per_step,
-    time_budget_callback,
+    DECAY_TYPES, UNBOUNDED_STEPS, control_card_rows, early_stopping_arguments, early_stopping_callback,
+    lr_schedule_summary, rows_per_step, time_budget_callback,
 )  # fmt: skip
 from mlm_suite.training.pretraining import (
     PretrainingTrainer, describe_evaluation, evaluate_pretraining, evaluation_collator, training_collator,
@@ -492,9 +492,12 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
         max_tokens_per_batch=args.max_tokens_per_batch, max_seq_length=args.max_seq_length,
     )  # fmt: skip
     callbacks = [MaskingEpochCallback(train_collator)]
-    callbacks += early_stopping_callback(
-        training_args, args.early_stopping_patience, args.early_stopping_threshold, "mask_accuracy", True
-    )
+    if args.early_stopping_patience is not None:
+        training_args = arguments.derived_training_arguments(
+            training_args, metric_for_best_model="mask_accuracy", greater_is_better=True,
+            **early_stopping_arguments(training_args.eval_strategy, training_args.eval_steps),
+        )
+    callbacks += early_stopping_callback(training_args, args.early_stopping_patience, args.early_stopping_threshold)
     budget = None
     if args.max_train_minutes is not None:
         budget = time_budget_callback(

@@ -69,3 +69,58 @@ def test_one_module_per_command_and_no_job_imports_another():
         imported |= {f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                      for alias in node.names}
         assert not (imported & commands) - {module}, f"{module} imports {sorted((imported & commands) - {module})}"
+
+
+# The modules whose argument objects stay as parsed: what they derive lives in locals or in copies
+# (mlm_suite.jobs.arguments.derived_training_arguments), as transformers' run_*.py keep the checkpoint to resume
+# from in a local.
+PARSED_ARGUMENTS_KEPT = [
+    "jobs/anisotropy.py", "jobs/finetune_cls.py", "jobs/finetune_ner.py", "jobs/finetune_pair.py",
+    "jobs/finetune_retrieval.py", "jobs/finetune_training.py", "jobs/sequence_classification.py", "jobs/wsd.py",
+    "training/controls.py",
+]
+
+
+def assignments_to_arguments(source: str) -> list[str]:
+    """``line: statement`` for each assignment to an attribute of an argument object (``args``, ``*_args``), or
+    ``setattr`` on one, outside a ``__post_init__`` (where a dataclass completes its own values)."""
+    import ast
+
+    def argument_object(node: ast.AST) -> bool:
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        return isinstance(node, ast.Name) and (node.id == "args" or node.id.endswith("_args"))
+
+    tree = ast.parse(source)
+    own_values = {id(node) for function in ast.walk(tree)
+                  if isinstance(function, ast.FunctionDef) and function.name == "__post_init__"
+                  for node in ast.walk(function)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in own_values:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AugAssign, ast.AnnAssign)) else []
+        stored = [target for target in targets for part in ast.walk(target)
+                  if isinstance(part, (ast.Attribute, ast.Subscript)) and argument_object(part)]
+        set_by_name = (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
+                       and node.args and argument_object(node.args[0]))
+        if stored or set_by_name:
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_assignment_finder_finds_what_a_job_would_change_in_its_arguments():
+    source = ("def main(training_args, args):\n    training_args.resume_from_checkpoint = 'x'\n"
+              "    args.accelerator_config.non_blocking = True\n    setattr(args, 'seed', 1)\n    checkpoint = 'x'\n"
+              "class A:\n    def __post_init__(self, args=None):\n        self.seed = 1\n")
+    assert assignments_to_arguments(source) == [
+        "2: training_args.resume_from_checkpoint = 'x'", "3: args.accelerator_config.non_blocking = True",
+        "4: setattr(args, 'seed', 1)",
+    ]
+
+
+@pytest.mark.parametrize("module", PARSED_ARGUMENTS_KEPT)
+def test_jobs_keep_their_arguments_as_parsed(module):
+    """Only ``__post_init__`` (and the parsing of mlm_suite/jobs/arguments.py) sets values on argument objects."""
+    assert assignments_to_arguments((PACKAGE / module).read_text(encoding="utf-8")) == []
