@@ -280,6 +280,7 @@ def parse_job(command: str, argv: list[str]) -> None:
         ("finetune-ner", ["--adam_beta2", "1.0"], r"--adam_beta2 must lie in \[0, 1\)"),
         ("wsd", ["--test_fraction", "0.0"], r"--test_fraction must lie in \(0, 1\)"),
         ("wsd", ["--max_lemmas", "0"], "--max_lemmas must be at least 1"),
+        ("wsd", ["--layers", "0,x"], "--layers must be last, last4_mean, last4_sum or comma-separated integers"),
         ("anisotropy", ["--n_pairs", "0"], "--n_pairs must be at least 1"),
         ("finetune-pair", ["--weight_decay=-0.01"], "--weight_decay must not be negative"),
         ("finetune-ner", ["--early_stopping_threshold=-1"], "--early_stopping_threshold must not be negative"),
