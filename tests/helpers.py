@@ -722,21 +722,21 @@ class _Captured(Exception):
     pass
 
 
-def finetuning_dataclasses(module) -> tuple:
-    """The dataclasses a fine-tuning job's ``main`` parses its flags into (its call of ``parse_arguments``)."""
+def job_dataclasses(module) -> tuple:
+    """The dataclasses a job's ``main`` parses its flags into (what it gives
+    :func:`mlm_suite.jobs.arguments.argument_parser`), taken before anything else runs."""
+    from mlm_suite.jobs import arguments
+
     captured = []
 
-    def capture(types, argv):
+    def capture(types, **kwargs):
         captured.extend(types)
         raise _Captured
 
-    original = module.parse_arguments
-    module.parse_arguments = capture
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(arguments, "argument_parser", capture)
         with pytest.raises(_Captured):
             module.main([])
-    finally:
-        module.parse_arguments = original
     return tuple(captured)
 
 # --- a toy Trainer run ---

@@ -29,7 +29,7 @@ from mlm_suite.cli import SUBCOMMANDS, main
 from mlm_suite.errors import FetchError, UsageError, is_user_error
 from mlm_suite.jobs.running import command_prog, run_job
 from mlm_suite.jobs.output_folder import LOCK_NAME, claim_output_folder, lock_path, release_output_folder
-from tests.helpers import assert_one_line_error, finetuning_dataclasses, launch_two_processes, run_cli
+from tests.helpers import assert_one_line_error, job_dataclasses, launch_two_processes, run_cli
 from mlm_suite.jobs import arguments
 
 
@@ -255,10 +255,7 @@ def test_the_commands_start_without_the_libraries_only_some_steps_need(tmp_path,
 def parse_job(command: str, argv: list[str]) -> None:
     """``argv`` through ``command``'s parser and the checks of its flags, as the job runs them before reading data."""
     module = importlib.import_module(SUBCOMMANDS[command][0])
-    if command in ("wsd", "anisotropy"):
-        module.check_flags(module.build_parser().parse_args(argv))
-    else:
-        arguments.parse_arguments(finetuning_dataclasses(module), argv)
+    arguments.parse_arguments(job_dataclasses(module), argv)
 
 
 @pytest.mark.parametrize(
@@ -283,6 +280,7 @@ def parse_job(command: str, argv: list[str]) -> None:
         ("finetune-ner", ["--adam_beta2", "1.0"], r"--adam_beta2 must lie in \[0, 1\)"),
         ("wsd", ["--test_fraction", "0.0"], r"--test_fraction must lie in \(0, 1\)"),
         ("wsd", ["--max_lemmas", "0"], "--max_lemmas must be at least 1"),
+        ("wsd", ["--layers", "0,x"], "--layers must be last, last4_mean, last4_sum or comma-separated integers"),
         ("anisotropy", ["--n_pairs", "0"], "--n_pairs must be at least 1"),
         ("finetune-pair", ["--weight_decay=-0.01"], "--weight_decay must not be negative"),
         ("finetune-ner", ["--early_stopping_threshold=-1"], "--early_stopping_threshold must not be negative"),

@@ -14,8 +14,8 @@ See docs/analysis.md.
 
 from __future__ import annotations
 
-import argparse
 import random
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformers import AutoModel
@@ -26,35 +26,35 @@ from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
 from mlm_suite.data.words import split_words
 from mlm_suite.errors import UsageError
 from mlm_suite.evaluation.plots import plot_anisotropy
-from mlm_suite.jobs.running import command_prog
 from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder
-from mlm_suite.jobs.arguments import check_at_least, check_model_source
+from mlm_suite.jobs.arguments import check_at_least, check_model_source, parse_arguments
 from mlm_suite.jobs.model_loading import check_vocabulary, pretrained_config, pretrained_model, pretrained_tokenizer
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=command_prog(), description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model_name_or_path", help="encoder folder (default: the real all-MiniLM-L6-v2 converted to mlm_suite)")
-    parser.add_argument("--num_sentences", type=int, default=300, help="sentences sampled from Pang & Lee")
-    parser.add_argument("--n_pairs", type=int, default=10000, help="random instance pairs per layer")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--output_dir", default="outputs/anisotropy")
-    parser.add_argument("--overwrite_output_dir", action="store_true", help=OVERWRITE_HELP)
-    return parser
+@dataclass
+class AnisotropyArguments:
+    """The job's flags, checked before anything is read or written (``--num_sentences`` against the corpus:
+    :func:`main`)."""
 
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "encoder folder (default: the real all-MiniLM-L6-v2 converted to mlm_suite)"}
+    )
+    num_sentences: int = field(default=300, metadata={"help": "sentences sampled from Pang & Lee"})
+    n_pairs: int = field(default=10000, metadata={"help": "random instance pairs per layer"})
+    seed: int = 0
+    batch_size: int = 32
+    output_dir: str = "outputs/anisotropy"
+    overwrite_output_dir: bool = field(default=False, metadata={"help": OVERWRITE_HELP})
 
-def check_flags(args: argparse.Namespace) -> None:
-    """The flags' values, before anything is read or written (``--num_sentences`` against the corpus: :func:`main`)."""
-    check_at_least("batch_size", args.batch_size, 1)
-    check_at_least("n_pairs", args.n_pairs, 1)
-    check_at_least("num_sentences", args.num_sentences, 2)  # the cosines compare pairs of sentences' words
-    check_model_source("model_name_or_path", args.model_name_or_path)
+    def __post_init__(self) -> None:
+        check_at_least("batch_size", self.batch_size, 1)
+        check_at_least("n_pairs", self.n_pairs, 1)
+        check_at_least("num_sentences", self.num_sentences, 2)  # the cosines compare pairs of sentences' words
+        check_model_source("model_name_or_path", self.model_name_or_path)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    args = build_parser().parse_args(argv)
-    check_flags(args)
+    (args,) = parse_arguments((AnisotropyArguments,), argv, description=__doc__.split("\n\n")[0])
     claim_output_folder(args.output_dir, {"--model_name_or_path": args.model_name_or_path},
                         overwrite=args.overwrite_output_dir)
     texts = BUILTIN_DATASETS["pang_lee_sentences"].read()

@@ -43,7 +43,7 @@ from mlm_suite.jobs.arguments import (
     test_split_name_field,
     validation_split_name_field,
 )
-from mlm_suite.jobs.checkpoints import resume_checkpoint
+from mlm_suite.jobs.checkpoints import resume_checkpoint, stage_checkpoint
 from mlm_suite.jobs.finetune_training import (
     FinetuneTrainingArguments,
     card_training_summary,
@@ -311,6 +311,7 @@ def build_trainer(model, args, tokenizer, datasets: Mapping[str, Any], scheme: s
 
     id2label = {int(i): label for i, label in model.config.id2label.items()}
     memory = PredictionMemory()
+    args, callbacks = early_stopping(args, main_metric(scheme))
     trainer = TaggingTrainer(
         model=model,
         args=args,
@@ -321,7 +322,7 @@ def build_trainer(model, args, tokenizer, datasets: Mapping[str, Any], scheme: s
         eval_data_collator=DataCollatorForTokenLabels(tokenizer),  # DataCollatorForTokenClassification's batches, faster
         score_sentences=ner_compute_metrics(id2label, scheme, mode, memory),
         preprocess_logits_for_metrics=make_preprocess_logits(model),
-        callbacks=early_stopping(args, main_metric(scheme)) + [memory],
+        callbacks=callbacks + [memory],
     )
     trainer.prediction_memory = memory
     return trainer
@@ -337,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         overwrite=training_args.overwrite_output_dir)
     # Everything that can fail on bad input happens before the Trainer creates the output folder.
     # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run in --output_dir
-    training_args.resume_from_checkpoint = resume_checkpoint(training_args, trains=training_args.do_train)
+    checkpoint = resume_checkpoint(training_args, trains=training_args.do_train)
     embedded = not (data_args.train_file or data_args.dataset_name)
     compare_hf = embedded if model_args.compare_hf is None else model_args.compare_hf
 
@@ -391,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # Training, evaluation on the validation split, prediction on the test split
     trainer = build_trainer(model, training_args, tokenizer, datasets, scheme, data_args.metric_mode)
-    metrics = run_trainer(trainer, datasets, training_args)
+    metrics = run_trainer(trainer, datasets, training_args, checkpoint=checkpoint)
     # Saved before the baseline trains, so the model and its scores exist even if that run is cut short.
     save_everything(trainer, metrics)
 
@@ -400,9 +401,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         def fit(baseline_model: Any, baseline_tokenizer: Any):  # this job's recipe, in <output_dir>/hf_baseline
             args = replace_output_dir(training_args, os.path.join(training_args.output_dir, "hf_baseline"))
+            baseline_checkpoint = stage_checkpoint(args)
             data = encode_splits(sentences, baseline_tokenizer, label2id, data_args)
             baseline_trainer = build_trainer(baseline_model, args, baseline_tokenizer, data, scheme, data_args.metric_mode)
-            return run_trainer(baseline_trainer, data, args, prefix="hf_"), baseline_trainer, data
+            scores = run_trainer(baseline_trainer, data, args, prefix="hf_", checkpoint=baseline_checkpoint)
+            return scores, baseline_trainer, data
 
         baseline = compare_with_hf_baseline(trainer, datasets, label_list, scheme, data_args.metric_mode,
                                             training_args.seed, fit)

@@ -20,7 +20,9 @@ from typing import Any, Literal
 from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
 from mlm_suite.data.inputs.readers import Pair, RetrievalSplit, first_n, read_retrieval_split, read_training_pairs
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.arguments import check_at_least, check_file, check_positive, parse_arguments
+from mlm_suite.jobs.arguments import (
+    check_at_least, check_file, check_positive, derived_training_arguments, parse_arguments,
+)  # fmt: skip
 from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
 from mlm_suite.jobs.checkpoints import resume_checkpoint
 from mlm_suite.jobs.finetune_training import FinetuneTrainingArguments, card_training_summary, early_stopping, run_trainer, save_everything
@@ -127,12 +129,16 @@ class RetrievalTrainingArguments(FinetuneTrainingArguments):
             raise UsageError("--flatten_batches false: finetune-retrieval always trains on flattened batches "
                              "(its queries and documents end to end, whatever the device)")
         self.flatten_batches = True
+        if self.metric_for_best_model is None and self.load_best_model_at_end:
+            self.metric_for_best_model = "mrr@10"  # the best model by validation MRR@10, as early stopping's
         super().__post_init__()
         if self.per_device_train_batch_size < 2:
             raise UsageError(
                 f"--per_device_train_batch_size {self.per_device_train_batch_size}: in-batch-negative training needs "
                 "at least 2 query/document pairs per batch (a query's negatives are the other pairs' documents)"
             )
+        self.label_names = ["labels"]
+        self.remove_unused_columns = False  # the examples' query/document/negatives are the collator's input
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,16 +176,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         overwrite=training_args.overwrite_output_dir)
 
     # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run in --output_dir
-    training_args.resume_from_checkpoint = resume_checkpoint(training_args, trains=training_args.do_train)
+    checkpoint = resume_checkpoint(training_args, trains=training_args.do_train)
 
     # Data
     pairs, splits, description = load_data(data_args, training_args.seed)
     pairs = first_n(pairs, data_args.max_train_samples)
     limits = {"validation": data_args.max_eval_samples, "test": data_args.max_predict_samples}
     splits = {name: split.limited(limits[name]) for name, split in splits.items()}
-    if training_args.world_size == 1 and len(pairs) % training_args.per_device_train_batch_size == 1:
-        # An epoch's last batch would hold one pair, without negatives: nothing to learn from.
-        training_args.dataloader_drop_last = True
+    # An epoch's last batch would hold one pair, without negatives: nothing to learn from.
+    lone_pair = training_args.world_size == 1 and len(pairs) % training_args.per_device_train_batch_size == 1
+    if lone_pair:
         print(f"each epoch leaves out one of the {len(pairs)} pairs (a batch of one has no negatives)", file=sys.stderr)
 
     # Model
@@ -205,23 +211,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, split in splits.items():
         datasets[name] = retrieval_eval_dataset(tokenizer, split.queries, split.corpus, data_args.max_seq_length)
     metrics_of = {name: RetrievalMetrics(split.relevant) for name, split in splits.items()}
-    if training_args.metric_for_best_model is None and training_args.load_best_model_at_end:
-        training_args.metric_for_best_model = "mrr@10"
-    training_args.label_names = ["labels"]
-    training_args.remove_unused_columns = False  # the examples' query/document/negatives are the collator's input
 
     set_seed(training_args.seed)
     model = load_model(MlmSuiteForSentenceEmbedding, model_path, config, model_args)
     trainable = apply_freezing(model, model_args.train_last_k_layers)
+    trainer_args, callbacks = early_stopping(
+        derived_training_arguments(training_args, dataloader_drop_last=True) if lone_pair else training_args, "mrr@10"
+    )
     trainer = RetrievalTrainer(
         model=model,
-        args=training_args,
+        args=trainer_args,
         train_dataset=datasets["train"],
         eval_dataset=datasets.get("validation"),
         processing_class=tokenizer,
         data_collator=RetrievalCollator(),
         compute_metrics=metrics_of.get("validation"),
-        callbacks=early_stopping(training_args, "mrr@10"),
+        callbacks=callbacks,
         mini_batch_size=model_args.mini_batch_size,
     )
 
@@ -237,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     (("validation", "zero_shot_eval"), ("test", "zero_shot_test")) if split in datasets and scored[split]}
     trainer.compute_metrics = metrics_of.get("validation")  # early stopping and the best model go by validation
     metrics |= run_trainer(trainer, {name: datasets[name] for name in ("train", "validation") if name in datasets},
-                           training_args)
+                           training_args, checkpoint=checkpoint)
 
     # Predict: the test split, scored by its own relevance judgements
     if training_args.do_predict and "test" in datasets:

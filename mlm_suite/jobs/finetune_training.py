@@ -1,9 +1,9 @@
 """Training, evaluating, predicting and saving in the fine-tuning jobs (``finetune_ner``, ``finetune_cls``,
 ``finetune_pair``, ``finetune_retrieval``), as transformers' ``run_*.py`` scripts do it inline.
 
-:class:`FinetuneTrainingArguments` holds the ``TrainingArguments`` defaults these jobs share; :func:`run_trainer`
-trains, evaluates and predicts as the flags ask, :func:`early_stopping` watches the validation score, and
-:func:`save_everything` writes the model, tokenizer and metrics through
+:class:`FinetuneTrainingArguments` holds the ``TrainingArguments`` defaults these jobs share (and what early stopping
+needs); :func:`run_trainer` trains, evaluates and predicts as the flags ask, :func:`early_stopping` watches the
+validation score, and :func:`save_everything` writes the model, tokenizer and metrics through
 :class:`~mlm_suite.training.trainer.JobTrainer`, which writes no pickle (``training_args.json``). The model a job
 starts from is :mod:`mlm_suite.jobs.model_loading`'s concern. The model card's hyper-parameter table is
 :func:`card_training_summary`. See docs/finetuning.md.
@@ -19,11 +19,16 @@ from typing import Any
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from mlm_suite.cards import initialisation, training_summary
-from mlm_suite.jobs.arguments import JobTrainingArguments, check_at_least, check_non_negative, flatten_batches_field
+from mlm_suite.jobs.arguments import (
+    JobTrainingArguments,
+    check_at_least,
+    check_non_negative,
+    derived_training_arguments,
+    flatten_batches_field,
+)
 from mlm_suite.jobs.model_loading import ModelArguments
-from mlm_suite.jobs.checkpoints import stage_checkpoint
 from mlm_suite.training.checkpoint_format import training_arguments_as_json
-from mlm_suite.training.controls import early_stopping_callback
+from mlm_suite.training.controls import early_stopping_arguments, early_stopping_callback
 
 
 # --------------------------------------------------------------------------------------------
@@ -38,7 +43,10 @@ class FinetuneTrainingArguments(JobTrainingArguments):
     the first 10 % of the steps (post-norm encoders can collapse to a constant prediction when
     fine-tuned at full learning rate from the first step), no intermediate checkpoints
     (``--save_strategy steps`` brings them back) and logging every 10 steps. Training batches are flattened on
-    a GPU (``--flatten_batches``); evaluation batches stay padded.
+    a GPU (``--flatten_batches``); evaluation batches stay padded. With ``--early_stopping_patience``, an evaluation
+    every epoch unless ``--eval_strategy`` says otherwise, and the checkpoints and best model early stopping needs
+    (:func:`~mlm_suite.training.controls.early_stopping_arguments`; the score it watches is the job's:
+    :func:`early_stopping`).
     Each job subclasses it to set its own ``output_dir``, epochs and learning rate.
     """
 
@@ -68,20 +76,28 @@ class FinetuneTrainingArguments(JobTrainingArguments):
         super().__post_init__()
         if self.flatten_batches is None:
             self.flatten_batches = self.device.type == "cuda"
+        if self.early_stopping_patience is not None:
+            if self.eval_strategy == "no":
+                self.eval_strategy = "epoch"
+            for name, value in early_stopping_arguments(self.eval_strategy, self.eval_steps).items():
+                setattr(self, name, value)
 
 
 # --------------------------------------------------------------------------------------------
 # Training, evaluating, predicting and saving
 # --------------------------------------------------------------------------------------------
-def run_trainer(trainer: Trainer, datasets: Mapping[str, Any], args: TrainingArguments, prefix: str = "") -> dict[str, dict[str, float]]:
-    """Train, evaluate and predict as the flags ask; return metrics per split name (``prefix`` + split).
+def run_trainer(
+    trainer: Trainer, datasets: Mapping[str, Any], args: TrainingArguments, prefix: str = "", *,
+    checkpoint: str | None = None,
+) -> dict[str, dict[str, float]]:
+    """Train, evaluate and predict as the flags of ``args`` ask; return metrics per split name (``prefix`` + split).
 
-    Training continues from ``args.resume_from_checkpoint``, which the job resolved when it started
+    Training continues from ``checkpoint``, which the job resolved when it started
     (:func:`~mlm_suite.jobs.checkpoints.resume_checkpoint`, :func:`~mlm_suite.jobs.checkpoints.stage_checkpoint`).
     """
     metrics: dict[str, dict[str, float]] = {}
     if args.do_train:
-        result = trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+        result = trainer.train(resume_from_checkpoint=checkpoint)
         metrics[f"{prefix}train"] = {f"{prefix}{k}": v for k, v in result.metrics.items()}
         metrics[f"{prefix}train"][f"{prefix}train_samples"] = len(datasets["train"])
     if args.do_eval and "validation" in datasets:
@@ -101,11 +117,16 @@ def trains_flattened(model: Any, args: FinetuneTrainingArguments) -> bool:
     return bool(args.flatten_batches) and mlm_suite_model and not getattr(config, "use_crf", False)
 
 
-def early_stopping(args: FinetuneTrainingArguments, metric: str) -> list[TrainerCallback]:
-    """The early-stopping callback on the validation ``metric`` (higher is better) when asked for, else ``[]``."""
-    if args.early_stopping_patience is not None and args.eval_strategy == "no":
-        args.eval_strategy = "epoch"
-    return early_stopping_callback(args, args.early_stopping_patience, args.early_stopping_threshold, metric, True)
+def early_stopping(
+    args: FinetuneTrainingArguments, metric: str
+) -> tuple[FinetuneTrainingArguments, list[TrainerCallback]]:
+    """The arguments and callbacks of a Trainer that stops early on the validation ``metric`` (higher is better):
+    with ``--early_stopping_patience``, a copy of ``args`` that names the metric and the callback; otherwise ``args``
+    and no callback."""
+    if args.early_stopping_patience is None:
+        return args, []
+    args = derived_training_arguments(args, metric_for_best_model=metric, greater_is_better=True)
+    return args, early_stopping_callback(args, args.early_stopping_patience, args.early_stopping_threshold)
 
 
 def save_everything(trainer: Trainer, metrics: Mapping[str, Mapping[str, float]]) -> None:
@@ -141,11 +162,10 @@ def card_training_summary(
 
 
 def replace_output_dir(args: TrainingArguments, output_dir: str) -> TrainingArguments:
-    """A copy of ``args`` writing to ``output_dir`` (for a second model trained in the same run), continuing from
-    the last checkpoint there (:func:`~mlm_suite.jobs.checkpoints.stage_checkpoint`) rather than from the job's."""
-    stage = dataclasses.replace(args, output_dir=output_dir)
-    stage.resume_from_checkpoint = stage_checkpoint(stage)
-    return stage
+    """A copy of ``args`` writing to ``output_dir`` (for a second model trained in the same run), without the job's
+    ``--resume_from_checkpoint``: that run continues from the last checkpoint in ``output_dir``
+    (:func:`~mlm_suite.jobs.checkpoints.stage_checkpoint`)."""
+    return dataclasses.replace(args, output_dir=output_dir, resume_from_checkpoint=None)
 
 
 __all__ = [

@@ -642,9 +642,7 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
         max_tokens_per_batch=args.max_tokens_per_batch, max_seq_length=args.max_seq_length,
     )  # fmt: skip
     callbacks = [MaskingEpochCallback(train_collator)]
-    callbacks += early_stopping_callback(
-        training_args, args.early_stopping_patience, args.early_stopping_threshold, "mask_accuracy", True
-    )
+    callbacks += early_stopping_callback(training_args, args.early_stopping_patience, args.early_stopping_threshold)
     budget = None
     if args.max_train_minutes is not None:
         budget = time_budget_callback(

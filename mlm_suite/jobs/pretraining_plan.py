@@ -37,7 +37,9 @@ from mlm_suite.data.pretraining.schedules import BatchSizeWarmup, MaskRateSchedu
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import GIVEN, derived_training_arguments
 from mlm_suite.jobs.checkpoints import resume_checkpoint
-from mlm_suite.training.controls import DEFAULT_LR_DECAY, UNBOUNDED_STEPS, WSD, lr_schedule_summary, rows_per_step
+from mlm_suite.training.controls import (
+    DEFAULT_LR_DECAY, UNBOUNDED_STEPS, WSD, early_stopping_arguments, lr_schedule_summary, rows_per_step,
+)  # fmt: skip
 from mlm_suite.training.schedules import check_row_sampling
 
 if TYPE_CHECKING:
@@ -69,7 +71,8 @@ class PretrainingPlan:
         args: the data, tokenizer and model flags as the run uses them (a prepared folder's row settings, the
             tokenizer chosen, the first phase's masking rate, a warmup-stable-decay run's decay).
         training_args: the ``TrainingArguments`` the Trainer gets (mode defaults, the learning-rate schedule, the
-            step limit, the loader settings of a stream, the checkpoint continued).
+            step limit, early stopping's checkpoints and metric, the loader settings of a stream, the checkpoint
+            continued).
         value_sources: where each mode-dependent value came from (name -> GIVEN, CONTINUED, FROM_SCRATCH or why).
         mask_schedule: the training masking rate per optimizer step.
         batch_size_warmup: rows per step growing over the first tokens (None: none).
@@ -166,6 +169,11 @@ class PretrainingPlan:
                 f"whole rows packed into flattened micro-batches of at most {args.max_tokens_per_batch:,} tokens, padded "
                 f"to exactly {args.max_tokens_per_batch:,}"
             )
+        if args.early_stopping_patience is not None:  # the saved model is the best one by held-out [MASK] accuracy
+            training.update(
+                metric_for_best_model="mask_accuracy", greater_is_better=True,
+                **early_stopping_arguments(run.eval_strategy, run.eval_steps),
+            )  # fmt: skip
         if args.decay_from_checkpoint:
             training.update(_decay_run(args, run, given))
             if not (args.tokenizer_name or args.train_tokenizer or args.vocab_size):

@@ -1,5 +1,6 @@
-"""Fine-tuning a classifier (or regressor) of one text or of a pair of texts: what ``finetune-cls`` and
-``finetune-pair`` share, as ``run_glue.py`` handles single texts and pairs alike.
+"""Fine-tuning a classifier (or regressor) of one text or of a pair of texts: the job ``finetune-cls`` and
+``finetune-pair`` both run (:func:`finetune_sequence_classifier`), as ``run_glue.py`` handles single texts and pairs
+alike; each command gives it its data flags, its built-in data and its defaults.
 
 The data flags (:class:`TextDataArguments`), the splits cut to ``--max_*_samples`` and sorted into labelled and
 unlabelled ones (a split without labels is predicted, not scored), classification or regression and the label
@@ -10,7 +11,6 @@ with the summary lines. See docs/finetuning.md.
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -28,8 +28,9 @@ from mlm_suite.data.finetuning.labels import (
     resolve_label_list,
     split_is_labelled,
 )
+from mlm_suite.data.inputs.builtin import BuiltinDataset
 from mlm_suite.data.mapping import map_options
-from mlm_suite.data.inputs.readers import Example, TextSplit, first_n
+from mlm_suite.data.inputs.readers import Example, TextSplit, first_n, load_intermediate, load_labelled_text_splits
 from mlm_suite.errors import UsageError
 from mlm_suite.evaluation.classification import (
     classification_metrics,
@@ -42,20 +43,32 @@ from mlm_suite.jobs.arguments import (
     check_at_least,
     check_file,
     check_positive,
+    derived_training_arguments,
     overwrite_cache_field,
+    parse_arguments,
     preprocessing_num_workers_field,
     test_split_name_field,
     validation_split_name_field,
 )
-from mlm_suite.jobs.checkpoints import stage_checkpoint
+from mlm_suite.jobs.checkpoints import resume_checkpoint, stage_checkpoint
 from mlm_suite.jobs.finetune_training import (
     FinetuneTrainingArguments,
     card_training_summary,
     early_stopping,
     run_trainer,
+    save_everything,
     trains_flattened,
 )
-from mlm_suite.jobs.model_loading import ModelArguments
+from mlm_suite.jobs.model_loading import (
+    ModelArguments,
+    apply_freezing,
+    check_max_seq_length,
+    load_config,
+    load_model,
+    load_tokenizer,
+    resolve_model_path,
+)
+from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
 from mlm_suite.cards import CardDataset, FinetunedCard, card_base_model, card_scores, label_table, markdown_table
 from mlm_suite.training.trainer import JobTrainer
 
@@ -70,7 +83,8 @@ CARD_SCORES = {
 
 @dataclass
 class TextDataArguments:
-    """Data flags shared by the single-text and the sentence-pair jobs."""
+    """Data flags shared by the single-text and the sentence-pair jobs. Each job's subclass adds its text columns
+    and says what it reads from them (:meth:`text_columns`, :meth:`read_embedded`)."""
 
     dataset_name: str | None = field(
         default=None, metadata={"help": "Hub dataset (needs Hub access), or a folder saved with DatasetDict.save_to_disk."}
@@ -113,12 +127,33 @@ class TextDataArguments:
         for flag in ("train_file", "validation_file", "test_file", "intermediate_train_file"):
             check_file(flag, getattr(self, flag))
 
+    def text_columns(self) -> list[str]:
+        """The columns of a row's text: one, or two for a pair (read as ``[CLS] A [SEP] B [SEP]``)."""
+        raise NotImplementedError
+
+    def read_embedded(self, seed: int) -> dict[str, list[Example]]:
+        """What the job trains on without data flags, split 80/10/10 with ``seed``, in :meth:`text_columns`."""
+        raise NotImplementedError
+
     def data_source(self) -> dict[str, Any]:
         """Where :func:`~mlm_suite.data.inputs.readers.load_labelled_text_splits` reads the data (its keyword
         arguments)."""
         return dict(files={"train": self.train_file, "validation": self.validation_file, "test": self.test_file},
                     dataset_name=self.dataset_name, dataset_config_name=self.dataset_config_name,
                     validation_split_name=self.validation_split_name, test_split_name=self.test_split_name)
+
+
+@dataclass
+class SequenceClassificationTrainingArguments(FinetuneTrainingArguments):
+    """The Trainer's flags of both jobs: the labels are the ``labels`` column unless ``--label_names`` says otherwise.
+    Each job subclasses it with its own ``output_dir``."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.label_names is None:
+            # The Trainer finds label columns in forward()'s signature; a head whose forward takes
+            # **kwargs (the pair head) would have its labels dropped and never be scored.
+            self.label_names = ["labels"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -183,6 +218,16 @@ def scored_labels(splits: Mapping[str, TextSplit], unlabelled: Sequence[str]) ->
 # --------------------------------------------------------------------------------------------
 # Model
 # --------------------------------------------------------------------------------------------
+def sequence_classifier_class(config: Any, pair: bool) -> type:
+    """``MlmSuiteForPairClassification`` (segment ids 0/1) for a pair of texts on an mlm_suite checkpoint,
+    ``AutoModelForSequenceClassification`` otherwise."""
+    from transformers import AutoModelForSequenceClassification
+
+    from mlm_suite import MlmSuiteForPairClassification
+
+    return MlmSuiteForPairClassification if pair and config.model_type == "mlm_suite" else AutoModelForSequenceClassification
+
+
 def configure_head(
     config: Any, task_type: str, labels: Sequence[Any], model_path: str, model_args: ModelArguments,
     data_args: TextDataArguments, intermediate: tuple[list[Example], str] | None,
@@ -245,10 +290,7 @@ def build_trainer(
     predictions for the confusion matrices; early stopping, if asked for, watches accuracy (Pearson)."""
     from mlm_suite.data.padding import DataCollatorForPadding
 
-    if args.label_names is None:
-        # The Trainer finds label columns in forward()'s signature; a head whose forward takes
-        # **kwargs (the pair head) would have its labels dropped and never be scored.
-        args.label_names = ["labels"]
+    args, callbacks = early_stopping(args, "pearson" if task_type == "regression" else "accuracy")
     return JobTrainer(
         model=model,
         args=args,
@@ -258,7 +300,7 @@ def build_trainer(
         data_collator=DataCollatorForPadding(tokenizer, flatten=trains_flattened(model, args)),
         eval_data_collator=DataCollatorForPadding(tokenizer),  # DataCollatorWithPadding's batches, faster
         compute_metrics=regression_metrics if task_type == "regression" else classification_metrics,
-        callbacks=early_stopping(args, "pearson" if task_type == "regression" else "accuracy"),
+        callbacks=callbacks,
         keep_predictions=True,  # for the confusion matrices
     )
 
@@ -266,34 +308,34 @@ def build_trainer(
 def intermediate_stage(
     model: Any, tokenizer: Any, encode: Callable[[TextSplit], Any], intermediate: tuple[list[Example], str] | None,
     text_columns: Sequence[str], validation: Any, training_args: FinetuneTrainingArguments,
-    data_args: TextDataArguments, task_type: str,
+    data_args: TextDataArguments, task_type: str, checkpoint: str | None,
 ) -> tuple[dict[str, dict[str, float]], str]:
     """Fine-tune ``model`` on the intermediate data first (``--intermediate_train_file``), with its own optimizer and
     schedule, for ``--intermediate_num_train_epochs``, scored on the validation split (``intermediate_eval_*``);
     its checkpoints go to ``<output_dir>/intermediate``. Returns its metrics and the sentence the card's data
     section adds.
 
-    A run that resumes the task from a checkpoint skips the stage: its result is in the checkpoint's weights (its
+    A run that resumes the task from a ``checkpoint`` skips the stage: its result is in the checkpoint's weights (its
     scores are then not reported again).
     """
     if intermediate is None or not training_args.do_train:
         return {}, ""
     metrics: dict[str, dict[str, float]] = {}
-    if training_args.resume_from_checkpoint is None:
+    if checkpoint is None:
         stage_dir = os.path.join(training_args.output_dir, INTERMEDIATE_DIR)
-        stage_args = copy.copy(training_args)
-        stage_args.output_dir = stage_dir  # its checkpoints apart from the task's
-        stage_args.resume_from_checkpoint = stage_checkpoint(stage_args)
-        stage_args.num_train_epochs = data_args.intermediate_num_train_epochs
-        stage_args.do_predict = False
+        stage_args = derived_training_arguments(  # its checkpoints apart from the task's
+            training_args, output_dir=stage_dir, resume_from_checkpoint=None,
+            num_train_epochs=data_args.intermediate_num_train_epochs, do_predict=False,
+        )
+        stage_resume = stage_checkpoint(stage_args)
         stage_data = {"train": encode(TextSplit.of(intermediate[0], text_columns)), "validation": validation}
         stage = build_trainer(model, stage_args, tokenizer, stage_data["train"], validation, task_type)
-        metrics = run_trainer(stage, stage_data, stage_args, "intermediate_")
+        # Evaluated as the task is (--do_eval as given), on the validation split alone.
+        metrics = run_trainer(stage, stage_data, training_args, "intermediate_", checkpoint=stage_resume)
         with contextlib.suppress(OSError):
             os.rmdir(stage_dir)  # the folder the stage's Trainer created, unless it holds checkpoints
     elif training_args.process_index == 0:
-        print(f"the intermediate stage is not run again: {training_args.resume_from_checkpoint} holds its result",
-              file=sys.stderr)
+        print(f"the intermediate stage is not run again: {checkpoint} holds its result", file=sys.stderr)
     epochs = data_args.intermediate_num_train_epochs
     note = (f"\n\nBefore the task, the model was fine-tuned for {epochs:g} epochs "
             f"on {len(intermediate[0]):,} examples of intermediate data: {intermediate[1]}.")
@@ -368,16 +410,88 @@ def write_card_and_summary(
               f"and all_results.json to {training_args.output_dir}")
 
 
+# --------------------------------------------------------------------------------------------
+# The job
+# --------------------------------------------------------------------------------------------
+def finetune_sequence_classifier(
+    argv: Sequence[str] | None, data_arguments: type[TextDataArguments],
+    training_arguments: type[SequenceClassificationTrainingArguments], embedded: BuiltinDataset, task_description: str,
+) -> int:
+    """Run the job on ``argv``, parsed into :class:`ModelArguments`, ``data_arguments`` (whose text columns make it
+    a single-text or a sentence-pair job) and ``training_arguments``; ``embedded`` is what it trains on without data
+    flags, ``task_description`` how the model card names the model."""
+    from transformers import set_seed
+
+    model_args, data_args, training_args = parse_arguments((ModelArguments, data_arguments, training_arguments), argv)
+    claim_output_folder(training_args.output_dir, {**model_args.sources(), **paths_read(data_args)},
+                        overwrite=training_args.overwrite_output_dir)
+
+    # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run (before the Trainer
+    # creates the output folder)
+    stage_dirs = [os.path.join(training_args.output_dir, INTERMEDIATE_DIR)] if data_args.intermediate_train_file else []
+    checkpoint = resume_checkpoint(training_args, stage_dirs, trains=training_args.do_train)
+
+    # Data
+    text_columns = data_args.text_columns()
+    splits, data_description = load_labelled_text_splits(
+        text_columns, data_args.label_column_name, training_args.seed,
+        lambda: (data_args.read_embedded(training_args.seed), embedded.description),
+        **data_args.data_source(), load_kwargs=model_args.dataset_kwargs(),
+    )
+    intermediate = load_intermediate(data_args.intermediate_train_file, text_columns, data_args.label_column_name)
+    splits = limited_splits(splits, data_args, text_columns)
+    unlabelled = unlabelled_splits(splits, training_args)
+    task_type, splits, intermediate = settle_labels(splits, unlabelled, intermediate, data_args.task_type,
+                                                    training_args.do_train)
+    labels = scored_labels(splits, unlabelled)
+
+    # Model
+    pair = len(text_columns) == 2
+    model_path = resolve_model_path(model_args.model_name_or_path, training_args)
+    config = load_config(model_path, model_args)
+    label_list = configure_head(config, task_type, labels, model_path, model_args, data_args, intermediate)
+    tokenizer = load_tokenizer(model_path, model_args, config)
+    check_max_seq_length(data_args.max_seq_length, config, model_path, tokenizer, pair=pair)
+    encode = text_encoder(tokenizer, text_columns, data_args, task_type, config)
+    datasets = {split: encode(examples) for split, examples in splits.items()}
+    scored = {split: dataset for split, dataset in datasets.items() if split not in unlabelled}
+    set_seed(training_args.seed)
+    model = load_model(sequence_classifier_class(config, pair), model_path, config, model_args)
+    trainable = apply_freezing(model, model_args.train_last_k_layers)
+
+    # Training (the intermediate stage first), evaluation on the validation split, prediction on the test split
+    metrics, intermediate_note = intermediate_stage(model, tokenizer, encode, intermediate, text_columns,
+                                                    scored.get("validation"), training_args, data_args, task_type,
+                                                    checkpoint)
+    trainer = build_trainer(model, training_args, tokenizer, scored.get("train"), scored.get("validation"), task_type)
+    metrics |= run_trainer(trainer, scored, training_args, checkpoint=checkpoint)
+    save_everything(trainer, metrics)
+
+    # Predict: the splits without labels
+    predicted = predict_unlabelled(trainer, datasets, unlabelled, training_args, label_list, task_type)
+
+    # Model card and summary
+    write_card_and_summary(
+        trainer, metrics, predicted, splits, unlabelled, label_list, task_type, config, model_path, trainable,
+        model_args, data_args, training_args, data_description + intermediate_note,
+        task_description=task_description, embedded_data=CardDataset.embedded(embedded.name, embedded.card_name),
+    )
+    return 0
+
+
 __all__ = [
     "CARD_SCORES",
     "INTERMEDIATE_DIR",
+    "SequenceClassificationTrainingArguments",
     "TextDataArguments",
     "build_trainer",
     "configure_head",
+    "finetune_sequence_classifier",
     "intermediate_stage",
     "limited_splits",
     "predict_unlabelled",
     "scored_labels",
+    "sequence_classifier_class",
     "settle_labels",
     "text_encoder",
     "unlabelled_splits",

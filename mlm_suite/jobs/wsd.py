@@ -14,17 +14,17 @@ See docs/analysis.md.
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from transformers import AutoModel
 
 from mlm_suite.analysis.embeddings import ContextualEmbedder, save_json
 from mlm_suite.conversion import converted_minilm_dir
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.running import command_prog
 from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder, paths_read
-from mlm_suite.jobs.arguments import check_at_least, check_file, check_model_source, check_within
+from mlm_suite.jobs.arguments import check_at_least, check_file, check_model_source, check_within, parse_arguments
 from mlm_suite.jobs.model_loading import check_vocabulary, pretrained_config, pretrained_model, pretrained_tokenizer
 from mlm_suite.analysis.wordnet import WSDSplit, evaluate_wsd, limit_lemmas, read_jsonl, wordnet_wsd_dataset
 
@@ -36,7 +36,7 @@ def parse_layers(value: str) -> str | list[int]:
     try:
         return [int(part) for part in value.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(
+        raise UsageError(
             f"--layers must be last, last4_mean, last4_sum or comma-separated integers, got {value!r}"
         ) from None
 
@@ -54,40 +54,50 @@ def check_layers(layers: str | list[int], num_hidden_layers: int, model_path: st
             )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=command_prog(), description=__doc__.split("\n\n")[0])
-    parser.add_argument("--train_file", help="JSON-lines training instances (default: WordNet example sentences)")
-    parser.add_argument("--test_file", help="JSON-lines test instances (required with --train_file)")
-    parser.add_argument("--model_name_or_path", help="encoder folder (default: the real all-MiniLM-L6-v2 converted to mlm_suite)")
-    parser.add_argument("--layers", type=parse_layers, default="last", help="last | last4_mean | last4_sum | i,j,...")
-    parser.add_argument("--subword_pooling", choices=("mean", "first"), default="mean")
-    parser.add_argument("--standardize", action="store_true", help="also score centroids of z-scored vectors")
-    parser.add_argument("--pos", default="n,v", help="WordNet data: parts of speech, comma-separated (n, v, a, r)")
-    parser.add_argument("--max_lemmas", type=int, help="keep only the first N lemmas (alphabetically) that have test instances, for quick runs")
-    parser.add_argument("--test_fraction", type=float, default=0.3, help="WordNet data: share of each sense held out")
-    parser.add_argument("--seed", type=int, default=0, help="WordNet data: seed of the train/test split")
-    parser.add_argument("--batch_size", type=int, default=64)
-    parser.add_argument("--output_dir", default="outputs/wsd")
-    parser.add_argument("--overwrite_output_dir", action="store_true", help=OVERWRITE_HELP)
-    return parser
+@dataclass
+class WsdArguments:
+    """The job's flags, checked before anything is read or written (``--layers`` against the model:
+    :func:`check_layers`)."""
 
+    train_file: str | None = field(
+        default=None, metadata={"help": "JSON-lines training instances (default: WordNet example sentences)"}
+    )
+    test_file: str | None = field(
+        default=None, metadata={"help": "JSON-lines test instances (required with --train_file)"}
+    )
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "encoder folder (default: the real all-MiniLM-L6-v2 converted to mlm_suite)"}
+    )
+    layers: str = field(default="last", metadata={"help": "last | last4_mean | last4_sum | i,j,..."})
+    subword_pooling: Literal["mean", "first"] = "mean"
+    standardize: bool = field(default=False, metadata={"help": "also score centroids of z-scored vectors"})
+    pos: str = field(default="n,v", metadata={"help": "WordNet data: parts of speech, comma-separated (n, v, a, r)"})
+    max_lemmas: int | None = field(
+        default=None,
+        metadata={"help": "keep only the first N lemmas (alphabetically) that have test instances, for quick runs"},
+    )
+    test_fraction: float = field(default=0.3, metadata={"help": "WordNet data: share of each sense held out"})
+    seed: int = field(default=0, metadata={"help": "WordNet data: seed of the train/test split"})
+    batch_size: int = 64
+    output_dir: str = "outputs/wsd"
+    overwrite_output_dir: bool = field(default=False, metadata={"help": OVERWRITE_HELP})
 
-def check_flags(args: argparse.Namespace) -> None:
-    """The flags' values, before anything is read or written (``--layers`` needs the model: :func:`check_layers`)."""
-    if (args.train_file is None) != (args.test_file is None):
-        raise UsageError("give both --train_file and --test_file, or neither (to use the WordNet data)")
-    check_at_least("batch_size", args.batch_size, 1)
-    check_at_least("max_lemmas", args.max_lemmas, 1)
-    check_within("test_fraction", args.test_fraction, 0.0, 1.0, low_open=True)
-    check_file("train_file", args.train_file)
-    check_file("test_file", args.test_file)
-    check_model_source("model_name_or_path", args.model_name_or_path)
+    def __post_init__(self) -> None:
+        parse_layers(self.layers)
+        if (self.train_file is None) != (self.test_file is None):
+            raise UsageError("give both --train_file and --test_file, or neither (to use the WordNet data)")
+        check_at_least("batch_size", self.batch_size, 1)
+        check_at_least("max_lemmas", self.max_lemmas, 1)
+        check_within("test_fraction", self.test_fraction, 0.0, 1.0, low_open=True)
+        check_file("train_file", self.train_file)
+        check_file("test_file", self.test_file)
+        check_model_source("model_name_or_path", self.model_name_or_path)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = build_parser().parse_args(argv)
     # Everything that can fail on bad input happens before the output folder is created.
-    check_flags(args)
+    (args,) = parse_arguments((WsdArguments,), argv, description=__doc__.split("\n\n")[0])
+    layers = parse_layers(args.layers)
     claim_output_folder(args.output_dir, paths_read(args),
                         overwrite=args.overwrite_output_dir)
     if args.train_file:
@@ -102,12 +112,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     model_path = args.model_name_or_path or str(converted_minilm_dir())
     config = pretrained_config(model_path)
-    check_layers(args.layers, config.num_hidden_layers, model_path)
+    check_layers(layers, config.num_hidden_layers, model_path)
     tokenizer = pretrained_tokenizer(model_path)
     check_vocabulary(tokenizer, config, model_path, model_path)
     model = pretrained_model(AutoModel, model_path, config=config)
     embedder = ContextualEmbedder(
-        model, tokenizer, layers=args.layers, subword_pooling=args.subword_pooling, batch_size=args.batch_size
+        model, tokenizer, layers=layers, subword_pooling=args.subword_pooling, batch_size=args.batch_size
     )
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -115,7 +125,7 @@ def main(argv: list[str] | None = None) -> dict:
     results = evaluate_wsd(
         embedder, split.train, split.test, standardize=args.standardize, standardizer_path=standardizer_path
     )
-    results.update(data=data_name, model=model_path, layers=args.layers, subword_pooling=args.subword_pooling)
+    results.update(data=data_name, model=model_path, layers=layers, subword_pooling=args.subword_pooling)
 
     print(f"data: {data_name}")
     print(

@@ -30,6 +30,7 @@ __all__ = [
     "StepRateCallback",
     "TimeBudgetCallback",
     "WsdTimeBudgetCallback",
+    "early_stopping_arguments",
     "early_stopping_callback",
     "lr_schedule_summary",
     "rows_per_step",
@@ -340,22 +341,37 @@ def _broadcast_from_rank_zero(value: int, args: TrainingArguments) -> int:
     return int(tensor.item())
 
 
-def early_stopping_callback(
-    training_args: TrainingArguments,
-    patience: int | None,
-    threshold: float,
-    metric: str,
-    greater_is_better: bool,
-) -> list[EarlyStoppingCallback]:
-    """``[EarlyStoppingCallback]`` for ``patience`` evaluations without improvement of ``metric``, or ``[]``.
+def early_stopping_arguments(eval_strategy: str, eval_steps: float | None) -> dict[str, Any]:
+    """The ``TrainingArguments`` values early stopping needs, for the code that builds the arguments: the saved model is
+    the best one (``load_best_model_at_end``), a checkpoint at every evaluation (at most the best and the latest
+    kept), and the callback's count of evaluations without improvement restored with a checkpoint
+    (``restore_callback_states_from_checkpoint``). The score it watches (``metric_for_best_model``,
+    ``greater_is_better``) is the job's.
 
-    Sets what the callback needs on ``training_args``: ``load_best_model_at_end`` (the saved model is
-    the best one), the metric and its direction, checkpoints at every evaluation (at most the best and the
-    latest kept). The checkpoints are complete, so ``--resume_from_checkpoint`` continues an early-stopping
-    run exactly: optimizer, scheduler and RNG states (pickle-free, see :mod:`mlm_suite.training.checkpoint_format`)
-    and the trainer state, with the best score so far and the callback's count of evaluations without
-    improvement (``restore_callback_states_from_checkpoint``). Raises ValueError when nothing is evaluated
-    during training.
+    Raises ValueError when nothing is evaluated during training.
+    """
+    if eval_strategy == "no":
+        raise ValueError("--early_stopping_patience needs evaluations during training: set --eval_strategy steps or epoch")
+    values = {"load_best_model_at_end": True, "save_strategy": eval_strategy, "save_total_limit": 1,
+              "restore_callback_states_from_checkpoint": True}
+    if eval_strategy == "steps":
+        values["save_steps"] = eval_steps
+    return values
+
+
+def early_stopping_callback(
+    training_args: TrainingArguments, patience: int | None, threshold: float
+) -> list[EarlyStoppingCallback]:
+    """``[EarlyStoppingCallback]`` for ``patience`` evaluations without improvement of
+    ``training_args.metric_for_best_model``, or ``[]`` without ``patience``.
+
+    ``training_args`` hold the values of :func:`early_stopping_arguments`. The checkpoints are complete, so
+    ``--resume_from_checkpoint`` continues an early-stopping run exactly: optimizer, scheduler and RNG states
+    (pickle-free, see :mod:`mlm_suite.training.checkpoint_format`) and the trainer state, with the best score
+    so far and the callback's count of evaluations without improvement.
+
+    Raises:
+        ValueError: ``patience`` below 1, a negative ``threshold``, or ``training_args`` without those values.
     """
     if patience is None:
         return []
@@ -363,14 +379,8 @@ def early_stopping_callback(
         raise ValueError(f"--early_stopping_patience must be at least 1, got {patience}")
     if threshold < 0:
         raise ValueError(f"--early_stopping_threshold must not be negative, got {threshold}")
-    if training_args.eval_strategy == "no":
-        raise ValueError("--early_stopping_patience needs evaluations during training: set --eval_strategy steps or epoch")
-    training_args.load_best_model_at_end = True
-    training_args.metric_for_best_model = metric
-    training_args.greater_is_better = greater_is_better
-    training_args.save_strategy = training_args.eval_strategy
-    if training_args.eval_strategy == "steps":
-        training_args.save_steps = training_args.eval_steps
-    training_args.save_total_limit = 1
-    training_args.restore_callback_states_from_checkpoint = True  # the patience count, when a run resumes
+    needed = early_stopping_arguments(training_args.eval_strategy, training_args.eval_steps)
+    missing = [name for name, value in needed.items() if getattr(training_args, name) != value]
+    if missing:
+        raise ValueError(f"early stopping needs training arguments built with early_stopping_arguments: {missing} differ")
     return [EarlyStoppingCallback(early_stopping_patience=patience, early_stopping_threshold=threshold)]

@@ -208,42 +208,58 @@ PARSING = {("jobs/arguments.py", "parse_arguments"), ("jobs/arguments.py", "feed
            ("jobs/arguments.py", "derived_training_arguments")}
 
 
-def _argument_object(node) -> bool:
-    """``args``, ``training_args``, ``data_args``, ``self.args`` ...: a name for an argument dataclass."""
+def assignments_to_arguments(source: str, where: str = "") -> list[str]:
+    """``where:line function: target`` for each assignment to an attribute of an argument object (``args``,
+    ``*_args``, ``self.args``, at any depth), or ``setattr`` on one, outside ``__post_init__`` and :data:`PARSING`."""
     import ast
 
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
-        return node.attr == "args"
-    return isinstance(node, ast.Name) and (node.id in ("args", "arguments") or node.id.endswith("_args"))
+    def argument_object(node: ast.AST) -> bool:
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            if isinstance(node, ast.Attribute) and node.attr == "args" and isinstance(node.value, ast.Name) and (
+                node.value.id == "self"
+            ):
+                return True
+            node = node.value
+        return isinstance(node, ast.Name) and (node.id in ("args", "arguments") or node.id.endswith("_args"))
+
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if function.name == "__post_init__" or (where, function.name) in PARSING:
+            continue
+        for node in ast.walk(function):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, (ast.AugAssign, ast.AnnAssign)) else []
+            stored = [part for target in targets for part in (target.elts if isinstance(target, ast.Tuple) else [target])
+                      if isinstance(part, (ast.Attribute, ast.Subscript)) and argument_object(part)]
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" and (
+                node.args and argument_object(ast.Attribute(value=node.args[0], attr="?"))
+            ):
+                stored.append(node.args[0])
+            found += [(node.lineno, f"{where}:{node.lineno} {function.name}: {ast.unparse(part)}") for part in stored]
+    return [line for _, line in sorted(found)]
+
+
+def test_the_assignment_finder_finds_what_a_job_would_change_in_its_arguments():
+    source = ("def main(training_args, args):\n    training_args.resume_from_checkpoint = 'x'\n"
+              "    args.accelerator_config.non_blocking = True\n    setattr(args, 'seed', 1)\n    checkpoint = 'x'\n"
+              "    stage_args.output_dir, a = 'o', 1\n"
+              "class T:\n    def log(self):\n        self.args.seed = 2\n        self.seed = 1\n"
+              "    def __post_init__(self):\n        self.seed = 1\n")
+    assert assignments_to_arguments(source) == [
+        ":2 main: training_args.resume_from_checkpoint", ":3 main: args.accelerator_config.non_blocking",
+        ":4 main: args", ":6 main: stage_args.output_dir", ":9 log: self.args.seed",
+    ]
 
 
 def test_no_function_assigns_to_an_argument_object_after_parsing():
     """A job resolves what it derives into values of its own (the pretraining plan, locals, a derived copy): the
     argument objects stay as parsed, so what a flag means is read in one place."""
-    import ast
-
     offenders = []
     for path in PACKAGE.rglob("*.py"):
         where = path.relative_to(PACKAGE).as_posix()
-        for function in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            if function.name == "__post_init__" or (where, function.name) in PARSING:
-                continue
-            for node in ast.walk(function):
-                targets = []
-                if isinstance(node, ast.Assign):
-                    targets = node.targets
-                elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-                    targets = [node.target]
-                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
-                    targets = [ast.Attribute(value=node.args[0], attr="?")]
-                for target in targets:
-                    for element in (target.elts if isinstance(target, ast.Tuple) else [target]):
-                        while isinstance(element, ast.Subscript):  # args.field[key] = ... changes args.field
-                            element = element.value
-                        if isinstance(element, ast.Attribute) and _argument_object(element.value):
-                            offenders.append(f"{where}:{node.lineno} {function.name}: {ast.unparse(element)}")
+        offenders += assignments_to_arguments(path.read_text(encoding="utf-8"), where)
     assert not offenders, "\n".join(offenders)
 
 

@@ -1,5 +1,6 @@
-"""Defaults that the jobs choose by device (what a GPU run gets without any flag, and what a CPU run keeps) and by
-mode (pretraining from scratch or continuing a checkpoint)."""
+"""Defaults that the jobs choose by device (what a GPU run gets without any flag, and what a CPU run keeps), by
+mode (pretraining from scratch or continuing a checkpoint), and the values the fine-tuning jobs set as their arguments
+are built (early stopping's, those their Trainer must see) rather than on the parsed arguments later."""
 
 from __future__ import annotations
 
@@ -274,3 +275,45 @@ def test_only_mlm_suite_heads_without_a_crf_train_on_flattened_batches():
     assert not trains_flattened(model(), pad)
     assert not trains_flattened(model(use_crf=True), flatten)  # the CRF scores whole padded sequences
     assert not trains_flattened(model("bert"), flatten)  # HF BERT reads padded batches only
+
+
+def test_early_stopping_is_set_where_the_finetuning_arguments_are_built():
+    """``--early_stopping_patience`` brings an evaluation every epoch (unless ``--eval_strategy`` says otherwise) and
+    the checkpoints and best model early stopping needs; the score it watches goes into a derived copy."""
+    from mlm_suite.jobs.arguments import derived_training_arguments
+    from mlm_suite.jobs.finetune_cls import ClassificationTrainingArguments
+    from mlm_suite.jobs.finetune_training import early_stopping
+
+    plain = ClassificationTrainingArguments(output_dir="unused")
+    assert plain.eval_strategy == "no" and not plain.load_best_model_at_end and early_stopping(plain, "f1") == (plain, [])
+    patient = ClassificationTrainingArguments(output_dir="unused", early_stopping_patience=2)
+    assert patient.eval_strategy == "epoch" == patient.save_strategy
+    assert patient.load_best_model_at_end and patient.save_total_limit == 1
+    assert patient.restore_callback_states_from_checkpoint
+    steps = ClassificationTrainingArguments(output_dir="unused", early_stopping_patience=2, eval_strategy="steps",
+                                            eval_steps=3)
+    assert (steps.save_strategy, steps.save_steps) == ("steps", 3)
+    patient.flags_given, patient.data_flags = frozenset({"early_stopping_patience"}), {"seed": 42}
+    trainer_args, callbacks = early_stopping(patient, "accuracy")
+    assert (trainer_args.metric_for_best_model, trainer_args.greater_is_better) == ("accuracy", True)
+    assert [type(callback).__name__ for callback in callbacks] == ["EarlyStoppingCallback"]
+    assert patient.metric_for_best_model is None  # the parsed arguments stay as parsed
+    assert (trainer_args.flags_given, trainer_args.data_flags) == (patient.flags_given, patient.data_flags)
+    stage = derived_training_arguments(patient, output_dir="elsewhere")
+    assert stage.output_dir == "elsewhere" and stage.data_flags == {"seed": 42} and patient.output_dir == "unused"
+
+
+def test_the_values_a_finetuning_trainer_must_see_are_set_as_the_arguments_are_built():
+    from mlm_suite.jobs.finetune_cls import ClassificationTrainingArguments
+    from mlm_suite.jobs.finetune_ner import NerTrainingArguments
+    from mlm_suite.jobs.finetune_retrieval import RetrievalTrainingArguments
+
+    # Labels under their column name: the pair head's forward takes **kwargs, where the Trainer finds no label column.
+    assert ClassificationTrainingArguments(output_dir="unused").label_names == ["labels"]
+    assert ClassificationTrainingArguments(output_dir="unused", label_names=["y"]).label_names == ["y"]
+    assert NerTrainingArguments(output_dir="unused").label_names is None
+    retrieval = RetrievalTrainingArguments(output_dir="unused")
+    assert retrieval.label_names == ["labels"] and retrieval.remove_unused_columns is False
+    best = RetrievalTrainingArguments(output_dir="unused", load_best_model_at_end=True, eval_strategy="epoch",
+                                      save_strategy="epoch")
+    assert (best.metric_for_best_model, best.greater_is_better) == ("mrr@10", True)  # not the loss it has not

@@ -32,7 +32,7 @@ from mlm_suite.data.pretraining.documents import DocumentOrigin, load_pretrainin
 from mlm_suite.data.pretraining.rows import document_rows
 from mlm_suite.jobs.arguments import JobTrainingArguments
 from mlm_suite.jobs.running import run_job
-from tests.helpers import FAST, finetuning_dataclasses, make_documents, write_text
+from tests.helpers import FAST, job_dataclasses, make_documents, write_text
 from tests.helpers import job_args as pretrain_args
 
 FINETUNING = {
@@ -58,7 +58,7 @@ def parse(job: str, argv: list[str]) -> tuple:
     if job == "prepare-data":
         tokenizer = [] if any(flag.startswith("--tokenizer") for flag in argv) else ["--tokenizer_name", "tok"]
         return prepare_data.parse_arguments(PREPARE_REQUIRED + tokenizer + argv)
-    return arguments.parse_arguments(finetuning_dataclasses(FINETUNING[job]), argv)
+    return arguments.parse_arguments(job_dataclasses(FINETUNING[job]), argv)
 
 
 def parser_of(job: str) -> argparse.ArgumentParser:
@@ -66,7 +66,7 @@ def parser_of(job: str) -> argparse.ArgumentParser:
         return arguments.argument_parser((pretrain.PretrainingArguments, JobTrainingArguments))
     if job == "prepare-data":
         return arguments.argument_parser([prepare_data.PrepareDataArguments, prepare_data.HubArguments])
-    return arguments.argument_parser(finetuning_dataclasses(FINETUNING[job]))
+    return arguments.argument_parser(job_dataclasses(FINETUNING[job]))
 
 
 def value(parsed: tuple, name: str):
@@ -227,7 +227,7 @@ def test_a_split_name_the_dataset_lacks_is_a_one_line_user_error(tiny_model, tmp
 
 def test_hub_splits_stay_arrow_and_equal_the_same_rows_read_from_files(tmp_path):
     data = save_classification_data(tmp_path / "data")
-    args = arguments.parse_arguments(finetuning_dataclasses(finetune_cls),
+    args = arguments.parse_arguments(job_dataclasses(finetune_cls),
                                       ["--dataset_name", str(data), "--test_split_name", "test_matched"])[1]
     splits, description = readers.load_labelled_text_splits(["text"], args.label_column_name, 0, lambda: None,
                                                             **args.data_source())
@@ -239,7 +239,7 @@ def test_hub_splits_stay_arrow_and_equal_the_same_rows_read_from_files(tmp_path)
         rows = [{"text": row["text"], "label": ["neg", "pos"][row["label"]]} for row in load_from_disk(str(data))[split]]
         files[split] = tmp_path / f"{split}.jsonl"
         files[split].write_text("".join(json.dumps(row) + "\n" for row in rows))
-    file_args = arguments.parse_arguments(finetuning_dataclasses(finetune_cls), [
+    file_args = arguments.parse_arguments(job_dataclasses(finetune_cls), [
         "--train_file", str(files["train"]), "--validation_file", str(files["validation"]),
         "--test_file", str(files["test_matched"])])[1]  # fmt: skip
     from_files, _ = readers.load_labelled_text_splits(["text"], file_args.label_column_name, 0, lambda: None,
@@ -360,7 +360,7 @@ def test_config_name_is_the_config_a_fine_tuning_job_loads(tiny_model, tmp_path,
     config_folder = tmp_path / "config"
     AutoConfig.from_pretrained(tiny_model).save_pretrained(config_folder)
     recorded.clear()
-    args = arguments.parse_arguments(finetuning_dataclasses(finetune_cls),
+    args = arguments.parse_arguments(job_dataclasses(finetune_cls),
                                       ["--model_name_or_path", str(tiny_model), "--config_name", str(config_folder)])[0]
     model_loading.load_config(str(tiny_model), args)
     assert [path for name, path, _ in recorded if name == "AutoConfig"] == [str(config_folder)]

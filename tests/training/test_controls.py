@@ -8,7 +8,9 @@ import torch
 from safetensors.torch import load_file
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from mlm_suite.training.controls import StepRateCallback, TimeBudgetCallback, early_stopping_callback
+from mlm_suite.training.controls import (
+    StepRateCallback, TimeBudgetCallback, early_stopping_arguments, early_stopping_callback,
+)  # fmt: skip
 from tests.helpers import AdvanceClock, FakeClock, ToyRegression, toy_data
 
 
@@ -96,12 +98,14 @@ class LastWeights(TrainerCallback):
 
 
 def test_early_stopping_stops_and_restores_the_best_model(tmp_path):
+    needed = early_stopping_arguments("steps", 2)
+    assert needed["load_best_model_at_end"] and needed["save_strategy"] == "steps" and needed["save_steps"] == 2
     args = TrainingArguments(
         output_dir=str(tmp_path), max_steps=100, per_device_train_batch_size=4, learning_rate=0.05,
         eval_strategy="steps", eval_steps=2, report_to="none", disable_tqdm=True, use_cpu=True,
+        metric_for_best_model="accuracy", greater_is_better=True, **needed,
     )  # fmt: skip
-    callbacks = early_stopping_callback(args, patience=2, threshold=0.0, metric="accuracy", greater_is_better=True)
-    assert args.load_best_model_at_end and args.save_strategy == "steps" and args.save_steps == 2
+    callbacks = early_stopping_callback(args, patience=2, threshold=0.0)
     data, last = toy_data(), LastWeights()
     # Best at the second evaluation (step 4); two evaluations without improvement then stop at step 8.
     trainer = Trainer(model=ToyRegression(), args=args, train_dataset=data, eval_dataset=data[:8],
@@ -117,8 +121,11 @@ def test_early_stopping_stops_and_restores_the_best_model(tmp_path):
 
 def test_early_stopping_arguments_are_checked(tmp_path):
     args = TrainingArguments(output_dir=str(tmp_path), report_to="none")
-    assert early_stopping_callback(args, None, 0.0, "accuracy", True) == []
+    assert early_stopping_callback(args, None, 0.0) == []
     with pytest.raises(ValueError, match="eval_strategy"):
-        early_stopping_callback(args, 2, 0.0, "accuracy", True)
+        early_stopping_arguments("no", None)
     with pytest.raises(ValueError, match="at least 1"):
-        early_stopping_callback(args, 0, 0.0, "accuracy", True)
+        early_stopping_callback(args, 0, 0.0)
+    evaluated = TrainingArguments(output_dir=str(tmp_path), report_to="none", eval_strategy="epoch")
+    with pytest.raises(ValueError, match="built with early_stopping_arguments"):
+        early_stopping_callback(evaluated, 2, 0.0)
