@@ -21,7 +21,7 @@ from .model import (
     MlmSuiteModel,
     MlmSuitePreTrainedModel,
 )
-from .conversion import convert_checkpoint
+from .conversion import convert_checkpoint, export_native_checkpoint
 
 __version__ = "0.1.0"
 
@@ -48,4 +48,5 @@ __all__ = [
     "MlmSuiteModel",
     "MlmSuitePreTrainedModel",
     "convert_checkpoint",
+    "export_native_checkpoint",
 ]

@@ -262,15 +262,17 @@ NATIVE_FAMILIES = {
         qa_dropout=0.0, seq_classif_dropout=0.0, max_position_embeddings=40)),
     "electra": ("Electra", "ElectraConfig", dict(_BERT_SETTINGS, embedding_size=16)),
 }
+#: BERT's folders of the same sizes (its conversion tests, tests/conversion/test_bert.py, build their own).
+NATIVE_BERT = ("Bert", "BertConfig", dict(_BERT_SETTINGS))
 
 
 def make_native_model(family: str, class_suffix: str, seed: int = 0, **overrides):
     """A random fp32 model of transformers' ``<family><class_suffix>`` (``make_native_model("roberta", "ForMaskedLM")``
-    is a ``RobertaForMaskedLM``) of :data:`NATIVE_FAMILIES`' settings and ``overrides``, in eval mode, its
-    LayerNorms and biases moved off 1 and 0 so that a mix-up would show."""
+    is a ``RobertaForMaskedLM``) of :data:`NATIVE_FAMILIES`' settings (:data:`NATIVE_BERT`'s for ``"bert"``) and
+    ``overrides``, in eval mode, its LayerNorms and biases moved off 1 and 0 so that a mix-up would show."""
     import transformers
 
-    prefix, config_class, settings = NATIVE_FAMILIES[family]
+    prefix, config_class, settings = NATIVE_BERT if family == "bert" else NATIVE_FAMILIES[family]
     torch.manual_seed(seed)
     config = getattr(transformers, config_class)(**{**settings, **overrides})
     model = getattr(transformers, prefix + class_suffix)(config).eval()

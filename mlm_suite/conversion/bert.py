@@ -2,7 +2,7 @@
 next-sentence prediction, pretraining, sequence classification, token classification, extractive QA), with or
 without the ``bert.`` prefix. BERT's separate query/key/value projections are concatenated into mlm_suite's fused
 QKV projection; everything else keeps its place. The encoder's names are shared by RoBERTa and ELECTRA, which
-reuse :func:`convert_bert_encoder`.
+reuse :func:`convert_bert_encoder`, and :func:`native_bert_encoder` its way back (``export-native``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,18 @@ from mlm_suite.model import (
     MlmSuiteModel,
 )
 
-from mlm_suite.conversion.core import LABEL_FIELDS, Family, fuse_qkv, legacy_layernorm_name, native_fields, rename_layer
+from mlm_suite.conversion.core import (
+    LABEL_FIELDS,
+    Family,
+    fuse_qkv,
+    inverted,
+    legacy_layernorm_name,
+    native_config_fields,
+    native_fields,
+    native_layers,
+    native_names,
+    rename_layer,
+)
 
 #: BERT's hyper-parameters, which mlm_suite names alike.
 BERT_CONFIG_FIELDS = (
@@ -45,14 +56,14 @@ BERT_CONFIG_FIELDS = (
     "tie_word_embeddings",
 )
 
-# BERT name (after the "encoder.layer.<n>." part) → mlm_suite name (after "layers.<n>.").
-_LAYER_RENAMES = (
-    (r"attention\.output\.dense\.(weight|bias)$", r"attention.out.\1"),
-    (r"attention\.output\.LayerNorm\.(weight|bias)$", r"attention_norm.\1"),
-    (r"intermediate\.dense\.(weight|bias)$", r"ffn.up.\1"),
-    (r"output\.dense\.(weight|bias)$", r"ffn.down.\1"),
-    (r"output\.LayerNorm\.(weight|bias)$", r"ffn_norm.\1"),
-)
+# BERT module (after the "encoder.layer.<n>." part) → mlm_suite module (after "layers.<n>.").
+_LAYER_MODULES = {
+    "attention.output.dense": "attention.out",
+    "attention.output.LayerNorm": "attention_norm",
+    "intermediate.dense": "ffn.up",
+    "output.dense": "ffn.down",
+    "output.LayerNorm": "ffn_norm",
+}
 _HEAD_RENAMES = {
     "cls.predictions.transform.dense.weight": "lm_head.dense.weight",
     "cls.predictions.transform.dense.bias": "lm_head.dense.bias",
@@ -99,12 +110,23 @@ def convert_bert_encoder(
         elif name.startswith("encoder.layer."):
             if re.search(r"\.attention\.self\.(query|key|value)\.(weight|bias)$", name):
                 continue  # fused below
-            converted[rename_layer(name, r"encoder\.layer\.(\d+)\.(.*)", _LAYER_RENAMES)] = tensor
+            converted[rename_layer(name, r"encoder\.layer\.(\d+)\.(.*)", "layers.{}.", _LAYER_MODULES)] = tensor
         else:
             converted[name] = tensor
-    prefix = "encoder.layer.{}.attention.self."
-    fuse_qkv(state, converted, num_layers, lambda layer: [prefix.format(layer) + p for p in ("query", "key", "value")], family)
+    fuse_qkv(state, converted, num_layers, _qkv, family)
     return converted
+
+
+def _qkv(layer: int) -> list[str]:
+    """The names of BERT's query, key and value projections in ``layer``."""
+    return [f"encoder.layer.{layer}.attention.self.{projection}" for projection in ("query", "key", "value")]
+
+
+def native_bert_encoder(weights: dict[str, torch.Tensor], num_layers: int) -> dict[str, torch.Tensor]:
+    """The way back of :func:`convert_bert_encoder`: mlm_suite's encoder weights (unprefixed) under BERT's names,
+    the fused QKV projections split; any other name is kept as it is, for the caller to rename."""
+    weights = {name.replace("embeddings.norm.", "embeddings.LayerNorm."): tensor for name, tensor in weights.items()}
+    return native_layers(weights, num_layers, "encoder.layer.{}.", inverted(_LAYER_MODULES), _qkv)
 
 
 def convert_bert_state_dict(state: dict[str, torch.Tensor], num_layers: int) -> dict[str, torch.Tensor]:
@@ -122,6 +144,23 @@ def convert_bert_state_dict(state: dict[str, torch.Tensor], num_layers: int) -> 
         else:
             converted[name] = tensor
     return converted
+
+
+def native_bert_config(config: MlmSuiteConfig) -> dict:
+    """BERT's ``config.json`` fields for an mlm_suite config."""
+    fields = native_config_fields(config, {name: name for name in BERT_CONFIG_FIELDS})
+    # BERT always adds a token type: with none (0) it holds one, and the way back names the difference.
+    return {**fields, "type_vocab_size": max(config.type_vocab_size, 1)}
+
+
+def native_bert_state_dict(
+    weights: dict[str, torch.Tensor], config: MlmSuiteConfig, model_class: type
+) -> dict[str, torch.Tensor]:
+    """The way back of :func:`convert_bert_state_dict`, for the ``BertFor*`` class ``model_class`` converts from."""
+    native = native_names(native_bert_encoder(weights, config.num_hidden_layers), model_class, "bert", _HEAD_RENAMES)
+    if "cls.predictions.bias" in native:
+        native["cls.predictions.decoder.bias"] = native["cls.predictions.bias"]  # one tensor under two names
+    return native
 
 
 BERT = Family(
@@ -143,6 +182,8 @@ BERT = Family(
     },
     config=config_from_bert,
     rename=lambda state, config: convert_bert_state_dict(state, config.num_hidden_layers),
+    native_config=native_bert_config,
+    native_rename=native_bert_state_dict,
 )
 
 __all__ = [
@@ -152,4 +193,7 @@ __all__ = [
     "config_from_bert",
     "convert_bert_encoder",
     "convert_bert_state_dict",
+    "native_bert_config",
+    "native_bert_encoder",
+    "native_bert_state_dict",
 ]

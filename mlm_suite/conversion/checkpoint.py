@@ -1,7 +1,8 @@
 """``convert_checkpoint``: a Hugging Face folder of any family in :data:`FAMILIES` becomes an mlm_suite folder that
-computes the same outputs, keeps the labels and ``problem_type``, names the mlm_suite class in ``architectures`` and
-carries the tokenizer and a sentence-transformers folder's pooling. Anything that cannot be carried is an error
-naming it, or, when it is left out on purpose, a printed line. See docs/models.md#converting-checkpoints.
+computes the same outputs, keeps the labels and ``problem_type``, names the mlm_suite class in ``architectures`` (and
+the family, but BERT, in ``converted_from``) and carries the tokenizer and a sentence-transformers folder's pooling.
+Anything that cannot be carried is an error naming it, or, when it is left out on purpose, a printed line. See
+docs/models.md#converting-checkpoints.
 """
 
 from __future__ import annotations
@@ -24,7 +25,16 @@ from mlm_suite.model_files import (
 )
 
 from mlm_suite.conversion.bert import BERT
-from mlm_suite.conversion.core import HEAD_NAMES, WITHOUT_POOLER, Family, load_converted_weights, read_state_dict, sentence_transformers_pooling, target_class
+from mlm_suite.conversion.core import (
+    CONVERTED_FROM,
+    HEAD_NAMES,
+    WITHOUT_POOLER,
+    Family,
+    load_converted_weights,
+    read_state_dict,
+    sentence_transformers_pooling,
+    target_class,
+)
 from mlm_suite.conversion.distilbert import DISTILBERT
 from mlm_suite.conversion.electra import ELECTRA
 from mlm_suite.conversion.roberta import ROBERTA, XLM_ROBERTA
@@ -64,6 +74,7 @@ def convert_checkpoint(src_dir: str | Path, dst_dir: str | Path, classifier_pool
     BERT's NSP) → ``MlmSuiteForMaskedLM`` / ``MlmSuiteForPreTraining`` / ``MlmSuiteForNextSentencePrediction``,
     sequence classification / token classification / question answering → their mlm_suite heads with
     ``id2label``, ``label2id`` and ``problem_type``, none → ``MlmSuiteModel`` (with the pooler when present).
+    ``config.json``'s ``converted_from`` names the family (BERT's folders are left without it), for ``export-native``.
     ``classifier_pooling`` (``cls`` or ``mean``) overrides the pooling of the sequence heads, which is otherwise the
     first token, or the pooling a sentence-transformers folder was trained with. Tokenizer files are copied. What
     is left out on purpose (a pooler the head does not use, ELECTRA's replaced-token-detection head, a
@@ -99,6 +110,8 @@ def convert_checkpoint(src_dir: str | Path, dst_dir: str | Path, classifier_pool
     if classifier_pooling is not None:
         pooling["classifier_pooling"] = classifier_pooling
     config.update({**family.head_fields(native, model_class), **pooling})
+    if family is not BERT:
+        config.update({CONVERTED_FROM: family.model_types[0]})
     if model_class is MlmSuiteModel:
         model = MlmSuiteModel(config, add_pooling_layer="pooler.dense.weight" in weights)
     else:

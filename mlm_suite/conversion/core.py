@@ -1,6 +1,7 @@
 """What converting any family's folder shares: reading its weights, the description each family module gives
-(:class:`Family`), fusing separate query/key/value projections, choosing the mlm_suite class from the heads the
-weights hold, loading the renamed weights, and carrying a sentence-transformers folder's pooling.
+(:class:`Family`), renaming layers and fusing separate query/key/value projections (and, for
+:mod:`~mlm_suite.conversion.export_native`, the way back), choosing the mlm_suite class from the heads the weights
+hold, loading the renamed weights, and carrying a sentence-transformers folder's pooling.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ HEAD_NAMES = frozenset().union(*HEADS.values())
 WITHOUT_POOLER = (MlmSuiteForMaskedLM, MlmSuiteForTokenClassification, MlmSuiteForQuestionAnswering)
 #: The config fields every family names as BERT does and mlm_suite takes as they are.
 LABEL_FIELDS = ("problem_type", "id2label", "label2id")
+#: The ``config.json`` field naming the family a folder was converted from (its ``model_type``), which
+#: ``export-native`` returns it to. A BERT conversion writes none (BERT is the family tried first), so that what it
+#: writes, the jobs' default MiniLM start included, stays as it was.
+CONVERTED_FROM = "converted_from"
 
 # sentence-transformers pooling flag → mlm_suite's name for it; classifier_pooling takes only cls and mean.
 _SENTENCE_POOLING_MODES = {
@@ -64,6 +69,11 @@ class Family:
     config, onto mlm_suite's names (encoder weights unprefixed, heads under their own names), keeping any
     name it has no counterpart for as it is, so that loading names it. ``dropped`` (name prefix → why) are weights
     left out on purpose, each prefix with a printed line.
+
+    The way back (``export-native``): ``native_config`` writes the family's ``config.json`` fields for an mlm_suite
+    config, as the family would hold them (what it cannot hold, it leaves at what it has: converting the result
+    back shows the difference); ``native_rename`` maps mlm_suite's weights (as ``rename`` gives them) onto the names
+    of the family's class that the mlm_suite class given converts from.
     """
 
     name: str  # as people write it: "RoBERTa"
@@ -73,6 +83,10 @@ class Family:
     no_counterpart: dict[str, str]
     config: Callable[[dict], MlmSuiteConfig]
     rename: Callable[[dict[str, torch.Tensor], MlmSuiteConfig], dict[str, torch.Tensor]]
+    native_config: Callable[[MlmSuiteConfig], dict]
+    native_rename: Callable[
+        [dict[str, torch.Tensor], MlmSuiteConfig, type[MlmSuitePreTrainedModel]], dict[str, torch.Tensor]
+    ]
     head_fields: Callable[[dict, type[MlmSuitePreTrainedModel]], dict] = lambda native, model_class: {}
     dropped: dict[str, str] = field(default_factory=dict)
 
@@ -81,6 +95,17 @@ def native_fields(native: dict, names: dict[str, str]) -> dict:
     """mlm_suite config fields from the source's ``config.json`` ``native``: ``names`` maps mlm_suite's name to the
     family's; fields the source does not set (or sets to null) are left to mlm_suite's defaults."""
     return {ours: native[theirs] for ours, theirs in names.items() if native.get(theirs) is not None}
+
+
+def native_config_fields(config: MlmSuiteConfig, names: dict[str, str]) -> dict:
+    """The way back of :func:`native_fields`: the family's fields (``names`` maps mlm_suite's name to the family's)
+    from the mlm_suite ``config``; fields it leaves unset (or None) are left to the family's defaults."""
+    return {theirs: getattr(config, ours) for ours, theirs in names.items() if getattr(config, ours, None) is not None}
+
+
+def inverted(names: dict[str, str]) -> dict[str, str]:
+    """A table of renames the other way round."""
+    return {new: old for old, new in names.items()}
 
 
 def read_state_dict(source: Path) -> dict[str, torch.Tensor]:
@@ -125,14 +150,13 @@ def legacy_layernorm_name(name: str) -> str:
     return name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
 
 
-def rename_layer(name: str, pattern: str, renames: tuple[tuple[str, str], ...]) -> str:
-    """``<pattern matching the layer number>.<rest>`` → ``layers.<n>.<rest renamed>``; a name no rename fits stays
-    as it is."""
+def rename_layer(name: str, pattern: str, template: str, modules: dict[str, str]) -> str:
+    """A layer's weight renamed: ``name`` matches ``pattern``, whose groups are the layer number and the rest,
+    ``<module>.<parameter>``; it becomes ``template`` (formatted with the layer number) followed by
+    ``modules[module].<parameter>``. A name whose module ``modules`` lacks stays as it is."""
     layer, rest = re.fullmatch(pattern, name).groups()
-    for old, new in renames:
-        if re.match(old, rest):
-            return f"layers.{layer}.{re.sub(old, new, rest, count=1)}"
-    return name
+    module, _, parameter = rest.rpartition(".")
+    return f"{template.format(layer)}{modules[module]}.{parameter}" if module in modules else name
 
 
 def fuse_qkv(
@@ -148,6 +172,52 @@ def fuse_qkv(
             if missing:
                 raise UsageError(f"checkpoint is missing {missing}; it does not hold {num_layers} {family} layers")
             converted[f"layers.{layer}.attention.qkv.{kind}"] = torch.cat([state[name] for name in names], dim=0)
+
+
+def native_layers(
+    weights: dict[str, torch.Tensor], num_layers: int, template: str, modules: dict[str, str],
+    projections: Callable[[int], list[str]],
+) -> dict[str, torch.Tensor]:
+    """The way back of the layers' renaming and of :func:`fuse_qkv`: mlm_suite's ``layers.<n>.<module>`` weights
+    under ``template.format(n)`` and the family's module name (``modules``: mlm_suite's → the family's), each fused
+    QKV projection split into the three ``projections(n)`` names; weights outside the layers keep their names."""
+    native = {}
+    for name, tensor in weights.items():
+        if not name.startswith("layers."):
+            native[name] = tensor
+        elif ".attention.qkv." not in name:  # split below
+            native[rename_layer(name, r"layers\.(\d+)\.(.*)", template, modules)] = tensor
+    for layer in range(num_layers):
+        for kind in ("weight", "bias"):
+            fused = f"layers.{layer}.attention.qkv.{kind}"
+            if fused not in weights:
+                raise UsageError(f"the weights hold no {fused}: not the {num_layers} layers config.json gives")
+            for projection, part in zip(projections(layer), weights[fused].chunk(3, dim=0)):
+                native[f"{projection}.{kind}"] = part
+    return native
+
+
+def native_names(
+    weights: dict[str, torch.Tensor], model_class: type[MlmSuitePreTrainedModel], prefix: str,
+    heads: dict[str, str], classification_head: dict[str, str] | None = None,
+) -> dict[str, torch.Tensor]:
+    """Weights whose encoder part is under the family's names (unprefixed) and whose heads are under mlm_suite's,
+    under the names of the family's class: the heads renamed by ``heads`` (the family's name → mlm_suite's, the
+    conversion's table) and, for a sequence classifier, ``classification_head`` (whose dense layer is mlm_suite's
+    pooler); the encoder under ``prefix`` (``"bert"``), but in the bare encoder. A head weight neither table names
+    keeps its name."""
+    renames = dict(heads)
+    if classification_head and issubclass(model_class, MlmSuiteForSequenceClassification):
+        renames.update(classification_head)
+    renames = inverted(renames)
+    prefix = "" if model_class is MlmSuiteModel else f"{prefix}."
+
+    def native_name(name: str) -> str:
+        if name in renames:
+            return renames[name]
+        return name if name.split(".")[0] in HEAD_NAMES else prefix + name
+
+    return {native_name(name): tensor for name, tensor in weights.items()}
 
 
 def target_class(family: Family, architecture: str | None, heads: frozenset[str]) -> type[MlmSuitePreTrainedModel]:
@@ -248,14 +318,19 @@ def sentence_transformers_pooling(source: Path) -> tuple[dict, list[str]]:
 
 __all__ = [
     "HEADS",
+    "CONVERTED_FROM",
     "HEAD_NAMES",
     "LABEL_FIELDS",
     "WITHOUT_POOLER",
     "Family",
     "fuse_qkv",
+    "inverted",
     "legacy_layernorm_name",
-    "native_fields",
     "load_converted_weights",
+    "native_config_fields",
+    "native_fields",
+    "native_layers",
+    "native_names",
     "read_json",
     "read_state_dict",
     "rename_layer",

@@ -6,7 +6,8 @@ The encoder is BERT's, names and all (under ``electra.``), with embeddings of ``
 ``hidden_size`` (``embeddings_project``) when the two differ. The generator's head (dense to ``embedding_size``,
 gelu, LayerNorm, a decoder tied to the word embeddings) is mlm_suite's MLM head at ``embedding_size``; the
 classification head (dropout, dense, gelu, dropout, out_proj on the first token) becomes the pooler (gelu, with
-``pooler_dropout``) and the classifier.
+``pooler_dropout``) and the classifier. The way back (``export-native``) gives the bare encoder ``ElectraModel``:
+the discriminator's head is not there to give back.
 """
 
 from __future__ import annotations
@@ -22,24 +23,29 @@ from mlm_suite.model import (
     MlmSuiteModel,
 )
 
-from mlm_suite.conversion.bert import BERT_CONFIG_FIELDS, check_encoder_config, convert_bert_encoder
-from mlm_suite.conversion.core import Family, native_fields
+from mlm_suite.conversion.bert import BERT_CONFIG_FIELDS, check_encoder_config, convert_bert_encoder, native_bert_encoder
+from mlm_suite.conversion.core import Family, inverted, native_config_fields, native_fields, native_names
 from mlm_suite.conversion.roberta import gelu_head_fields
 
-_RENAMES = {
+_PROJECTION = {
     "embeddings_project.weight": "embeddings.project.weight",
     "embeddings_project.bias": "embeddings.project.bias",
+}
+_LM_HEAD = {
     "generator_predictions.dense.weight": "lm_head.dense.weight",
     "generator_predictions.dense.bias": "lm_head.dense.bias",
     "generator_predictions.LayerNorm.weight": "lm_head.norm.weight",
     "generator_predictions.LayerNorm.bias": "lm_head.norm.bias",
     "generator_lm_head.weight": "lm_head.decoder.weight",
     "generator_lm_head.bias": "lm_head.decoder.bias",
+}
+_CLASSIFICATION_HEAD = {
     "classifier.dense.weight": "pooler.dense.weight",  # the sequence head's dense + gelu is mlm_suite's pooler
     "classifier.dense.bias": "pooler.dense.bias",
     "classifier.out_proj.weight": "classifier.weight",
     "classifier.out_proj.bias": "classifier.bias",
 }
+_RENAMES = {**_PROJECTION, **_LM_HEAD, **_CLASSIFICATION_HEAD}
 
 
 def config_from_electra(native: dict) -> MlmSuiteConfig:
@@ -64,6 +70,22 @@ def convert_electra_state_dict(state: dict[str, torch.Tensor], config: MlmSuiteC
     return {_RENAMES.get(name, name): tensor for name, tensor in converted.items()}
 
 
+def native_electra_config(config: MlmSuiteConfig) -> dict:
+    """ELECTRA's ``config.json`` fields for an mlm_suite config."""
+    fields = native_config_fields(config, {name: name for name in BERT_CONFIG_FIELDS})
+    # ELECTRA always adds a token type: with none (0) it holds one, and the way back names the difference.
+    return {**fields, "embedding_size": config.embedding_width, "type_vocab_size": max(config.type_vocab_size, 1)}
+
+
+def native_electra_state_dict(
+    weights: dict[str, torch.Tensor], config: MlmSuiteConfig, model_class: type
+) -> dict[str, torch.Tensor]:
+    """The way back of :func:`convert_electra_state_dict`, for the class ``model_class`` converts from."""
+    encoder = native_bert_encoder(weights, config.num_hidden_layers)
+    encoder = {inverted(_PROJECTION).get(name, name): tensor for name, tensor in encoder.items()}
+    return native_names(encoder, model_class, "electra", _LM_HEAD, _CLASSIFICATION_HEAD)
+
+
 ELECTRA = Family(
     name="ELECTRA",
     class_prefix="Electra",
@@ -82,6 +104,8 @@ ELECTRA = Family(
     },
     config=config_from_electra,
     rename=convert_electra_state_dict,
+    native_config=native_electra_config,
+    native_rename=native_electra_state_dict,
     head_fields=gelu_head_fields("ELECTRA", "generator head"),
     dropped={
         "discriminator_predictions.": "the discriminator's replaced-token-detection head has no mlm_suite counterpart "
@@ -89,4 +113,10 @@ ELECTRA = Family(
     },
 )
 
-__all__ = ["ELECTRA", "config_from_electra", "convert_electra_state_dict"]
+__all__ = [
+    "ELECTRA",
+    "config_from_electra",
+    "convert_electra_state_dict",
+    "native_electra_config",
+    "native_electra_state_dict",
+]

@@ -6,7 +6,8 @@ tokens from ``pad_token_id + 1`` on. mlm_suite's positions start at 0 (in the pa
 padding-free and flattened ones alike), so the position table loses its first ``pad_token_id + 1`` rows, which
 RoBERTa never reads, and ``positions_count="real_tokens"`` makes a left-padded row start at 0 as RoBERTa's does.
 The classification head (dropout, dense, tanh, dropout, out_proj on the first token) becomes the pooler (with
-``pooler_dropout``) and the classifier.
+``pooler_dropout``) and the classifier. On the way back (``export-native``) the position table gets its first
+``pad_token_id + 1`` rows again, as zeros.
 """
 
 from __future__ import annotations
@@ -23,21 +24,25 @@ from mlm_suite.model import (
     MlmSuiteModel,
 )
 
-from mlm_suite.conversion.bert import BERT_CONFIG_FIELDS, check_encoder_config, convert_bert_encoder
-from mlm_suite.conversion.core import Family, native_fields
+from mlm_suite.conversion.bert import BERT_CONFIG_FIELDS, check_encoder_config, convert_bert_encoder, native_bert_encoder
+from mlm_suite.conversion.core import Family, native_config_fields, native_fields, native_names
 
-_HEAD_RENAMES = {
+_CONFIG_FIELDS = {name: name for name in (*BERT_CONFIG_FIELDS, "bos_token_id", "eos_token_id")}
+_LM_HEAD = {
     "lm_head.dense.weight": "lm_head.dense.weight",
     "lm_head.dense.bias": "lm_head.dense.bias",
     "lm_head.layer_norm.weight": "lm_head.norm.weight",
     "lm_head.layer_norm.bias": "lm_head.norm.bias",
     "lm_head.decoder.weight": "lm_head.decoder.weight",
     "lm_head.bias": "lm_head.decoder.bias",
+}
+_CLASSIFICATION_HEAD = {
     "classifier.dense.weight": "pooler.dense.weight",  # the sequence head's dense + tanh is mlm_suite's pooler
     "classifier.dense.bias": "pooler.dense.bias",
     "classifier.out_proj.weight": "classifier.weight",
     "classifier.out_proj.bias": "classifier.bias",
 }
+_HEAD_RENAMES = {**_LM_HEAD, **_CLASSIFICATION_HEAD}
 
 
 def config_from_roberta(native: dict) -> MlmSuiteConfig:
@@ -46,7 +51,7 @@ def config_from_roberta(native: dict) -> MlmSuiteConfig:
     pad = native.get("pad_token_id")
     if pad is None:
         raise UsageError("pad_token_id is null: RoBERTa's positions start after the padding id, so it needs one")
-    fields = native_fields(native, {name: name for name in (*BERT_CONFIG_FIELDS, "bos_token_id", "eos_token_id")})
+    fields = native_fields(native, _CONFIG_FIELDS)
     positions = native["max_position_embeddings"] - (pad + 1)
     if positions < 1:
         raise UsageError(
@@ -94,6 +99,32 @@ def convert_roberta_state_dict(state: dict[str, torch.Tensor], config: MlmSuiteC
     return converted
 
 
+def native_roberta_config(config: MlmSuiteConfig) -> dict:
+    """RoBERTa's (or XLM-R's) ``config.json`` fields for an mlm_suite config: the position table holds the
+    ``pad_token_id + 1`` rows before the first position again."""
+    fields = native_config_fields(config, _CONFIG_FIELDS)
+    if config.pad_token_id is not None:  # without one the way back names pad_token_id
+        fields["max_position_embeddings"] = config.max_position_embeddings + config.pad_token_id + 1
+    # RoBERTa always adds a token type: with none (0) it holds one, and the way back names the difference.
+    return {**fields, "type_vocab_size": max(config.type_vocab_size, 1)}
+
+
+def native_roberta_state_dict(
+    weights: dict[str, torch.Tensor], config: MlmSuiteConfig, model_class: type
+) -> dict[str, torch.Tensor]:
+    """The way back of :func:`convert_roberta_state_dict`, for the class ``model_class`` converts from; the rows
+    RoBERTa never reads come back as zeros."""
+    encoder = native_bert_encoder(weights, config.num_hidden_layers)
+    positions = encoder.get("embeddings.position_embeddings.weight")
+    if positions is not None:
+        unread = positions.new_zeros(config.pad_token_id + 1, positions.shape[1])
+        encoder["embeddings.position_embeddings.weight"] = torch.cat([unread, positions])
+    native = native_names(encoder, model_class, "roberta", _LM_HEAD, _CLASSIFICATION_HEAD)
+    if "lm_head.bias" in native:
+        native["lm_head.decoder.bias"] = native["lm_head.bias"]  # one tensor under two names
+    return native
+
+
 def _roberta_family(name: str, class_prefix: str, model_type: str) -> Family:
     return Family(
         name=name,
@@ -112,6 +143,8 @@ def _roberta_family(name: str, class_prefix: str, model_type: str) -> Family:
         },
         config=config_from_roberta,
         rename=convert_roberta_state_dict,
+        native_config=native_roberta_config,
+        native_rename=native_roberta_state_dict,
         head_fields=gelu_head_fields(name, "MLM head"),
     )
 
@@ -119,4 +152,12 @@ def _roberta_family(name: str, class_prefix: str, model_type: str) -> Family:
 ROBERTA = _roberta_family("RoBERTa", "Roberta", "roberta")
 XLM_ROBERTA = _roberta_family("XLM-RoBERTa", "XLMRoberta", "xlm-roberta")
 
-__all__ = ["ROBERTA", "XLM_ROBERTA", "config_from_roberta", "convert_roberta_state_dict", "gelu_head_fields"]
+__all__ = [
+    "ROBERTA",
+    "XLM_ROBERTA",
+    "config_from_roberta",
+    "convert_roberta_state_dict",
+    "gelu_head_fields",
+    "native_roberta_config",
+    "native_roberta_state_dict",
+]

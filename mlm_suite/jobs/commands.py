@@ -11,6 +11,7 @@ from __future__ import annotations
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("mlm_suite.jobs.quickstart", "build a small model, save it, reload it through the Auto classes, compare outputs"),
     "convert": ("mlm_suite.jobs.convert", "convert a Hugging Face BERT, RoBERTa, XLM-R, DistilBERT or ELECTRA folder into an mlm_suite folder"),
+    "export-native": ("mlm_suite.jobs.export_native", "write an mlm_suite folder as the transformers class (BertFor*, RobertaFor*, ...) that computes the same outputs"),
     "export-onnx": ("mlm_suite.jobs.export_onnx", "export a checkpoint to ONNX and check it against the eager model"),
     "prepare-data": ("mlm_suite.jobs.prepare_data", "tokenise (and pack) a corpus once into Arrow shards for pretrain --prepared_data"),
     "pretrain": ("mlm_suite.jobs.pretrain", "MLM (+NSP) pretraining with the HF Trainer"),

@@ -32,6 +32,8 @@ def command_line(command: str, model: Path, data_files: dict[str, Path], bert_fo
     """A command line of ``command`` that succeeds, writing ``output_dir``, with ``flags`` of the command's own."""
     if command == "convert":
         return ["convert", bert_folder, output_dir, *flags]
+    if command == "export-native":
+        return ["export-native", model, output_dir, *flags]
     if command == "seeds":
         return ["seeds", "finetune-cls", "--seeds", "1", "--output_dir", output_dir, *flags, "--",
                 "--model_name_or_path", model, "--train_file", data_files["csv"], *FAST]
@@ -73,7 +75,7 @@ def leave_an_earlier_run(folder: Path) -> dict[str, bytes]:
 
 
 COMMANDS = ["finetune-cls", "finetune-pair", "finetune-ner", "finetune-retrieval", "pretrain", "wsd", "anisotropy",
-            "quickstart", "prepare-data", "convert", "seeds"]
+            "quickstart", "prepare-data", "convert", "export-native", "seeds"]
 
 
 @pytest.mark.slow
@@ -85,7 +87,7 @@ def test_a_rerun_into_a_used_folder_is_refused_and_overwrite_leaves_only_its_own
     data_files = {**data_files, "corpus": corpus["train"]}
 
     refused = run_command(command_line(command, tiny_model, data_files, bert_folder, output_dir), capsys)
-    flag = "dst" if command == "convert" else "--output_dir"
+    flag = "dst" if command in ("convert", "export-native") else "--output_dir"
     assert_refused(refused, command, f"{flag} {output_dir} already holds an earlier run's files",
                    "all_results.json", "--overwrite_output_dir")
     assert {name: (output_dir / name).read_bytes() for name in folder_files(output_dir)} == before

@@ -1,0 +1,258 @@
+"""``export_native_checkpoint`` and ``mlm-suite export-native``: a folder of transformers' own class (every family
+and head mlm_suite converts) converts and exports back to that class, which loads through the Auto classes without
+``trust_remote_code`` and holds the native weights (RoBERTa's unread position rows as zeros), so its logits and
+hidden states are the native model's; an mlm_suite model of BERT's options, random or pretrained by the job, exports
+to ``Bert*`` with the logits mlm_suite computes, within 1e-5 at the real positions of a padded batch; the family is
+the one asked for, else the one the folder was converted from, else the first that computes what the folder does;
+what no family's class computes is refused in one line (exit status 2, nothing written), and a training setting the
+class has no place for is left out with a printed line.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import transformers
+from transformers import AutoModel, AutoTokenizer, RobertaConfig, RobertaForMaskedLM
+
+import mlm_suite
+from mlm_suite import convert_checkpoint, export_native_checkpoint
+from mlm_suite.errors import UsageError
+from tests.conversion.test_families import HEADS, differences, native_model, outputs, padded_batch
+from tests.helpers import (
+    BERT_ARCHITECTURE,
+    NATIVE_BERT,
+    NATIVE_FAMILIES,
+    WORDS,
+    assert_one_line_error,
+    label_maps,
+    make_documents,
+    make_random_batch,
+    make_tiny_config,
+    pretrain_argv,
+    printed_lines,
+    run_cli,
+    train_byte_level_bpe,
+    write_text,
+)
+
+PREFIXES = {"bert": NATIVE_BERT[0], **{family: prefix for family, (prefix, _, _) in NATIVE_FAMILIES.items()}}
+NAMES = {head: names for head, (_, _, names) in HEADS.items()}
+NAMES["ForPreTraining"] = ("prediction_logits", "seq_relationship_logits")
+NAMES["ForNextSentencePrediction"] = ("logits",)
+CASES = [(family, head) for family in PREFIXES for head in HEADS]
+CASES += [("bert", "ForPreTraining"), ("bert", "ForNextSentencePrediction"), ("electra", "ForPreTraining")]
+AUTO_CLASSES = {
+    "Model": "AutoModel",
+    "ForMaskedLM": "AutoModelForMaskedLM",
+    "ForPreTraining": "AutoModelForPreTraining",
+    "ForNextSentencePrediction": "AutoModelForNextSentencePrediction",
+    "ForSequenceClassification": "AutoModelForSequenceClassification",
+    "ForTokenClassification": "AutoModelForTokenClassification",
+    "ForQuestionAnswering": "AutoModelForQuestionAnswering",
+}
+
+
+def exported_head(family: str, head: str) -> str:
+    """The class a converted ``<family><head>`` exports to: its own, but for ELECTRA's discriminator, whose
+    replaced-token-detection head the conversion leaves out (its encoder is the bare ``ElectraModel``)."""
+    return "Model" if (family, head) == ("electra", "ForPreTraining") else head
+
+
+def load_native(folder, head: str):
+    """The exported folder through transformers' Auto class for ``head``, with mlm_suite's classes out of reach:
+    no ``trust_remote_code``, and a folder whose ``config.json`` is a native one."""
+    config = json.loads((folder / "config.json").read_text())
+    assert "auto_map" not in config and "converted_from" not in config and not list(folder.glob("*.py"))
+    return getattr(transformers, AUTO_CLASSES[head]).from_pretrained(folder).eval()
+
+
+def assert_same_outputs(ours, theirs, batch: dict, names: tuple[str, ...]) -> float:
+    """The largest difference of the logits and every layer's hidden states at the real positions: at most 1e-5."""
+    found = differences(outputs(ours, batch, names), outputs(theirs, batch, names), batch["attention_mask"].bool())
+    assert len([name for name in found if name.startswith("hidden_")]) == 3 and max(found.values()) <= 1e-5, found
+    return max(found.values())
+
+
+@pytest.mark.parametrize("family, head", CASES)
+def test_a_converted_folder_exports_back_to_its_class_weights_and_outputs(family, head, tmp_path):
+    native = native_model(family, head)
+    native.save_pretrained(tmp_path / "native")
+    convert_checkpoint(tmp_path / "native", tmp_path / "ours")
+    converted = json.loads((tmp_path / "ours" / "config.json").read_text())
+    assert converted.get("converted_from") == (None if family == "bert" else family)  # BERT's conversion is unchanged
+    head = exported_head(family, head)
+
+    exported = load_native(export_native_checkpoint(tmp_path / "ours", tmp_path / "exported"), head)
+    assert type(exported).__name__ == PREFIXES[family] + head
+    reference = native if type(native) is type(exported) else native.base_model
+    theirs, ours = reference.state_dict(), exported.state_dict()
+    assert ours.keys() == theirs.keys()
+    unread = native.config.pad_token_id + 1 if family in ("roberta", "xlm-roberta") else 0
+    for name, tensor in theirs.items():
+        if name.endswith("position_embeddings.weight"):
+            assert not ours[name][:unread].any()  # rows RoBERTa never reads
+            tensor, ours[name] = tensor[unread:], ours[name][unread:]
+        assert torch.equal(ours[name], tensor), name
+    labels = [(model.config.id2label, model.config.problem_type) for model in (exported, native)]
+    assert labels[0] == labels[1]
+    names = NAMES[head] if reference is native else ()
+    assert_same_outputs(exported, reference, padded_batch(native.config.pad_token_id), names)
+
+
+# mlm_suite's heads of BERT's options and the Auto class of the Bert* class each exports to
+SCRATCH_HEADS = {
+    "MlmSuiteModel": ("Model", ("last_hidden_state", "pooler_output")),
+    "MlmSuiteForMaskedLM": ("ForMaskedLM", ("logits",)),
+    "MlmSuiteForPreTraining": ("ForPreTraining", ("prediction_logits", "seq_relationship_logits")),
+    "MlmSuiteForNextSentencePrediction": ("ForNextSentencePrediction", ("logits",)),
+    "MlmSuiteForSequenceClassification": ("ForSequenceClassification", ("logits",)),
+    "MlmSuiteForPairClassification": ("ForSequenceClassification", ("logits",)),
+    "MlmSuiteForTokenClassification": ("ForTokenClassification", ("logits",)),
+    "MlmSuiteForQuestionAnswering": ("ForQuestionAnswering", ("start_logits", "end_logits")),
+}
+
+
+@pytest.mark.parametrize("ours_class", SCRATCH_HEADS)
+def test_an_mlm_suite_model_of_bert_s_options_exports_to_bert(ours_class, tmp_path):
+    """Post-norm, absolute positions, gelu, [CLS] pooling, two token types: every head exports to its Bert* class."""
+    torch.manual_seed(0)
+    ours = getattr(mlm_suite, ours_class)(make_tiny_config(**label_maps(["O", "B-PER", "I-PER"]))).eval()
+    with torch.no_grad():  # LayerNorms and biases off 1 and 0, so that a mix-up would show
+        for name, parameter in ours.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                parameter.add_(0.1 * torch.randn_like(parameter))
+    ours.save_pretrained(tmp_path / "ours")
+    head, names = SCRATCH_HEADS[ours_class]
+    exported = load_native(export_native_checkpoint(tmp_path / "ours", tmp_path / "exported"), head)
+    assert type(exported).__name__ == "Bert" + head
+    assert_same_outputs(exported, ours, make_random_batch(), names)
+
+
+def test_a_model_pretrained_by_the_job_exports_to_bert_with_its_tokenizer(tmp_path, capsys):
+    corpus = write_text(tmp_path / "corpus.txt", make_documents(40))
+    argv = pretrain_argv(tmp_path / "pretrained", corpus, *BERT_ARCHITECTURE)
+    status, _, err = run_cli([str(part) for part in argv], capsys)
+    assert status == 0, err
+    status, out, _ = run_cli(["export-native", str(tmp_path / "pretrained"), str(tmp_path / "exported")], capsys)
+    assert status == 0 and out == f"exported {tmp_path / 'pretrained'} -> {tmp_path / 'exported'} (BertForMaskedLM)\n"
+
+    exported = load_native(tmp_path / "exported", "ForMaskedLM")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "exported")
+    batch = tokenizer(["the film story was a dream", "music"], padding=True, return_tensors="pt")
+    ours = mlm_suite.MlmSuiteForMaskedLM.from_pretrained(tmp_path / "pretrained").eval()
+    assert_same_outputs(exported, ours, dict(batch), ("logits",))
+
+
+def test_a_byte_level_bpe_tokenizer_comes_along(tmp_path):
+    tokenizer = train_byte_level_bpe([" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))])
+    settings = {**NATIVE_FAMILIES["roberta"][2], "vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
+    RobertaForMaskedLM(RobertaConfig(**settings)).save_pretrained(tmp_path / "native")
+    tokenizer.save_pretrained(tmp_path / "native")
+    convert_checkpoint(tmp_path / "native", tmp_path / "ours")
+    export_native_checkpoint(tmp_path / "ours", tmp_path / "exported")
+    reloaded = AutoTokenizer.from_pretrained(tmp_path / "exported")
+    assert reloaded(["the film story", "music"], padding=True) == tokenizer(["the film story", "music"], padding=True)
+
+
+@pytest.mark.parametrize("family", ["roberta", "distilbert", "electra"])
+def test_a_folder_that_names_no_family_goes_to_the_first_that_computes_it(family, tmp_path):
+    """Without ``converted_from`` (a folder converted before it was written) the options decide: RoBERTa counts
+    positions over the real tokens, DistilBERT has no token types and a ReLU pooler, ELECTRA a GELU one."""
+    native = native_model(family, "ForSequenceClassification")
+    native.save_pretrained(tmp_path / "native")
+    config_file = convert_checkpoint(tmp_path / "native", tmp_path / "ours") / "config.json"
+    config = json.loads(config_file.read_text())
+    del config["converted_from"]
+    config_file.write_text(json.dumps(config))
+    export_native_checkpoint(tmp_path / "ours", tmp_path / "exported")
+    exported = load_native(tmp_path / "exported", "ForSequenceClassification")
+    assert type(exported).__name__ == PREFIXES[family] + "ForSequenceClassification"
+    assert_same_outputs(exported, native, padded_batch(native.config.pad_token_id), ("logits",))
+
+
+def test_the_family_asked_for_wins(tmp_path, capsys):
+    """ELECTRA's generator with embeddings as wide as its layers computes what BERT's masked LM does: it is tried
+    first, and ``--family electra`` gives the ELECTRA class back, with the same logits."""
+    native = native_model("electra", "ForMaskedLM", embedding_size=32)
+    native.save_pretrained(tmp_path / "native")
+    ours = tmp_path / "ours"
+    config = json.loads((convert_checkpoint(tmp_path / "native", ours) / "config.json").read_text())
+    del config["converted_from"]
+    (ours / "config.json").write_text(json.dumps(config))
+    batch = padded_batch(native.config.pad_token_id)
+    for family, expected in ((None, "BertForMaskedLM"), ("electra", "ElectraForMaskedLM")):
+        destination = tmp_path / f"as-{family}"
+        argv = ["export-native", str(ours), str(destination)] + (["--family", family] if family else [])
+        status, out, _ = run_cli(argv, capsys)
+        assert status == 0 and out.endswith(f"({expected})\n")
+        exported = load_native(destination, "ForMaskedLM")
+        assert type(exported).__name__ == expected
+        assert_same_outputs(exported, native, batch, ("logits",))
+
+
+def saved(folder, model_class: str, **options):
+    """A random tiny mlm_suite ``model_class`` of ``options`` saved in ``folder``."""
+    torch.manual_seed(0)
+    config = make_tiny_config(**label_maps(["O", "B-PER", "I-PER"]), **options)
+    getattr(mlm_suite, model_class)(config).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "model_class, options, family, fragments",
+    [
+        ("MlmSuiteForMaskedLM", {"norm_position": "pre", "position_embedding_type": "rotary"}, None,
+         ["no transformers class computes what", "the closest, BertForMaskedLM, has no counterpart for norm_position='pre' "
+          "(it has 'post'), position_embedding_type='rotary' (it has 'absolute')"]),
+        ("MlmSuiteForMaskedLM", {"ffn_type": "geglu", "use_bias": False}, None, ["ffn_type='geglu'", "use_bias=False"]),
+        ("MlmSuiteForTokenClassification", {"use_crf": True, "tagging_scheme": "BIO"}, None,
+         ["BertForTokenClassification, has no counterpart for use_crf=True (it has False)"]),
+        ("MlmSuiteForSequenceClassification", {"classifier_pooling": "mean"}, None,
+         ["classifier_pooling='mean' (it has 'cls')"]),
+        ("MlmSuiteForSentenceEmbedding", {}, None, ["holds an MlmSuiteForSentenceEmbedding: BERT, RoBERTa, XLM-RoBERTa, "
+                                                     "DistilBERT, ELECTRA have no such class"]),
+        ("MlmSuiteForSequenceClassification", {}, "roberta",
+         ["cannot be exported as RoBERTa (asked for): RobertaForSequenceClassification has no counterpart for "
+          "positions_count='columns' (it has 'real_tokens')"]),
+        ("MlmSuiteForSequenceClassification", {}, "distilbert",
+         ["type_vocab_size=2 (it has 0), classifier_activation='tanh' (it has 'relu')"]),
+        ("MlmSuiteForPreTraining", {}, "electra", ["ELECTRA has no counterpart for MlmSuiteForPreTraining"]),
+        ("MlmSuiteModel", {"classifier_activation": "gelu"}, "electra",
+         ["ElectraModel has no counterpart for the weights pooler.dense.bias, pooler.dense.weight"]),
+    ],
+)  # fmt: skip
+def test_what_no_class_computes_is_refused_in_one_line_and_nothing_is_written(
+    model_class, options, family, fragments, tmp_path, capsys
+):
+    source = saved(tmp_path / "ours", model_class, **options)
+    argv = ["export-native", str(source), str(tmp_path / "out")] + (["--family", family] if family else [])
+    status, out, err = run_cli(argv, capsys)
+    assert status == 2 and out == ""
+    assert_one_line_error(err, "export-native", *fragments)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_training_setting_the_class_has_no_place_for_is_left_out_with_a_line(tmp_path, capsys):
+    source = saved(tmp_path / "ours", "MlmSuiteForSequenceClassification", label_smoothing=0.1, pooler_dropout=0.2)
+    export_native_checkpoint(source, tmp_path / "exported")
+    assert printed_lines(capsys.readouterr().err) == [
+        f"mlm_suite: exporting {source}: {option} left out (BertForSequenceClassification has 0.0): it changes "
+        "training, not the outputs"
+        for option in ("label_smoothing=0.1", "pooler_dropout=0.2")
+    ]
+
+
+def test_a_native_folder_and_a_used_output_folder_are_refused(tmp_path, capsys):
+    native_model("bert", "ForMaskedLM").save_pretrained(tmp_path / "native")
+    with pytest.raises(UsageError, match="holds a 'bert' model, not an mlm_suite one"):
+        export_native_checkpoint(tmp_path / "native", tmp_path / "out")
+    source = saved(tmp_path / "ours", "MlmSuiteForMaskedLM")
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "notes.txt").write_text("an earlier run's")
+    status, _, err = run_cli(["export-native", str(source), str(tmp_path / "used")], capsys)
+    assert status == 2 and "--overwrite_output_dir" in err
+    status, _, _ = run_cli(["export-native", str(source), str(tmp_path / "used"), "--overwrite_output_dir"], capsys)
+    assert status == 0 and type(AutoModel.from_pretrained(tmp_path / "used")).__name__ == "BertModel"
