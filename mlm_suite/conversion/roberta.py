@@ -91,7 +91,9 @@ def convert_roberta_state_dict(state: dict[str, torch.Tensor], config: MlmSuiteC
         if name == "embeddings.position_embeddings.weight":
             converted[name] = tensor[config.pad_token_id + 1 :]  # rows RoBERTa never reads: the pad's and those before
         elif name == "lm_head.decoder.bias":
-            converted.setdefault(name, tensor)  # the same tensor as lm_head.bias
+            converted[name] = tensor  # what the forward pass adds; lm_head.bias is the same tensor unless untied
+        elif name == "lm_head.bias":
+            converted.setdefault(_HEAD_RENAMES[name], tensor)
         elif name in _HEAD_RENAMES:
             converted[_HEAD_RENAMES[name]] = tensor
         else:

@@ -126,6 +126,20 @@ def test_roberta_positions_count_real_tokens_in_a_left_padded_batch(family, tmp_
     assert max(found.values()) <= 1e-5, found
 
 
+def test_an_untied_roberta_head_converts_the_bias_its_forward_adds(tmp_path):
+    """With ``tie_word_embeddings=False`` RoBERTa's ``lm_head.bias`` and ``lm_head.decoder.bias`` are two weights; the
+    forward pass adds the decoder's."""
+    native = native_model("roberta", "ForMaskedLM", tie_word_embeddings=False)
+    with torch.no_grad():
+        native.lm_head.decoder.bias.normal_()
+    assert not torch.equal(native.lm_head.decoder.bias, native.lm_head.bias)
+    destination, _ = converted(native, tmp_path)
+    ours = mlm_suite.MlmSuiteForMaskedLM.from_pretrained(destination).eval()
+    batch = padded_batch(native.config.pad_token_id)
+    found = differences(outputs(ours, batch, ("logits",)), outputs(native, batch, ("logits",)), batch["attention_mask"].bool())
+    assert max(found.values()) <= 1e-5, found
+
+
 @pytest.mark.parametrize("family", NATIVE_FAMILIES)
 @pytest.mark.parametrize("head", ["ForSequenceClassification", "ForTokenClassification"])
 def test_labels_problem_type_and_loss_come_along(family, head, tmp_path):
