@@ -137,10 +137,12 @@ def convert_bert_state_dict(state: dict[str, torch.Tensor], num_layers: int) -> 
     state = {legacy_layernorm_name(name).removeprefix("bert."): tensor for name, tensor in state.items()}
     converted: dict[str, torch.Tensor] = {}
     for name, tensor in convert_bert_encoder(state, num_layers).items():
-        if name in _HEAD_RENAMES:
+        if name == "cls.predictions.decoder.bias":
+            converted["lm_head.decoder.bias"] = tensor  # what the forward pass adds; the same as cls.predictions.bias unless untied
+        elif name == "cls.predictions.bias":
+            converted.setdefault(_HEAD_RENAMES[name], tensor)
+        elif name in _HEAD_RENAMES:
             converted[_HEAD_RENAMES[name]] = tensor
-        elif name == "cls.predictions.decoder.bias":
-            converted.setdefault("lm_head.decoder.bias", tensor)  # the same tensor as cls.predictions.bias
         else:
             converted[name] = tensor
     return converted

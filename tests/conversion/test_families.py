@@ -126,13 +126,16 @@ def test_roberta_positions_count_real_tokens_in_a_left_padded_batch(family, tmp_
     assert max(found.values()) <= 1e-5, found
 
 
-def test_an_untied_roberta_head_converts_the_bias_its_forward_adds(tmp_path):
-    """With ``tie_word_embeddings=False`` RoBERTa's ``lm_head.bias`` and ``lm_head.decoder.bias`` are two weights; the
-    forward pass adds the decoder's."""
-    native = native_model("roberta", "ForMaskedLM", tie_word_embeddings=False)
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_an_untied_head_converts_the_bias_its_forward_adds(family, tmp_path):
+    """With ``tie_word_embeddings=False`` the head's bias and its decoder's bias are two weights (BERT's
+    ``cls.predictions.bias`` and ``.decoder.bias``, RoBERTa's ``lm_head.bias`` and ``.decoder.bias``); the forward pass
+    adds the decoder's."""
+    native = native_model(family, "ForMaskedLM", tie_word_embeddings=False)
+    head = native.cls.predictions if family == "bert" else native.lm_head
     with torch.no_grad():
-        native.lm_head.decoder.bias.normal_()
-    assert not torch.equal(native.lm_head.decoder.bias, native.lm_head.bias)
+        head.decoder.bias.normal_()
+    assert not torch.equal(head.decoder.bias, head.bias)
     destination, _ = converted(native, tmp_path)
     ours = mlm_suite.MlmSuiteForMaskedLM.from_pretrained(destination).eval()
     batch = padded_batch(native.config.pad_token_id)
