@@ -187,8 +187,9 @@ def load_converted_weights(
     A weight the model lacks or one it has no counterpart for is a :class:`~mlm_suite.errors.UsageError` naming it;
     an MLM decoder is tied to the word embeddings unless ``config.tie_word_embeddings`` is off.
     """
-    if model.base_model is not model:  # a head: the encoder's weights live under "encoder."
-        weights = {(name if name.split(".")[0] in HEAD_NAMES else f"encoder.{name}"): t for name, t in weights.items()}
+    if model.base_model is not model:  # a head: the encoder's weights live under "encoder.", the head's beside it
+        heads = {name for name, _ in model.named_children()} - {model.base_model_prefix}
+        weights = {(name if name.split(".")[0] in heads else f"encoder.{name}"): t for name, t in weights.items()}
     tied = model.config.tie_word_embeddings
     if tied:
         weights = {name: t for name, t in weights.items() if name != "lm_head.decoder.weight"}  # the source ties it too
