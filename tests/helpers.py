@@ -41,6 +41,7 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast, TrainerCallback
 
+import mlm_suite
 from mlm_suite import (
     MlmSuiteConfig,
     MlmSuiteForMaskedLM,
@@ -52,6 +53,7 @@ from mlm_suite import (
     MlmSuiteForSequenceClassification,
     MlmSuiteForTokenClassification,
     MlmSuiteModel,
+    convert_checkpoint,
 )
 from mlm_suite.cli import main
 from mlm_suite.data.inputs import downloads
@@ -200,6 +202,13 @@ LAYOUT_VOCAB = 90
 ARCHITECTURES = {
     "bert": dict(norm_position="post", position_embedding_type="absolute"),
     "modern": dict(norm_position="pre", position_embedding_type="rotary"),
+    # ModernBERT's options (tests/conversion/test_modernbert.py); the window of 2 tokens either side is shorter
+    # than padded_batch's rows.
+    "modernbert": dict(
+        norm_position="pre", position_embedding_type="rotary", ffn_type="geglu", use_bias=False,
+        layer_types=["sliding_attention", "full_attention"], local_attention=4, local_rope_theta=100.0,
+        first_attention_norm=False, ffn_output_dropout=0.0, pooler_norm=True, token_head_transform=True,
+    ),
 }
 
 
@@ -266,13 +275,27 @@ NATIVE_FAMILIES = {
 NATIVE_BERT = ("Bert", "BertConfig", dict(_BERT_SETTINGS))
 
 
+# ModernBERT's: 4 layers, full and sliding-window attention (a window of 2 tokens either side, shorter than the test
+# sequences) with a RoPE base each, far enough apart that a mix-up shows; specials among the 99 ids.
+NATIVE_MODERNBERT = {
+    "modernbert": ("ModernBert", "ModernBertConfig", dict(
+        vocab_size=99, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=37,
+        max_position_embeddings=40, local_attention=4,
+        layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10.0}},
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)),
+}
+
+
 def make_native_model(family: str, class_suffix: str, seed: int = 0, **overrides):
     """A random fp32 model of transformers' ``<family><class_suffix>`` (``make_native_model("roberta", "ForMaskedLM")``
-    is a ``RobertaForMaskedLM``) of :data:`NATIVE_FAMILIES`' settings (:data:`NATIVE_BERT`'s for ``"bert"``) and
-    ``overrides``, in eval mode, its LayerNorms and biases moved off 1 and 0 so that a mix-up would show."""
+    is a ``RobertaForMaskedLM``) of :data:`NATIVE_FAMILIES`' settings (:data:`NATIVE_BERT`'s for ``"bert"``,
+    :data:`NATIVE_MODERNBERT`'s for ``"modernbert"``) and ``overrides``, in eval mode, its LayerNorms and biases moved
+    off 1 and 0 so that a mix-up would show."""
     import transformers
 
-    prefix, config_class, settings = NATIVE_BERT if family == "bert" else NATIVE_FAMILIES[family]
+    prefix, config_class, settings = {**NATIVE_FAMILIES, **NATIVE_MODERNBERT, "bert": NATIVE_BERT}[family]
     torch.manual_seed(seed)
     config = getattr(transformers, config_class)(**{**settings, **overrides})
     model = getattr(transformers, prefix + class_suffix)(config).eval()
@@ -286,6 +309,84 @@ def make_native_model(family: str, class_suffix: str, seed: int = 0, **overrides
 def label_maps(names: list[str]) -> dict[str, dict]:
     """A config's ``id2label`` and ``label2id`` for the label ``names``."""
     return {"id2label": dict(enumerate(names)), "label2id": {name: index for index, name in enumerate(names)}}
+
+
+# --- converted native folders against transformers' classes ---
+NATIVE_TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+NATIVE_HEADS = {
+    # head: (config overrides, mlm_suite class, outputs compared)
+    "Model": ({}, "MlmSuiteModel", ("last_hidden_state", "pooler_output")),
+    "ForMaskedLM": ({}, "MlmSuiteForMaskedLM", ("logits",)),
+    "ForSequenceClassification": (
+        {"problem_type": "single_label_classification", **label_maps(["negative", "neutral", "positive"])},
+        "MlmSuiteForSequenceClassification", ("logits",),
+    ),
+    "ForTokenClassification": (label_maps(NATIVE_TAGS), "MlmSuiteForTokenClassification", ("logits",)),
+    "ForQuestionAnswering": ({}, "MlmSuiteForQuestionAnswering", ("start_logits", "end_logits")),
+}
+NATIVE_LENGTHS = (9, 4, 7, 2)
+
+
+def native_batch(pad_token_id: int, left: bool = False, seed: int = 3) -> dict[str, torch.Tensor]:
+    """Rows of :data:`NATIVE_LENGTHS` tokens (ids 3..98, no special token of the native settings), padded with
+    ``pad_token_id``."""
+    generator = torch.Generator().manual_seed(seed)
+    seq_len = max(NATIVE_LENGTHS)
+    input_ids = torch.randint(3, NATIVE_FAMILIES["roberta"][2]["vocab_size"], (len(NATIVE_LENGTHS), seq_len),
+                              generator=generator)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, length in enumerate(NATIVE_LENGTHS):
+        attention_mask[row, seq_len - length :] = 1 if left else 0
+        attention_mask[row, :length] = 0 if left else 1
+    return {"input_ids": input_ids.masked_fill(attention_mask == 0, pad_token_id), "attention_mask": attention_mask}
+
+
+def native_outputs(model, batch: dict, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """Every layer's hidden states (``hidden_<n>``) and the outputs ``names`` of ``model`` on ``batch``."""
+    with torch.no_grad():
+        result = model(**batch, output_hidden_states=True)
+    found = {f"hidden_{index}": state for index, state in enumerate(result.hidden_states)}
+    found.update({name: result[name] for name in names if result.get(name) is not None})
+    return found
+
+
+def output_differences(ours: dict, theirs: dict, real: torch.Tensor, flattened: bool = False) -> dict[str, float]:
+    """Largest absolute difference per output, at the real positions: a per-token output of ours is ``(1, total,
+    ...)`` when ``flattened`` (the real tokens of the padded batch, in order), else ``(batch, seq, ...)``."""
+    assert ours.keys() == theirs.keys()
+    found = {}
+    for name, expected in theirs.items():
+        got = ours[name]
+        if expected.shape[:2] == real.shape:  # per token
+            expected, got = expected[real], (got[0] if flattened else got[real])
+        found[name] = (got - expected).abs().max().item()
+    return found
+
+
+def assert_labels_and_loss_come_along(native, head: str, tmp_path: Path) -> None:
+    """``native``, a sequence or token classifier of :data:`NATIVE_HEADS`' ``head``, converts with its labels and
+    ``problem_type``, and gives transformers' loss on :func:`native_batch`."""
+    destination, config = converted_folder(native, tmp_path)
+    assert config.get("problem_type") == native.config.problem_type
+    ours = getattr(mlm_suite, NATIVE_HEADS[head][1]).from_pretrained(destination).eval()
+    assert ours.config.id2label == native.config.id2label and ours.config.label2id == native.config.label2id
+    batch = native_batch(native.config.pad_token_id)
+    generator = torch.Generator().manual_seed(5)
+    if head == "ForSequenceClassification":
+        labels = torch.randint(0, 3, (len(NATIVE_LENGTHS),), generator=generator)
+    else:
+        labels = torch.randint(0, len(NATIVE_TAGS), batch["input_ids"].shape, generator=generator)
+        labels = labels.masked_fill(batch["attention_mask"] == 0, -100)
+    with torch.no_grad():
+        expected, loss = native(**batch, labels=labels).loss, ours(**batch, labels=labels).loss
+    torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
+
+
+def converted_folder(native, tmp_path: Path) -> tuple[Path, dict]:
+    """``native`` saved under ``tmp_path/native`` and converted to ``tmp_path/ours``: that folder and its config.json."""
+    native.save_pretrained(tmp_path / "native")
+    destination = convert_checkpoint(tmp_path / "native", tmp_path / "ours")
+    return destination, json.loads((destination / "config.json").read_text())
 
 # --- pretraining job runs ---
 TINY_MODEL = (

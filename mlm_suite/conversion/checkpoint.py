@@ -37,9 +37,10 @@ from mlm_suite.conversion.core import (
 )
 from mlm_suite.conversion.distilbert import DISTILBERT
 from mlm_suite.conversion.electra import ELECTRA
+from mlm_suite.conversion.modernbert import MODERNBERT
 from mlm_suite.conversion.roberta import ROBERTA, XLM_ROBERTA
 
-_FAMILIES = (BERT, ROBERTA, XLM_ROBERTA, DISTILBERT, ELECTRA)
+_FAMILIES = (BERT, ROBERTA, XLM_ROBERTA, DISTILBERT, ELECTRA, MODERNBERT)
 #: The families mlm_suite converts, by ``config.json``'s ``model_type``.
 FAMILIES: dict[str, Family] = {model_type: family for family in _FAMILIES for model_type in family.model_types}
 #: The tokenizer's files, copied as they are: WordPiece, byte-level BPE (vocab.json + merges.txt), SentencePiece.
@@ -67,7 +68,7 @@ def source_family(source: Path, native: dict) -> Family:
 
 
 def convert_checkpoint(src_dir: str | Path, dst_dir: str | Path, classifier_pooling: str | None = None) -> Path:
-    """Convert the Hugging Face folder ``src_dir`` (BERT, RoBERTa, XLM-RoBERTa, DistilBERT or ELECTRA) into an
+    """Convert the Hugging Face folder ``src_dir`` (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA or ModernBERT) into an
     mlm_suite folder ``dst_dir``; return ``dst_dir``.
 
     The model class follows the source's heads (:func:`~mlm_suite.conversion.core.target_class`): masked LM (and

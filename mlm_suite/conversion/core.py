@@ -83,12 +83,13 @@ class Family:
     no_counterpart: dict[str, str]
     config: Callable[[dict], MlmSuiteConfig]
     rename: Callable[[dict[str, torch.Tensor], MlmSuiteConfig], dict[str, torch.Tensor]]
-    native_config: Callable[[MlmSuiteConfig], dict]
-    native_rename: Callable[
-        [dict[str, torch.Tensor], MlmSuiteConfig, type[MlmSuitePreTrainedModel]], dict[str, torch.Tensor]
-    ]
     head_fields: Callable[[dict, type[MlmSuitePreTrainedModel]], dict] = lambda native, model_class: {}
     dropped: dict[str, str] = field(default_factory=dict)
+    # None: export-native does not write this family's folders (yet).
+    native_config: Callable[[MlmSuiteConfig], dict] | None = None
+    native_rename: Callable[
+        [dict[str, torch.Tensor], MlmSuiteConfig, type[MlmSuitePreTrainedModel]], dict[str, torch.Tensor]
+    ] | None = None
 
 
 def native_fields(native: dict, names: dict[str, str]) -> dict:
@@ -257,8 +258,9 @@ def load_converted_weights(
     A weight the model lacks or one it has no counterpart for is a :class:`~mlm_suite.errors.UsageError` naming it;
     an MLM decoder is tied to the word embeddings unless ``config.tie_word_embeddings`` is off.
     """
-    if model.base_model is not model:  # a head: the encoder's weights live under "encoder."
-        weights = {(name if name.split(".")[0] in HEAD_NAMES else f"encoder.{name}"): t for name, t in weights.items()}
+    if model.base_model is not model:  # a head: the encoder's weights live under "encoder.", the head's beside it
+        heads = {name for name, _ in model.named_children()} - {model.base_model_prefix}
+        weights = {(name if name.split(".")[0] in heads else f"encoder.{name}"): t for name, t in weights.items()}
     tied = model.config.tie_word_embeddings
     if tied:
         weights = {name: t for name, t in weights.items() if name != "lm_head.decoder.weight"}  # the source ties it too

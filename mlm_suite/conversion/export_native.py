@@ -184,8 +184,9 @@ def _chosen_export(
             + ", ".join(closest.refused)
         )
     why = "asked for" if family else f"config.json's {CONVERTED_FROM}"
-    if asked not in FAMILIES:
-        raise UsageError(f"the family {why}, {asked!r}, is none that export-native writes ({', '.join(FAMILIES)})")
+    writable = [name for name, each in FAMILIES.items() if each.native_config is not None]
+    if asked not in writable:
+        raise UsageError(f"the family {why}, {asked!r}, is none that export-native writes ({', '.join(writable)})")
     export = _export(FAMILIES[asked], config, model_class, weights)
     if export.refused:
         raise UsageError(
@@ -226,8 +227,9 @@ def export_native_checkpoint(src_dir: str | Path, dst_dir: str | Path, family: s
     model_class = getattr(model_code, architecture, None)
     if not (isinstance(model_class, type) and issubclass(model_class, MlmSuitePreTrainedModel)):
         raise UsageError(f"{source} holds a {architecture}, not an mlm_suite model")
-    if not any(issubclass(model_class, ours) for each in FAMILIES.values() for ours in each.architectures.values()):
-        names = ", ".join(dict.fromkeys(each.name for each in FAMILIES.values()))
+    writable = [each for each in FAMILIES.values() if each.native_config is not None]
+    if not any(issubclass(model_class, ours) for each in writable for ours in each.architectures.values()):
+        names = ", ".join(dict.fromkeys(each.name for each in writable))
         raise UsageError(f"{source} holds an {architecture}: {names} have no such class")
     weights = _mlm_suite_weights(source, config)
 

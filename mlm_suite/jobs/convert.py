@@ -1,5 +1,5 @@
 """``mlm-suite convert``: convert a Hugging Face folder of a BERT-like family (BERT, RoBERTa, XLM-RoBERTa, DistilBERT,
-ELECTRA: the encoder and its head) into an mlm_suite folder.
+ELECTRA, ModernBERT: the encoder and its head) into an mlm_suite folder.
 
     mlm-suite convert path/to/roberta-folder path/to/mlm_suite-folder
     mlm-suite convert path/to/sentence-transformers-folder out --classifier_pooling cls
@@ -17,8 +17,8 @@ from mlm_suite.jobs.running import command_prog
 from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder
 
 DESCRIPTION = (
-    "convert a Hugging Face BERT, RoBERTa, XLM-RoBERTa, DistilBERT or ELECTRA folder (the encoder and its head) into "
-    "an mlm_suite folder"
+    "convert a Hugging Face BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA or ModernBERT folder (the encoder and its "
+    "head) into an mlm_suite folder"
 )
 
 

@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("dst", help="output folder")
     parser.add_argument(
         "--family",
-        choices=tuple(FAMILIES),
+        choices=tuple(name for name, each in FAMILIES.items() if each.native_config is not None),
         help=f"the family to write (default: the one the folder was converted from, else the first of "
         f"{', '.join(TRIED_FAMILIES)} whose class computes what the folder does)",
     )

@@ -158,7 +158,7 @@ def check_vocabulary(tokenizer: Any, config: PretrainedConfig, tokenizer_source:
 
 def mlm_suite_checkpoint(model_name_or_path: str, **pretrained: Any) -> str:
     """An mlm_suite folder holding ``model_name_or_path``: the folder itself (its weights checked), or a folder of a
-    family mlm_suite converts (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA) converted.
+    family mlm_suite converts (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, ModernBERT) converted.
 
     Such a checkpoint is converted with :func:`~mlm_suite.conversion.convert_checkpoint` into a temporary folder,
     removed when the process exits.

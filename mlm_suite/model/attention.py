@@ -1,10 +1,13 @@
 """Self-attention: the layer, its kernels, and :func:`attention_backend`, the one place that chooses between
 them (flash attention over variable-length sequences straight on the flat tokens, or a padded per-sequence grid
-through transformers' ``AttentionInterface``). Part of the remote-code payload; the optional kernel import is
-guarded so remote-code users without it still load. See docs/models.md.
+through transformers' ``AttentionInterface``). A layer sees the whole sequence or, in a sliding-window layer, the
+tokens within its window. Part of the remote-code payload; the optional kernel import is guarded so remote-code
+users without it still load. See docs/models.md.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +23,9 @@ except ImportError:  # older torch: the padded grid serves every input
     varlen_attn = None
 
 VARLEN_DTYPES = (torch.float16, torch.bfloat16)
+# A sliding window takes varlen_attn's window_size (flash attention's inclusive (left, right) bounds), which the
+# first torch releases with varlen_attn lack: their sliding-window layers run on the padded grid.
+VARLEN_WINDOWS = varlen_attn is not None and "window_size" in inspect.signature(varlen_attn).parameters
 
 
 def eager_attention_forward(
@@ -51,15 +57,21 @@ def eager_attention_forward(
 
 
 def attention_backend(
-    implementation: str, reference: torch.Tensor, layout: SequenceLayout, dropout: float, output_attentions: bool
+    implementation: str,
+    reference: torch.Tensor,
+    layout: SequenceLayout,
+    dropout: float,
+    output_attentions: bool,
+    window: int | None = None,
 ) -> str:
     """``"varlen"``, ``"eager"`` or the ``AttentionInterface`` name to run on the padded grid.
 
     ``"varlen"`` (``torch.nn.attention.varlen.varlen_attn``, torch >= 2.10) runs on the flat
     ``(total, heads, head_size)`` tokens with the layout's ``cu_seqlens``, no padded grid at all: when the
     configured implementation is ``"sdpa"`` (the default), the tensors are fp16/bf16 on CUDA, attention
-    dropout is off, no weights are asked for and the layout knows its segment offsets (not the traced dense
-    layout). Otherwise the segments go through a padded ``(segments, heads, len, head_size)`` grid and the
+    dropout is off, no weights are asked for, the layout knows its segment offsets (not the traced dense
+    layout) and, in a sliding-window layer (``window``: how far each side a query sees), the kernel takes a
+    window. Otherwise the segments go through a padded ``(segments, heads, len, head_size)`` grid and the
     kernel registered under ``config._attn_implementation`` (``"sdpa"``, ``"eager"`` or any registered one),
     so ``model.set_attn_implementation`` switches it as for transformers' own models. Returning attention
     weights always runs eagerly.
@@ -73,6 +85,7 @@ def attention_backend(
         and reference.dtype in VARLEN_DTYPES
         and dropout == 0.0
         and layout.cu_seqlens is not None
+        and (window is None or VARLEN_WINDOWS)
     ):
         return "varlen"
     return implementation
@@ -89,15 +102,17 @@ def self_attention(
     """``(total, 3, heads, head_size)`` projections → ``(total, hidden)`` context, or the rows ``outputs_for``.
 
     Also returns the attention weights as ``(batch, heads, seq, seq)`` when ``output_attentions``.
-    ``module`` is the attention layer (its ``config``, ``training`` and ``head_size`` are read).
+    ``module`` is the attention layer (its ``config``, ``training``, ``head_size`` and ``window`` are read).
     """
-    backend = attention_backend(module.config._attn_implementation, qkv, layout, dropout, output_attentions)
+    window = module.window
+    backend = attention_backend(module.config._attn_implementation, qkv, layout, dropout, output_attentions, window)
     if backend == "varlen":
         # Every query is computed even when only the rows outputs_for are kept: queries must keep
         # the segment offsets, and the attention itself is a small part of the last layer.
         query, key, value = (part.contiguous() for part in qkv.unbind(1))  # three (total, heads, head_size)
         length = layout.max_segment_len
-        context = varlen_attn(query, key, value, layout.cu_seqlens, layout.cu_seqlens, length, length)
+        bounds = {} if window is None else {"window_size": (window, window)}
+        context = varlen_attn(query, key, value, layout.cu_seqlens, layout.cu_seqlens, length, length, **bounds)
         context = context.flatten(1)  # (total, hidden)
         return (context if outputs_for is None else context[outputs_for]), None
     # (segments, max_len, 3, heads, head_size) → three (segments, heads, max_len, head_size)
@@ -108,7 +123,7 @@ def self_attention(
         query,
         key,
         value,
-        layout.additive_attention_mask(query.dtype),
+        layout.additive_attention_mask(query.dtype, window),
         dropout=dropout,
         scaling=module.head_size**-0.5,
         is_causal=False,
@@ -124,7 +139,8 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class MlmSuiteSelfAttention(nn.Module):
-    """Fully visible multi-head self-attention with a fused QKV projection.
+    """Bidirectional multi-head self-attention with a fused QKV projection, over the whole sequence or, when the
+    config makes layer ``layer`` a sliding-window one, over the tokens at most ``window`` positions away.
 
     The kernel is :func:`attention_backend`'s choice (varlen flash attention on CUDA, else the
     kernel of ``config._attn_implementation`` on a padded grid), so ``model.set_attn_implementation``
@@ -133,8 +149,10 @@ class MlmSuiteSelfAttention(nn.Module):
 
     is_causal = False
 
-    def __init__(self, config: MlmSuiteConfig):
+    def __init__(self, config: MlmSuiteConfig, layer: int = 0):
         super().__init__()
+        self.window = config.attention_window(layer)
+        self.rope_theta = config.layer_rope_theta(layer)
         self.num_heads = config.num_attention_heads
         self.head_size = config.hidden_size // config.num_attention_heads
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.use_bias)
@@ -165,4 +183,11 @@ class MlmSuiteSelfAttention(nn.Module):
         return self.out(context), weights
 
 
-__all__ = ["MlmSuiteSelfAttention", "attention_backend", "eager_attention_forward", "self_attention", "varlen_attn"]
+__all__ = [
+    "MlmSuiteSelfAttention",
+    "VARLEN_WINDOWS",
+    "attention_backend",
+    "eager_attention_forward",
+    "self_attention",
+    "varlen_attn",
+]

@@ -36,9 +36,11 @@ _CHOICES = {
     "classifier_activation": ("tanh", "relu", "gelu"),
     "positions_count": ("columns", "real_tokens"),
 }
+#: What a layer's attention sees: the whole sequence, or a window around each token (``local_attention``).
+LAYER_TYPES = ("full_attention", "sliding_attention")
 
-# The options other encoder families need (RoBERTa, DistilBERT, ELECTRA), with the defaults that are BERT. A
-# config.json holds them only where they differ, so every folder saved before they existed is saved unchanged.
+# The options other encoder families need (RoBERTa, DistilBERT, ELECTRA, ModernBERT), with the defaults that are
+# BERT. A config.json holds them only where they differ, so every folder saved before they existed is saved unchanged.
 FAMILY_OPTIONS = {
     "positions_count": "columns",
     "embedding_size": None,
@@ -46,7 +48,25 @@ FAMILY_OPTIONS = {
     "classifier_activation": "tanh",
     "pooler_dropout": 0.0,
     "qa_dropout": 0.0,
+    "layer_types": None,
+    "local_attention": None,
+    "local_rope_theta": None,
+    "first_attention_norm": True,
+    "ffn_inner_dropout": 0.0,
+    "ffn_output_dropout": None,
+    "pooler_norm": False,
+    "token_head_transform": False,
 }
+
+
+def check_layer_types(layer_types: list[str] | None, num_hidden_layers: int) -> None:
+    """Raise a ValueError unless ``layer_types`` is None or names one of :data:`LAYER_TYPES` for each layer."""
+    if layer_types is None:
+        return
+    if any(kind not in LAYER_TYPES for kind in layer_types):
+        raise ValueError(f"layer_types={layer_types!r}: each entry must be one of {LAYER_TYPES}")
+    if len(layer_types) != num_hidden_layers:
+        raise ValueError(f"layer_types has {len(layer_types)} entries for num_hidden_layers={num_hidden_layers}")
 
 
 class MlmSuiteConfig(PreTrainedConfig):
@@ -85,6 +105,20 @@ class MlmSuiteConfig(PreTrainedConfig):
     - ``pooler_dropout``: dropout on the pooled token before the pooler's dense layer (RoBERTa's and ELECTRA's
       classification heads drop out there too).
     - ``qa_dropout``: dropout on the token states before the question-answering head (DistilBERT).
+    - ``layer_types``: per layer, ``"full_attention"`` (every token of the sequence) or ``"sliding_attention"``
+      (the tokens at most ``local_attention // 2`` positions away, either side: ``local_attention`` is the whole
+      window, as ModernBERT counts it); default: every layer full.
+    - ``local_rope_theta``: the RoPE base of the sliding-window layers (default: ``rope_theta``, which the
+      full-attention layers keep).
+    - ``first_attention_norm``: ``False`` leaves out the first pre-norm layer's attention LayerNorm, whose input is
+      the embeddings' normalised output already (ModernBERT).
+    - ``ffn_inner_dropout``: dropout on the feed-forward network's activations, before its output projection
+      (ModernBERT's ``mlp_dropout``); ``ffn_output_dropout``: dropout on its output before the residual add
+      (default: ``hidden_dropout_prob``; ModernBERT has none, 0.0).
+    - ``pooler_norm``: a LayerNorm after the pooler's activation (ModernBERT's classification head is dense,
+      activation, LayerNorm).
+    - ``token_head_transform``: the token-classification and question-answering heads run each token's state through
+      dense, ``classifier_activation`` and LayerNorm before their dropout and classifier (ModernBERT).
     """
 
     model_type = "mlm_suite"
@@ -128,6 +162,14 @@ class MlmSuiteConfig(PreTrainedConfig):
         classifier_activation: str = "tanh",
         pooler_dropout: float = 0.0,
         qa_dropout: float = 0.0,
+        layer_types: list[str] | None = None,
+        local_attention: int | None = None,
+        local_rope_theta: float | None = None,
+        first_attention_norm: bool = True,
+        ffn_inner_dropout: float = 0.0,
+        ffn_output_dropout: float | None = None,
+        pooler_norm: bool = False,
+        token_head_transform: bool = False,
         **kwargs,
     ):
         for name, value in (
@@ -141,6 +183,11 @@ class MlmSuiteConfig(PreTrainedConfig):
         ):
             if value not in _CHOICES[name]:
                 raise ValueError(f"{name}={value!r} is not one of {_CHOICES[name]}")
+        # Checked here too, not only in check_sizes: transformers' own check of layer_types would raise an error
+        # that is no ValueError.
+        check_layer_types(layer_types, num_hidden_layers)
+        if not first_attention_norm and norm_position != "pre":
+            raise ValueError("first_attention_norm=False needs norm_position='pre' (a post-norm layer's norm follows it)")
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={label_smoothing} must be in [0, 1)")
         if not contrastive_temperature > 0:
@@ -180,6 +227,14 @@ class MlmSuiteConfig(PreTrainedConfig):
         self.classifier_activation = classifier_activation
         self.pooler_dropout = pooler_dropout
         self.qa_dropout = qa_dropout
+        self.layer_types = None if layer_types is None else list(layer_types)
+        self.local_attention = local_attention
+        self.local_rope_theta = local_rope_theta
+        self.first_attention_norm = first_attention_norm
+        self.ffn_inner_dropout = ffn_inner_dropout
+        self.ffn_output_dropout = ffn_output_dropout
+        self.pooler_norm = pooler_norm
+        self.token_head_transform = token_head_transform
         super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
 
     def to_dict(self) -> dict:
@@ -195,6 +250,19 @@ class MlmSuiteConfig(PreTrainedConfig):
         """The width of the word, position and token-type embeddings: ``embedding_size``, else ``hidden_size``."""
         return self.hidden_size if self.embedding_size is None else self.embedding_size
 
+    def attention_window(self, layer: int) -> int | None:
+        """How many positions away, either side, the queries of layer ``layer`` see: ``local_attention // 2`` in a
+        sliding-window layer, None (the whole sequence) in a full-attention one."""
+        if self.layer_types is None or self.layer_types[layer] == "full_attention":
+            return None
+        return self.local_attention // 2
+
+    def layer_rope_theta(self, layer: int) -> float:
+        """The RoPE base of layer ``layer``: ``local_rope_theta`` in a sliding-window layer when set, else ``rope_theta``."""
+        if self.attention_window(layer) is not None and self.local_rope_theta is not None:
+            return self.local_rope_theta
+        return self.rope_theta
+
     def check_sizes(self) -> None:
         """Raise a ValueError, naming the field and its value, if a size is not a whole number of at least its
         minimum (:data:`_SIZES`) or the attention sizes do not fit together.
@@ -209,6 +277,12 @@ class MlmSuiteConfig(PreTrainedConfig):
         size = self.embedding_size
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
             raise ValueError(f"embedding_size must be a whole number of at least 1 or None, got {size!r}")
+        check_layer_types(self.layer_types, self.num_hidden_layers)
+        window = self.local_attention
+        if "sliding_attention" in (self.layer_types or ()) and (
+            isinstance(window, bool) or not isinstance(window, int) or window < 2
+        ):
+            raise ValueError(f"sliding_attention layers need local_attention, a whole number of at least 2, got {window!r}")
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})"
@@ -235,4 +309,4 @@ class MlmSuiteConfig(PreTrainedConfig):
         return cls(**{**sizes, "attention_probs_dropout_prob": 0.0, **overrides})
 
 
-__all__ = ["FAMILY_OPTIONS", "MlmSuiteConfig", "PRESETS"]
+__all__ = ["FAMILY_OPTIONS", "LAYER_TYPES", "MlmSuiteConfig", "PRESETS", "check_layer_types"]

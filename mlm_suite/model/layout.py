@@ -247,16 +247,34 @@ class SequenceLayout:
             return flat if tokens is None else flat[tokens]
         return flat[self.segment_index if tokens is None else self.segment_index[tokens]]
 
-    def additive_attention_mask(self, dtype: torch.dtype) -> torch.Tensor | None:
-        """Bias (broadcastable to ``(segments, heads, len, len)``) hiding what a query may not see.
+    def allowed_within(self, window: int | None) -> torch.Tensor | None:
+        """``attention_allowed``, less (with a ``window``) the keys more than ``window`` positions from their query.
+
+        The grid's cells are a segment's tokens in order (the traced dense layout's: a row's columns, whose
+        segments are contiguous runs), so the distance of two tokens of a segment is that of their cells.
+        """
+        if window is None:
+            return self.attention_allowed
+        # A window that holds every segment whole leaves the mask as it is (not under tracing, where the length is
+        # symbolic and comparing it would pin it).
+        if not torch.compiler.is_compiling() and window >= self.max_segment_len - 1:
+            return self.attention_allowed
+        cells = torch.arange(self.max_segment_len, device=self.positions.device)
+        near = (cells[:, None] - cells[None, :]).abs() <= window  # (len, len)
+        return near if self.attention_allowed is None else self.attention_allowed & near
+
+    def additive_attention_mask(self, dtype: torch.dtype, window: int | None = None) -> torch.Tensor | None:
+        """Bias (broadcastable to ``(segments, heads, len, len)``) hiding what a query may not see: other segments,
+        pads and, with a ``window`` (a sliding-window layer), the keys more than ``window`` positions away.
 
         It uses the dtype's most negative finite value, not -inf, so softmax stays finite in
         fp16/bf16 even for the grid's empty query rows (which are discarded afterwards).
         """
-        if self.attention_allowed is None:
+        allowed = self.allowed_within(window)
+        if allowed is None:
             return None
-        bias = torch.zeros(self.attention_allowed.shape, dtype=dtype, device=self.attention_allowed.device)
-        return bias.masked_fill_(~self.attention_allowed, torch.finfo(dtype).min)
+        bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+        return bias.masked_fill_(~allowed, torch.finfo(dtype).min)
 
     # ---- per-segment reductions (padding-free layouts: cu_seqlens is set) ----------------------
     def token_segments(self) -> torch.Tensor:

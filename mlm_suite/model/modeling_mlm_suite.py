@@ -91,6 +91,9 @@ class MlmSuiteEmbeddings(nn.Module):
 
 
 class MlmSuiteFeedForward(nn.Module):
+    """Dense → activation → dense, or gated (``geglu``: the first half of ``up``'s output, activated, times the second
+    half), with ``config.ffn_inner_dropout`` on the activations before ``down``."""
+
     def __init__(self, config: MlmSuiteConfig):
         super().__init__()
         gated = config.ffn_type == "geglu"
@@ -98,24 +101,35 @@ class MlmSuiteFeedForward(nn.Module):
         self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.use_bias)
         self.activation = ACT2FN[config.hidden_act]
         self.gated = gated
+        if config.ffn_inner_dropout:
+            self.dropout = nn.Dropout(config.ffn_inner_dropout)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.gated:
             gate, value = self.up(hidden).chunk(2, dim=-1)
-            return self.down(self.activation(gate) * value)
-        return self.down(self.activation(self.up(hidden)))
+            activated = self.activation(gate) * value
+        else:
+            activated = self.activation(self.up(hidden))
+        if hasattr(self, "dropout"):
+            activated = self.dropout(activated)
+        return self.down(activated)
 
 
 class MlmSuiteLayer(GradientCheckpointingLayer):
-    """One block: attention and feed-forward, each with residual + LayerNorm (post- or pre-norm)."""
+    """Block ``index``: attention and feed-forward, each with residual + LayerNorm (post- or pre-norm; the first
+    pre-norm block reads the embeddings' normalised output as it is with ``config.first_attention_norm`` off)."""
 
-    def __init__(self, config: MlmSuiteConfig):
+    def __init__(self, config: MlmSuiteConfig, index: int = 0):
         super().__init__()
-        self.attention = MlmSuiteSelfAttention(config)
-        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.use_bias)
+        self.attention = MlmSuiteSelfAttention(config, index)
+        if index == 0 and not config.first_attention_norm:
+            self.attention_norm = nn.Identity()
+        else:
+            self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.use_bias)
         self.ffn = MlmSuiteFeedForward(config)
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.use_bias)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        ffn_dropout = config.ffn_output_dropout
+        self.dropout = nn.Dropout(config.hidden_dropout_prob if ffn_dropout is None else ffn_dropout)
         attention_dropout = config.attention_output_dropout
         self.attention_dropout = nn.Dropout(config.hidden_dropout_prob if attention_dropout is None else attention_dropout)
         self.pre_norm = config.norm_position == "pre"
@@ -146,7 +160,8 @@ class MlmSuiteLayer(GradientCheckpointingLayer):
 class MlmSuitePooler(nn.Module):
     """Dense + ``config.classifier_activation`` (tanh as BERT's) over ``config.classifier_pooling`` (``cls`` or
     ``mean``) of each row of the batch, or of each sequence of a flattened batch; ``config.pooler_dropout`` drops out
-    the pooled vector before the dense layer, as RoBERTa's and ELECTRA's classification heads do."""
+    the pooled vector before the dense layer, as RoBERTa's and ELECTRA's classification heads do, and
+    ``config.pooler_norm`` adds a LayerNorm at the end, as ModernBERT's does."""
 
     def __init__(self, config: MlmSuiteConfig):
         super().__init__()
@@ -155,13 +170,16 @@ class MlmSuitePooler(nn.Module):
         self.mode = config.classifier_pooling
         if config.pooler_dropout:
             self.dropout = nn.Dropout(config.pooler_dropout)
+        if config.pooler_norm:
+            self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.use_bias)
 
     def forward(self, hidden: torch.Tensor, layout: SequenceLayout, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """``(total, hidden)`` → ``(batch, hidden)``, or ``(num_sequences, hidden)`` for a flattened batch."""
         pooled = pool_sequences(hidden, layout, attention_mask, self.mode, by_segment=layout.flattened)
         if hasattr(self, "dropout"):
             pooled = self.dropout(pooled)
-        return self.activation(self.dense(pooled))
+        pooled = self.activation(self.dense(pooled))
+        return self.norm(pooled) if hasattr(self, "norm") else pooled
 
 
 def pool_sequences(
@@ -187,19 +205,29 @@ def pool_sequences(
     return (padded * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
 
 
-class MlmSuiteLMHead(nn.Module):
-    """Transform (dense + activation + LayerNorm, to the embeddings' width) and a decoder tied to the word embeddings."""
+class MlmSuiteTransform(nn.Module):
+    """Dense (``hidden_size`` → ``width``) + ``activation`` + LayerNorm on each token's state: the MLM head's transform,
+    and with ``config.token_head_transform`` what the token-classification and QA heads put before their classifier."""
 
-    def __init__(self, config: MlmSuiteConfig):
+    def __init__(self, config: MlmSuiteConfig, width: int, activation: str):
         super().__init__()
-        width = config.embedding_width
         self.dense = nn.Linear(config.hidden_size, width, bias=config.use_bias)
-        self.activation = ACT2FN[config.hidden_act]
+        self.activation = ACT2FN[activation]
         self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps, bias=config.use_bias)
-        self.decoder = nn.Linear(width, config.vocab_size, bias=True)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.norm(self.activation(self.dense(hidden))))
+        return self.norm(self.activation(self.dense(hidden)))
+
+
+class MlmSuiteLMHead(MlmSuiteTransform):
+    """Transform (``hidden_act``, to the embeddings' width) and a decoder tied to the word embeddings."""
+
+    def __init__(self, config: MlmSuiteConfig):
+        super().__init__(config, config.embedding_width, config.hidden_act)
+        self.decoder = nn.Linear(config.embedding_width, config.vocab_size, bias=True)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.decoder(super().forward(hidden))
 
 
 # --------------------------------------------------------------------------------------------
@@ -408,7 +436,7 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
         super().__init__(config)
         config.check_sizes()
         self.embeddings = MlmSuiteEmbeddings(config)
-        self.layers = nn.ModuleList(MlmSuiteLayer(config) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(MlmSuiteLayer(config, index) for index in range(config.num_hidden_layers))
         if config.norm_position == "pre":
             self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps, bias=config.use_bias)
         self.pooler = MlmSuitePooler(config) if add_pooling_layer else None
@@ -484,10 +512,11 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
             shape, reference.device, attention_mask, position_ids, document_ids, cu_seq_lens_q, max_length_q
         )
         hidden = self.embeddings(layout, input_ids, token_type_ids, inputs_embeds)  # (total, hidden)
-        rotary = None
+        rotary = {}  # RoPE base → its tables (full-attention and sliding-window layers may differ)
         if self.config.position_embedding_type == "rotary":
             head_size = self.config.hidden_size // self.config.num_attention_heads
-            rotary = rotary_tables(layout.positions, head_size, self.config.rope_theta, hidden.dtype)
+            for theta in {layer.attention.rope_theta for layer in self.layers}:
+                rotary[theta] = rotary_tables(layout.positions, head_size, theta, hidden.dtype)
         all_hidden = [] if output_hidden_states else None
         all_attentions = [] if output_attentions else None
 
@@ -505,7 +534,8 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
         if output_hidden_states and self.layers:
             hidden = record(hidden)
         for index, layer in enumerate(self.layers):
-            hidden, weights = layer(hidden, layout, rotary, output_attentions, selected if index == last else None)
+            tables = rotary.get(layer.attention.rope_theta)
+            hidden, weights = layer(hidden, layout, tables, output_attentions, selected if index == last else None)
             if output_hidden_states and index < last:
                 hidden = record(hidden)
             if output_attentions:
@@ -903,7 +933,8 @@ def _class_weight_tensor(config: MlmSuiteConfig, logits: torch.Tensor) -> torch.
 
 
 class MlmSuiteForTokenClassification(MlmSuitePreTrainedModel):
-    """A label per token (NER, POS), optionally decoded by a constrained CRF (``config.use_crf``).
+    """A label per token (NER, POS), optionally decoded by a constrained CRF (``config.use_crf``); with
+    ``config.token_head_transform`` each token's state goes through dense, activation and LayerNorm first.
 
     With a CRF the loss is its negative log-likelihood over the labelled positions (labels ≠ -100,
     normally the first piece of each word) and ``logits`` stay the per-token emission scores;
@@ -914,6 +945,8 @@ class MlmSuiteForTokenClassification(MlmSuitePreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.encoder = MlmSuiteModel(config, add_pooling_layer=False)
+        if config.token_head_transform:
+            self.transform = MlmSuiteTransform(config, config.hidden_size, config.classifier_activation)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
@@ -944,7 +977,10 @@ class MlmSuiteForTokenClassification(MlmSuitePreTrainedModel):
             document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
             output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
         )
-        logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (batch, seq, num_labels)
+        hidden = outputs.last_hidden_state
+        if hasattr(self, "transform"):
+            hidden = self.transform(hidden)
+        logits = self.classifier(self.dropout(hidden))  # (batch, seq, num_labels)
         loss = None
         if labels is not None:
             _check_labels(labels, logits.shape[:2], "token labels")
@@ -980,11 +1016,14 @@ class MlmSuiteForTokenClassification(MlmSuitePreTrainedModel):
 
 class MlmSuiteForQuestionAnswering(MlmSuitePreTrainedModel):
     """Extractive QA: start and end logits per token (``config.qa_dropout`` drops out the token states first, as
-    DistilBERT does)."""
+    DistilBERT does; ``config.token_head_transform`` puts dense, activation and LayerNorm before that, as ModernBERT
+    does)."""
 
     def __init__(self, config: MlmSuiteConfig):
         super().__init__(config)
         self.encoder = MlmSuiteModel(config, add_pooling_layer=False)
+        if config.token_head_transform:
+            self.transform = MlmSuiteTransform(config, config.hidden_size, config.classifier_activation)
         if config.qa_dropout:
             self.dropout = nn.Dropout(config.qa_dropout)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
@@ -1011,6 +1050,8 @@ class MlmSuiteForQuestionAnswering(MlmSuitePreTrainedModel):
             output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
         )
         hidden = outputs.last_hidden_state
+        if hasattr(self, "transform"):
+            hidden = self.transform(hidden)
         if hasattr(self, "dropout"):
             hidden = self.dropout(hidden)
         logits = self.qa_outputs(hidden).float()  # (batch, seq, 2)

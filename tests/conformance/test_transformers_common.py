@@ -30,6 +30,7 @@ from mlm_suite import (
     MlmSuiteModel,
 )
 from tests.conformance.transformers_sources import load
+from tests.helpers import ARCHITECTURES
 
 modeling_common, configuration_common = load()
 ids_tensor = modeling_common.ids_tensor
@@ -179,6 +180,15 @@ class MlmSuiteModernRecipeTest(MlmSuiteModelTest):
 
     def setUp(self):
         self.model_tester = MlmSuiteModelTester(self, norm_position="pre", position_embedding_type="rotary")
+        self.config_tester = configuration_common.ConfigTester(self, config_class=MlmSuiteConfig, hidden_size=37)
+
+
+class MlmSuiteModernBertOptionsTest(MlmSuiteModelTest):
+    """The same common tests with ModernBERT's options: a sliding-window layer whose window (2 tokens either side) is
+    shorter than the inputs and a full one, a RoPE base each, no first attention norm, its gated MLP and heads."""
+
+    def setUp(self):
+        self.model_tester = MlmSuiteModelTester(self, **ARCHITECTURES["modernbert"])
         self.config_tester = configuration_common.ConfigTester(self, config_class=MlmSuiteConfig, hidden_size=37)
 
 

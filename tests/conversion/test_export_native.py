@@ -20,17 +20,22 @@ from transformers import AutoModel, AutoTokenizer, RobertaConfig, RobertaForMask
 import mlm_suite
 from mlm_suite import convert_checkpoint, export_native_checkpoint
 from mlm_suite.errors import UsageError
-from tests.conversion.test_families import HEADS, differences, native_model, outputs, padded_batch
+from tests.conversion.test_families import native_model
 from tests.helpers import (
     BERT_ARCHITECTURE,
     NATIVE_BERT,
     NATIVE_FAMILIES,
+    NATIVE_HEADS,
     WORDS,
     assert_one_line_error,
     label_maps,
     make_documents,
+    make_native_model,
     make_random_batch,
     make_tiny_config,
+    native_batch,
+    native_outputs,
+    output_differences,
     pretrain_argv,
     printed_lines,
     run_cli,
@@ -39,10 +44,10 @@ from tests.helpers import (
 )
 
 PREFIXES = {"bert": NATIVE_BERT[0], **{family: prefix for family, (prefix, _, _) in NATIVE_FAMILIES.items()}}
-NAMES = {head: names for head, (_, _, names) in HEADS.items()}
+NAMES = {head: names for head, (_, _, names) in NATIVE_HEADS.items()}
 NAMES["ForPreTraining"] = ("prediction_logits", "seq_relationship_logits")
 NAMES["ForNextSentencePrediction"] = ("logits",)
-CASES = [(family, head) for family in PREFIXES for head in HEADS]
+CASES = [(family, head) for family in PREFIXES for head in NATIVE_HEADS]
 CASES += [("bert", "ForPreTraining"), ("bert", "ForNextSentencePrediction"), ("electra", "ForPreTraining")]
 AUTO_CLASSES = {
     "Model": "AutoModel",
@@ -71,7 +76,7 @@ def load_native(folder, head: str):
 
 def assert_same_outputs(ours, theirs, batch: dict, names: tuple[str, ...]) -> float:
     """The largest difference of the logits and every layer's hidden states at the real positions: at most 1e-5."""
-    found = differences(outputs(ours, batch, names), outputs(theirs, batch, names), batch["attention_mask"].bool())
+    found = output_differences(native_outputs(ours, batch, names), native_outputs(theirs, batch, names), batch["attention_mask"].bool())
     assert len([name for name in found if name.startswith("hidden_")]) == 3 and max(found.values()) <= 1e-5, found
     return max(found.values())
 
@@ -99,7 +104,7 @@ def test_a_converted_folder_exports_back_to_its_class_weights_and_outputs(family
     labels = [(model.config.id2label, model.config.problem_type) for model in (exported, native)]
     assert labels[0] == labels[1]
     names = NAMES[head] if reference is native else ()
-    assert_same_outputs(exported, reference, padded_batch(native.config.pad_token_id), names)
+    assert_same_outputs(exported, reference, native_batch(native.config.pad_token_id), names)
 
 
 # mlm_suite's heads of BERT's options and the Auto class of the Bert* class each exports to
@@ -170,7 +175,7 @@ def test_a_folder_that_names_no_family_goes_to_the_first_that_computes_it(family
     export_native_checkpoint(tmp_path / "ours", tmp_path / "exported")
     exported = load_native(tmp_path / "exported", "ForSequenceClassification")
     assert type(exported).__name__ == PREFIXES[family] + "ForSequenceClassification"
-    assert_same_outputs(exported, native, padded_batch(native.config.pad_token_id), ("logits",))
+    assert_same_outputs(exported, native, native_batch(native.config.pad_token_id), ("logits",))
 
 
 def test_the_family_asked_for_wins(tmp_path, capsys):
@@ -182,7 +187,7 @@ def test_the_family_asked_for_wins(tmp_path, capsys):
     config = json.loads((convert_checkpoint(tmp_path / "native", ours) / "config.json").read_text())
     del config["converted_from"]
     (ours / "config.json").write_text(json.dumps(config))
-    batch = padded_batch(native.config.pad_token_id)
+    batch = native_batch(native.config.pad_token_id)
     for family, expected in ((None, "BertForMaskedLM"), ("electra", "ElectraForMaskedLM")):
         destination = tmp_path / f"as-{family}"
         argv = ["export-native", str(ours), str(destination)] + (["--family", family] if family else [])
@@ -256,3 +261,17 @@ def test_a_native_folder_and_a_used_output_folder_are_refused(tmp_path, capsys):
     assert status == 2 and "--overwrite_output_dir" in err
     status, _, _ = run_cli(["export-native", str(source), str(tmp_path / "used"), "--overwrite_output_dir"], capsys)
     assert status == 0 and type(AutoModel.from_pretrained(tmp_path / "used")).__name__ == "BertModel"
+
+
+def test_a_converted_modernbert_folder_is_refused_in_one_line(tmp_path, capsys):
+    """export-native does not write ModernBERT folders yet: the family the folder names is refused, and no other
+    family computes its sliding-window, pre-norm, gated layers."""
+    native = make_native_model("modernbert", "ForMaskedLM")
+    native.save_pretrained(tmp_path / "native")
+    convert_checkpoint(tmp_path / "native", tmp_path / "converted")
+    status, _, err = run_cli(["export-native", str(tmp_path / "converted"), str(tmp_path / "out")], capsys)
+    assert status == 2 and not (tmp_path / "out").exists()
+    assert_one_line_error(err, "export-native", "'modernbert', is none that export-native writes")
+    status, _, err = run_cli(["export-native", str(tmp_path / "converted"), str(tmp_path / "out"), "--family", "bert"],
+                             capsys)
+    assert status == 2 and not (tmp_path / "out").exists() and "layer_types" in err

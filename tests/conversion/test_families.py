@@ -20,109 +20,61 @@ from mlm_suite.data.flattening import flatten_batch
 from mlm_suite.errors import UsageError
 from tests.helpers import (
     NATIVE_FAMILIES,
+    NATIVE_HEADS,
     WORDS,
+    assert_labels_and_loss_come_along,
     assert_one_line_error,
-    label_maps,
+    converted_folder,
     make_native_model,
+    native_batch,
+    native_outputs,
+    output_differences,
     printed_lines,
     run_cli,
     train_byte_level_bpe,
 )
 
-VOCAB = NATIVE_FAMILIES["roberta"][2]["vocab_size"]
-TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
-HEADS = {
-    # head: (config overrides, mlm_suite class, outputs compared)
-    "Model": ({}, "MlmSuiteModel", ("last_hidden_state", "pooler_output")),
-    "ForMaskedLM": ({}, "MlmSuiteForMaskedLM", ("logits",)),
-    "ForSequenceClassification": (
-        {"problem_type": "single_label_classification", **label_maps(["negative", "neutral", "positive"])},
-        "MlmSuiteForSequenceClassification", ("logits",),
-    ),
-    "ForTokenClassification": (label_maps(TAGS), "MlmSuiteForTokenClassification", ("logits",)),
-    "ForQuestionAnswering": ({}, "MlmSuiteForQuestionAnswering", ("start_logits", "end_logits")),
-}
-CASES = [(family, head) for family in NATIVE_FAMILIES for head in HEADS] + [("electra", "ForPreTraining")]
-LENGTHS = (9, 4, 7, 2)
+CASES = [(family, head) for family in NATIVE_FAMILIES for head in NATIVE_HEADS] + [("electra", "ForPreTraining")]
 
 
 def native_model(family: str, head: str, **overrides):
     """A random model of transformers' class for ``family`` and ``head``, with that head's labels."""
-    return make_native_model(family, head, **{**(HEADS[head][0] if head in HEADS else {}), **overrides})
-
-
-def padded_batch(pad_token_id: int, left: bool = False, seed: int = 3) -> dict[str, torch.Tensor]:
-    """Rows of :data:`LENGTHS` tokens (ids that are no special token), padded with ``pad_token_id``."""
-    generator = torch.Generator().manual_seed(seed)
-    seq_len = max(LENGTHS)
-    input_ids = torch.randint(3, VOCAB, (len(LENGTHS), seq_len), generator=generator)
-    attention_mask = torch.zeros_like(input_ids)
-    for row, length in enumerate(LENGTHS):
-        attention_mask[row, seq_len - length :] = 1 if left else 0
-        attention_mask[row, :length] = 0 if left else 1
-    return {"input_ids": input_ids.masked_fill(attention_mask == 0, pad_token_id), "attention_mask": attention_mask}
-
-
-def outputs(model, batch: dict, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
-    with torch.no_grad():
-        result = model(**batch, output_hidden_states=True)
-    found = {f"hidden_{index}": state for index, state in enumerate(result.hidden_states)}
-    found.update({name: result[name] for name in names if result.get(name) is not None})
-    return found
-
-
-def differences(ours: dict, theirs: dict, real: torch.Tensor, flattened: bool = False) -> dict[str, float]:
-    """Largest absolute difference per output, at the real positions: a per-token output of ours is ``(1, total,
-    ...)`` when ``flattened`` (the real tokens of the padded batch, in order), else ``(batch, seq, ...)``."""
-    assert ours.keys() == theirs.keys()
-    found = {}
-    for name, expected in theirs.items():
-        got = ours[name]
-        if expected.shape[:2] == real.shape:  # per token
-            expected, got = expected[real], (got[0] if flattened else got[real])
-        found[name] = (got - expected).abs().max().item()
-    return found
-
-
-def converted(native, tmp_path):
-    native.save_pretrained(tmp_path / "native")
-    destination = convert_checkpoint(tmp_path / "native", tmp_path / "ours")
-    return destination, json.loads((destination / "config.json").read_text())
+    return make_native_model(family, head, **{**(NATIVE_HEADS[head][0] if head in NATIVE_HEADS else {}), **overrides})
 
 
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
 @pytest.mark.parametrize("family, head", CASES)
 def test_converted_outputs_equal_transformers_padded_and_flattened(family, head, attention, tmp_path):
     native = native_model(family, head)
-    destination, config = converted(native, tmp_path)
-    ours_class = "MlmSuiteModel" if head == "ForPreTraining" else HEADS[head][1]
+    destination, config = converted_folder(native, tmp_path)
+    ours_class = "MlmSuiteModel" if head == "ForPreTraining" else NATIVE_HEADS[head][1]
     assert config["architectures"] == [ours_class] and config["model_type"] == "mlm_suite"
     pooler = {"add_pooling_layer": getattr(native, "pooler", None) is not None} if ours_class == "MlmSuiteModel" else {}
     ours = getattr(mlm_suite, ours_class).from_pretrained(destination, **pooler).eval()
     native.set_attn_implementation(attention)
     ours.set_attn_implementation(attention)
-    names = HEADS[head][2] if head in HEADS else ()  # the discriminator: its encoder's hidden states
+    names = NATIVE_HEADS[head][2] if head in NATIVE_HEADS else ()  # the discriminator: its encoder's hidden states
 
-    batch = padded_batch(native.config.pad_token_id)
+    batch = native_batch(native.config.pad_token_id)
     real = batch["attention_mask"].bool()
-    theirs = outputs(native, batch, names)
+    theirs = native_outputs(native, batch, names)
     assert len([name for name in theirs if name.startswith("hidden_")]) == 3  # the embeddings' and 2 layers'
-    padded = differences(outputs(ours, batch, names), theirs, real)
+    padded = output_differences(native_outputs(ours, batch, names), theirs, real)
     flat_batch = flatten_batch(batch, masked_lm_positions=False)
-    flattened = differences(outputs(ours, flat_batch, names), theirs, real, flattened=True)
+    flattened = output_differences(native_outputs(ours, flat_batch, names), theirs, real, flattened=True)
     for layout, found in (("padded", padded), ("flattened", flattened)):
         assert max(found.values()) <= 1e-5, (layout, found)
 
 
 @pytest.mark.parametrize("family", ["roberta", "xlm-roberta"])
-def test_roberta_positions_count_real_tokens_in_a_left_padded_batch(family, tmp_path):
+def test_roberta_positions_count_real_tokens_in_a_left_native_batch(family, tmp_path):
     """RoBERTa numbers the non-pad tokens: a left-padded row starts at its first real token, as it does converted."""
     native = native_model(family, "ForMaskedLM")
-    destination, config = converted(native, tmp_path)
+    destination, config = converted_folder(native, tmp_path)
     assert (config["positions_count"], config["max_position_embeddings"]) == ("real_tokens", 40 - 2)
     ours = mlm_suite.MlmSuiteForMaskedLM.from_pretrained(destination).eval()
-    batch = padded_batch(native.config.pad_token_id, left=True)
-    found = differences(outputs(ours, batch, ("logits",)), outputs(native, batch, ("logits",)), batch["attention_mask"].bool())
+    batch = native_batch(native.config.pad_token_id, left=True)
+    found = output_differences(native_outputs(ours, batch, ("logits",)), native_outputs(native, batch, ("logits",)), batch["attention_mask"].bool())
     assert max(found.values()) <= 1e-5, found
 
 
@@ -136,31 +88,17 @@ def test_an_untied_head_converts_the_bias_its_forward_adds(family, tmp_path):
     with torch.no_grad():
         head.decoder.bias.normal_()
     assert not torch.equal(head.decoder.bias, head.bias)
-    destination, _ = converted(native, tmp_path)
+    destination, _ = converted_folder(native, tmp_path)
     ours = mlm_suite.MlmSuiteForMaskedLM.from_pretrained(destination).eval()
-    batch = padded_batch(native.config.pad_token_id)
-    found = differences(outputs(ours, batch, ("logits",)), outputs(native, batch, ("logits",)), batch["attention_mask"].bool())
+    batch = native_batch(native.config.pad_token_id)
+    found = output_differences(native_outputs(ours, batch, ("logits",)), native_outputs(native, batch, ("logits",)), batch["attention_mask"].bool())
     assert max(found.values()) <= 1e-5, found
 
 
 @pytest.mark.parametrize("family", NATIVE_FAMILIES)
 @pytest.mark.parametrize("head", ["ForSequenceClassification", "ForTokenClassification"])
 def test_labels_problem_type_and_loss_come_along(family, head, tmp_path):
-    native = native_model(family, head)
-    destination, config = converted(native, tmp_path)
-    assert config.get("problem_type") == native.config.problem_type
-    ours = getattr(mlm_suite, HEADS[head][1]).from_pretrained(destination).eval()
-    assert ours.config.id2label == native.config.id2label and ours.config.label2id == native.config.label2id
-    batch = padded_batch(native.config.pad_token_id)
-    generator = torch.Generator().manual_seed(5)
-    if head == "ForSequenceClassification":
-        labels = torch.randint(0, 3, (len(LENGTHS),), generator=generator)
-    else:
-        labels = torch.randint(0, len(TAGS), batch["input_ids"].shape, generator=generator)
-        labels = labels.masked_fill(batch["attention_mask"] == 0, -100)
-    with torch.no_grad():
-        expected, loss = native(**batch, labels=labels).loss, ours(**batch, labels=labels).loss
-    torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
+    assert_labels_and_loss_come_along(native_model(family, head), head, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -180,24 +118,24 @@ def test_each_family_s_dropouts_and_activations_are_carried(family, head, expect
     sizes = {name: value for name, value in settings.items() if "dropout" not in name}  # the family's own dropouts
     torch.manual_seed(0)
     native = getattr(transformers, prefix + head)(getattr(transformers, config_class)(**sizes))
-    _, config = converted(native, tmp_path)
+    _, config = converted_folder(native, tmp_path)
     assert {name: config.get(name) for name in expected} == expected
 
 
 def test_electra_without_a_projection_converts_to_hidden_size_embeddings(tmp_path):
     native = native_model("electra", "ForMaskedLM", embedding_size=32)
-    destination, config = converted(native, tmp_path)
+    destination, config = converted_folder(native, tmp_path)
     assert "embedding_size" not in config
     ours = mlm_suite.MlmSuiteForMaskedLM.from_pretrained(destination).eval()
     assert not hasattr(ours.encoder.embeddings, "project")
-    batch = padded_batch(0)
-    found = differences(outputs(ours, batch, ("logits",)), outputs(native, batch, ("logits",)), batch["attention_mask"].bool())
+    batch = native_batch(0)
+    found = output_differences(native_outputs(ours, batch, ("logits",)), native_outputs(native, batch, ("logits",)), batch["attention_mask"].bool())
     assert max(found.values()) <= 1e-5, found
 
 
 def test_electra_discriminator_head_is_left_out_with_a_line(tmp_path, capsys):
     native = native_model("electra", "ForPreTraining")
-    converted(native, tmp_path)
+    converted_folder(native, tmp_path)
     lines = printed_lines(capsys.readouterr().err)
     assert len(lines) == 1 and lines[0].startswith(f"mlm_suite: converting {tmp_path / 'native'}: ELECTRA's "
                                                    "discriminator_predictions (discriminator_predictions.dense.bias")
@@ -271,5 +209,5 @@ def test_cli_converts_every_family_and_refuses_with_exit_2(tmp_path, capsys):
 
 def test_a_converted_folder_loads_with_the_auto_classes_as_its_head(tmp_path):
     native = native_model("electra", "ForPreTraining")
-    destination, _ = converted(native, tmp_path)
+    destination, _ = converted_folder(native, tmp_path)
     assert type(transformers.AutoModel.from_pretrained(destination)) is MlmSuiteModel

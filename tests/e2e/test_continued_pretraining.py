@@ -3,7 +3,7 @@
 The checkpoints are tiny random models on the MiniLM (bert-base-uncased) vocabulary, saved with its
 tokenizer: a headless HF ``BertModel`` (the shape of all-MiniLM-L6-v2, which ships without an MLM head)
 and an mlm_suite ``MlmSuiteForMaskedLM``; and native masked-LM folders of the other families mlm_suite converts
-(RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA's generator) with a byte-level BPE tokenizer (issue 47).
+(RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA's generator, ModernBERT) with a byte-level BPE tokenizer (issue 47).
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def native_masked_lm(family: str, tokenizer, folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("family", ["roberta", "xlm-roberta", "distilbert", "electra"])
+@pytest.mark.parametrize("family", ["roberta", "xlm-roberta", "distilbert", "electra", "modernbert"])
 def test_a_native_folder_of_another_family_continues_from_its_converted_weights(family, byte_level_bpe, corpus,
                                                                                  tmp_path, capsys):
     """``--model_name_or_path`` a native masked-LM folder: converted on the fly, it trains with its BPE tokenizer
@@ -189,7 +189,8 @@ def test_a_native_folder_of_another_family_continues_from_its_converted_weights(
     converted = convert_checkpoint(source, tmp_path / "converted")
     output_dir = tmp_path / "unchanged"
     assert main(continued_args(output_dir, source, corpus, "--max_steps", "1", "--learning_rate", "0")) == 0
-    name = {"xlm-roberta": "XLM-RoBERTa", "distilbert": "DistilBERT", "electra": "ELECTRA"}.get(family, "RoBERTa")
+    name = {"xlm-roberta": "XLM-RoBERTa", "distilbert": "DistilBERT", "electra": "ELECTRA",
+            "modernbert": "ModernBERT"}.get(family, "RoBERTa")
     assert f"converting the {name} checkpoint {source} to mlm_suite" in capsys.readouterr().err
     before, after = load_file(converted / "model.safetensors"), load_file(output_dir / "model.safetensors")
     assert before.keys() == after.keys() and all(torch.equal(before[key], after[key]) for key in before)

@@ -1,5 +1,5 @@
 """The attention backend choice (``attention.attention_backend``) and, where a GPU is present, the varlen kernel
-against the dense grid and HF BERT (CI has none)."""
+against the dense grid (also in sliding-window layers) and HF BERT (CI has none)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 from mlm_suite import MlmSuiteModel
 from mlm_suite.data.flattening import flatten_batch
 from mlm_suite.model import attention
+from mlm_suite.model.layout import SequenceLayout
 from tests.helpers import LAYOUT_VOCAB, layout_config, padded_batch
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -29,6 +30,11 @@ def test_varlen_is_chosen_only_where_it_applies(monkeypatch):
     assert choose("sdpa", cuda_bf16, layout, 0.0, True) == "eager"  # attention weights
     assert choose("eager", cuda_bf16, layout, 0.0, False) == "eager"
     assert choose("sdpa", cuda_bf16, SimpleNamespace(cu_seqlens=None), 0.0, False) == "sdpa"  # traced dense layout
+    monkeypatch.setattr(attention, "VARLEN_WINDOWS", True)
+    assert choose("sdpa", cuda_bf16, layout, 0.0, False, window=2) == "varlen"  # a sliding-window layer
+    monkeypatch.setattr(attention, "VARLEN_WINDOWS", False)  # a varlen_attn without window_size
+    assert choose("sdpa", cuda_bf16, layout, 0.0, False, window=2) == "sdpa"
+    assert choose("sdpa", cuda_bf16, layout, 0.0, False) == "varlen"
     monkeypatch.setattr(attention, "varlen_attn", None)  # torch < 2.10
     assert choose("sdpa", cuda_bf16, layout, 0.0, False) == "sdpa"
 
@@ -62,6 +68,30 @@ def test_cuda_varlen_equals_the_grid_in_bf16_and_hf_bert_in_fp32():
     torch.testing.assert_close(varlen_padded, grid, atol=5e-2, rtol=5e-2)
     torch.testing.assert_close(varlen_flat, grid, atol=5e-2, rtol=5e-2)
     torch.testing.assert_close(grid, reference, atol=1e-1, rtol=1e-1)
+
+
+@cuda
+def test_cuda_varlen_sliding_window_sees_what_the_grid_s_window_mask_lets_through():
+    """varlen_attn's window_size (inclusive bounds either side) against the grid's mask, on sharp random attention
+    where the window changes the result far beyond bf16's tolerance."""
+    assert attention.VARLEN_WINDOWS, "this torch's varlen_attn has no window_size: sliding layers run on the grid"
+    config = layout_config("modernbert")
+    config._attn_implementation = "sdpa"
+    layer = attention.MlmSuiteSelfAttention(config, 0).cuda().eval()  # layer 0: sliding, 2 tokens either side
+    lengths = torch.tensor([11, 6, 9, 3])
+    cu_seqlens = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32).cuda()
+    layout = SequenceLayout.from_offsets((1, int(lengths.sum())), cu_seqlens, int(lengths.max()))
+    generator = torch.Generator("cuda").manual_seed(0)
+    qkv = 3 * torch.randn(int(lengths.sum()), 3, layer.num_heads, layer.head_size, device="cuda", generator=generator)
+    qkv = qkv.bfloat16()
+    assert attention.attention_backend(config._attn_implementation, qkv, layout, 0.0, False, layer.window) == "varlen"
+    varlen = attention.self_attention(layer, qkv, layout, 0.0, False)[0].float()
+    config._attn_implementation = "eager"
+    grid = attention.self_attention(layer, qkv, layout, 0.0, False)[0].float()
+    layer.window = None
+    full = attention.self_attention(layer, qkv, layout, 0.0, False)[0].float()
+    torch.testing.assert_close(varlen, grid, atol=2e-2, rtol=2e-2)
+    assert (grid - full).abs().max() > 0.2
 
 
 @cuda

@@ -7,13 +7,20 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
 
-from tests.helpers import make_random_batch, make_tiny_config
-from mlm_suite import MlmSuiteConfig, MlmSuiteModel
-from mlm_suite.model.modeling_mlm_suite import MlmSuiteSelfAttention, SequenceLayout
+from tests.helpers import ARCHITECTURES, make_random_batch, make_tiny_config
+from mlm_suite import (
+    MlmSuiteConfig,
+    MlmSuiteForQuestionAnswering,
+    MlmSuiteForSequenceClassification,
+    MlmSuiteForTokenClassification,
+    MlmSuiteModel,
+)
+from mlm_suite.model.modeling_mlm_suite import MlmSuiteFeedForward, MlmSuiteSelfAttention, SequenceLayout
 
 VARIANTS = {
     "bert": {},
@@ -25,6 +32,8 @@ VARIANTS = {
     # The options of the other families (RoBERTa, ELECTRA, DistilBERT).
     "families": {"embedding_size": 16, "positions_count": "real_tokens", "classifier_activation": "gelu",
                  "attention_output_dropout": 0.0, "pooler_dropout": 0.1},
+    # ModernBERT's: a sliding-window layer (2 tokens either side) and a full one, a RoPE base each, and the rest.
+    "modernbert": ARCHITECTURES["modernbert"],
 }
 
 
@@ -94,9 +103,12 @@ def test_family_options_reach_config_json_only_when_set(tmp_path):
     MlmSuiteConfig().save_pretrained(tmp_path / "bert")
     assert not set(FAMILY_OPTIONS) & set(json.loads((tmp_path / "bert" / "config.json").read_text()))
     options = {"positions_count": "real_tokens", "embedding_size": 16, "attention_output_dropout": 0.0,
-               "classifier_activation": "relu", "pooler_dropout": 0.2, "qa_dropout": 0.1}
+               "classifier_activation": "relu", "pooler_dropout": 0.2, "qa_dropout": 0.1,
+               "layer_types": ["full_attention", "sliding_attention"] * 6, "local_attention": 8,
+               "local_rope_theta": 500.0, "first_attention_norm": False, "ffn_inner_dropout": 0.1,
+               "ffn_output_dropout": 0.0, "pooler_norm": True, "token_head_transform": True}
     assert options.keys() == FAMILY_OPTIONS.keys()
-    MlmSuiteConfig(**options).save_pretrained(tmp_path / "families")
+    MlmSuiteConfig(norm_position="pre", **options).save_pretrained(tmp_path / "families")
     reloaded = MlmSuiteConfig.from_pretrained(tmp_path / "families")
     assert {name: getattr(reloaded, name) for name in options} == options
 
@@ -210,7 +222,7 @@ def assert_documents_match_alone(model, out, atol=1e-5):
             torch.testing.assert_close(p[row, start:end], a[0], atol=atol, rtol=0, msg=f"doc {doc} layer {layer}")
 
 
-@pytest.mark.parametrize("variant", ["bert", "rotary", "pre_norm"])
+@pytest.mark.parametrize("variant", ["bert", "rotary", "pre_norm", "modernbert"])
 def test_packed_rows_with_restarting_position_ids(variant):
     model = build_model(**VARIANTS[variant])
     ids, positions, _ = packed_inputs()
@@ -219,7 +231,7 @@ def test_packed_rows_with_restarting_position_ids(variant):
     assert torch.all(out.last_hidden_state[ids == 0] == 0)
 
 
-@pytest.mark.parametrize("variant", ["bert", "rotary"])
+@pytest.mark.parametrize("variant", ["bert", "rotary", "modernbert"])
 def test_packed_rows_with_document_ids(variant):
     model = build_model(**VARIANTS[variant])
     ids, _, document_ids = packed_inputs()
@@ -311,6 +323,117 @@ def test_textbook_attention_arithmetic():
     torch.testing.assert_close(weights[0, 0, 0], torch.tensor([0.4711, 0.2645, 0.2645]), atol=1e-4, rtol=0)
     # with V = I and W_O = I the context of "cat" is its weight vector
     torch.testing.assert_close(context[1], weights[0, 0, 1], atol=1e-6, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# ModernBERT's options: sliding-window layers, a RoPE base per layer type, its norms, dropouts and heads
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_a_sliding_window_layer_attends_within_its_window_only(packed):
+    """``local_attention=4``: each query of a sliding-window layer sees the keys at most 2 positions away in its own
+    sequence (or packed document); a full-attention layer sees the whole sequence."""
+    model = build_model(attn="eager", **VARIANTS["modernbert"])  # layer 0 sliding, layer 1 full
+    if packed:
+        ids, positions, _ = packed_inputs()
+        spans = DOC_SPANS
+        inputs = {"input_ids": ids, "attention_mask": (ids > 0).long(), "position_ids": positions}
+    else:
+        inputs = make_random_batch(lengths=(9, 4, 7), pairs=False)
+        spans = [(row, 0, length) for row, length in enumerate((9, 4, 7))]
+    with torch.no_grad():
+        sliding, full = model(**inputs, output_attentions=True).attentions
+    same = torch.zeros(sliding.shape[0], sliding.shape[2], sliding.shape[3], dtype=torch.bool)
+    for row, start, end in spans:
+        same[row, start:end, start:end] = True
+    columns = torch.arange(sliding.shape[2])
+    near = (columns[:, None] - columns[None, :]).abs() <= 2
+    for weights, visible in ((sliding, same & near), (full, same)):
+        visible = visible[:, None].expand_as(weights)
+        assert torch.all(weights[~visible] == 0) and torch.all(weights[visible] > 0)
+
+
+def test_local_rope_theta_sets_the_rope_base_of_the_sliding_layers_only():
+    batch = make_random_batch(lengths=(9, 4, 7), pairs=False)
+    sliding = {**VARIANTS["modernbert"], "local_rope_theta": None}
+    base = run(build_model(**sliding), **batch).last_hidden_state
+    same_base = run(build_model(**{**sliding, "local_rope_theta": 10000.0}), **batch).last_hidden_state
+    assert torch.equal(base, same_base)  # rope_theta's default: what leaving it unset gives
+    other = run(build_model(**{**sliding, "local_rope_theta": 10.0}), **batch).last_hidden_state
+    assert (other - base).abs().max() > 1e-5  # beyond float noise: base and same_base are equal bit for bit
+    full = {**sliding, "layer_types": ["full_attention"] * 2}
+    torch.testing.assert_close(run(build_model(**{**full, "local_rope_theta": 10.0}), **batch).last_hidden_state,
+                               run(build_model(**full), **batch).last_hidden_state, atol=0, rtol=0)
+
+
+def test_without_a_first_attention_norm_the_first_layer_reads_the_embeddings_as_they_are():
+    model = build_model(**VARIANTS["modernbert"])
+    names = set(model.state_dict())
+    assert "layers.0.attention_norm.weight" not in names and "layers.1.attention_norm.weight" in names
+    assert isinstance(model.layers[0].attention_norm, torch.nn.Identity)
+    with pytest.raises(ValueError, match="first_attention_norm=False needs norm_position='pre'"):
+        make_tiny_config(first_attention_norm=False)
+
+
+def test_the_feed_forward_network_drops_out_inside_with_ffn_inner_dropout():
+    """ModernBERT's MLP drops out the gated activations before its output projection (``ffn_inner_dropout``), and
+    nothing after it (``ffn_output_dropout=0``, where BERT drops out with ``hidden_dropout_prob``)."""
+    config = make_tiny_config(ffn_type="geglu", ffn_inner_dropout=0.5, ffn_output_dropout=0.0, hidden_dropout_prob=0.3)
+    ffn = MlmSuiteFeedForward(config).train()
+    hidden = torch.randn(5, 32)
+    torch.manual_seed(0)
+    got = ffn(hidden)
+    gate, value = ffn.up(hidden).chunk(2, dim=-1)
+    torch.manual_seed(0)
+    torch.testing.assert_close(got, ffn.down(torch.nn.functional.dropout(ffn.activation(gate) * value, 0.5)))
+    layer = MlmSuiteModel(config).layers[0]
+    assert (layer.dropout.p, layer.attention_dropout.p) == (0.0, 0.3)
+
+
+def test_pooler_norm_and_token_head_transform_give_modernbert_s_heads():
+    """The pooler ends with a LayerNorm (``pooler_norm``); the token heads put dense, ``classifier_activation`` and
+    LayerNorm before their classifier (``token_head_transform``)."""
+    torch.manual_seed(0)
+    batch = make_random_batch(lengths=(9, 4, 7), pairs=False)
+    config = make_tiny_config(**VARIANTS["modernbert"], classifier_activation="relu", num_labels=3)
+    classifier = MlmSuiteForSequenceClassification(config).eval()
+    pooler = classifier.encoder.pooler
+    with torch.no_grad():
+        first = classifier.encoder(**batch).last_hidden_state[:, 0]
+        expected = classifier.classifier(pooler.norm(torch.relu(pooler.dense(first))))
+        torch.testing.assert_close(classifier(**batch).logits, expected)
+    for head, output in ((MlmSuiteForTokenClassification, "classifier"), (MlmSuiteForQuestionAnswering, "qa_outputs")):
+        model = head(config).eval()
+        assert {"transform.dense.weight", "transform.norm.weight"} <= set(model.state_dict())
+        with torch.no_grad():
+            states = model.encoder(**batch).last_hidden_state
+            logits = getattr(model, output)(model.transform.norm(torch.relu(model.transform.dense(states))))
+            got = model(**batch)
+        real = batch["attention_mask"].bool()
+        if head is MlmSuiteForTokenClassification:
+            torch.testing.assert_close(got.logits[real], logits[real])
+        else:
+            torch.testing.assert_close(got.start_logits[real], logits[..., 0][real])
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"layer_types": ["full_attention", "local"]}, "layer_types=['full_attention', 'local']: each entry must be"),
+        ({"layer_types": ["full_attention"] * 3}, "layer_types has 3 entries for num_hidden_layers=2"),
+        ({"layer_types": ["sliding_attention"] * 2}, "sliding_attention layers need local_attention, a whole number"),
+        ({"layer_types": ["sliding_attention"] * 2, "local_attention": 1}, "of at least 2, got 1"),
+    ],
+)
+def test_bad_layer_types_and_windows_are_named(overrides, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        MlmSuiteModel(make_tiny_config(**overrides))
+
+
+def test_layer_types_that_stop_matching_the_layers_are_named_when_a_model_is_built():
+    config = make_tiny_config(layer_types=["full_attention", "sliding_attention"], local_attention=4)
+    config.num_hidden_layers = 3
+    with pytest.raises(ValueError, match=re.escape("layer_types has 2 entries for num_hidden_layers=3")):
+        MlmSuiteModel(config)
 
 
 # ------------------------------------------------------------------------------------------------
