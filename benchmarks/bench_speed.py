@@ -8,12 +8,13 @@ synchronised and the memory column is the allocator's peak); ``--compile`` adds 
 times mlm_suite on flattened batches (``mlm_suite.data.flattening``, built before the timing as a
 data loader would), which on CUDA uses ``varlen_attn`` and needs no host synchronisation.
 
-``--families`` (all of roberta, xlm-roberta, distilbert, electra, or those named) runs, instead of the BERT
+``--families`` (all of bert, roberta, xlm-roberta, distilbert, electra, or those named) runs, instead of the BERT
 workloads, the variable-length MLM workload once per family: transformers' own masked LM of the family
 (``RobertaForMaskedLM``, ``XLMRobertaForMaskedLM``, ``DistilBertForMaskedLM``, and ``ElectraForMaskedLM``, the
 generator, whose embeddings are narrower than its hidden size) at the workload's size with random weights, saved
 and converted by ``mlm_suite.convert_checkpoint`` as a user's folder is, against that conversion on padded and
-flattened batches; it prints one row per family.
+flattened batches; it prints one row per family. BERT's row (``BertForMaskedLM``) is the BERT workload's comparison
+made the same way: a reference measured under the same load as the others.
 
 Method
 ------
@@ -134,7 +135,7 @@ class Workload:
     min_len: int = 16
     target: float | None = None  # required speed-up over HF BERT, if any
     vocab_size: int = 30522
-    family: str = "bert"  # another (a key of NATIVE_MLM): that family's HF masked LM against its conversion
+    family: str | None = None  # a key of NATIVE_MLM: that family's HF masked LM against its conversion, alone
 
 
 DEFAULT_WORKLOADS = [
@@ -286,8 +287,10 @@ def build_models(workload: Workload, seed: int = 0, modernbert: bool = True) -> 
     return models
 
 
-# The other families (--families): transformers' masked LM of each, as people name the family, with its config class.
+# The families (--families): transformers' masked LM of each, as people name the family, with its config class.
+# BERT's row is the BERT workloads' comparison made the families' way, as a reference measured in the same run.
 NATIVE_MLM = {
+    "bert": ("BERT", BertConfig, BertForMaskedLM),
     "roberta": ("RoBERTa", RobertaConfig, RobertaForMaskedLM),
     "xlm-roberta": ("XLM-R", XLMRobertaConfig, XLMRobertaForMaskedLM),
     "distilbert": ("DistilBERT", DistilBertConfig, DistilBertForMaskedLM),
@@ -300,7 +303,7 @@ ELECTRA_EMBEDDING = {"tiny": 32, "mini": 128, "base": 384}
 
 def hf_name(workload: Workload) -> str:
     """The contender the ratios are taken against: HF BERT, or the HF masked LM of the workload's family."""
-    return HF if workload.family == "bert" else f"HF {NATIVE_MLM[workload.family][0]} (sdpa)"
+    return HF if workload.family is None else f"HF {NATIVE_MLM[workload.family][0]} (sdpa)"
 
 
 def family_workloads(families: list[str], base: Workload) -> list[Workload]:
@@ -310,7 +313,7 @@ def family_workloads(families: list[str], base: Workload) -> list[Workload]:
 
 def native_mlm_config(workload: Workload) -> PretrainedConfig:
     """The family's config at BERT's sizes of ``workload.size``: dropout-free, SDPA attention, padding id PAD (so
-    RoBERTa's position table has the PAD + 1 rows before its first position too)."""
+    RoBERTa's position table has the PAD + 1 rows before its first position too), 512 positions."""
     hidden, layers, heads, intermediate = SIZES[workload.size]
     _, config_class, _ = NATIVE_MLM[workload.family]
     common = dict(vocab_size=workload.vocab_size, pad_token_id=PAD, attn_implementation="sdpa")
@@ -319,9 +322,11 @@ def native_mlm_config(workload: Workload) -> PretrainedConfig:
                             attention_dropout=0.0, max_position_embeddings=512, **common)
     sizes = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                  intermediate_size=intermediate, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **common)
+    if workload.family in ("roberta", "xlm-roberta"):
+        return config_class(type_vocab_size=1, max_position_embeddings=512 + PAD + 1, **sizes)
     if workload.family == "electra":
-        return config_class(embedding_size=ELECTRA_EMBEDDING[workload.size], max_position_embeddings=512, **sizes)
-    return config_class(type_vocab_size=1, max_position_embeddings=512 + PAD + 1, **sizes)
+        sizes["embedding_size"] = ELECTRA_EMBEDDING[workload.size]
+    return config_class(max_position_embeddings=512, **sizes)
 
 
 def build_family_models(workload: Workload, seed: int = 0) -> dict[str, torch.nn.Module]:
@@ -543,7 +548,7 @@ def run_workload(
     flattened: bool = True,
     compiled: str | None = None,
 ) -> tuple[dict, list[Result]]:
-    models = build_models(workload, seed, modernbert) if workload.family == "bert" else build_family_models(workload, seed)
+    models = build_models(workload, seed, modernbert) if workload.family is None else build_family_models(workload, seed)
     for model in models.values():
         model.to(device)
     batches = [make_batch(workload, seed * 1000 + i) for i in range(3)]
@@ -719,8 +724,8 @@ def run(
         log(markdown_table(rows).split("\n", 2)[2])
         log(f"  {workload.name}: {time.perf_counter() - start:.0f} s")
     env["load_average_end"] = os.getloadavg()
-    bert = [w for w in workloads if w.family == "bert"]
-    families = [w for w in workloads if w.family != "bert"]
+    bert = [w for w in workloads if w.family is None]
+    families = [w for w in workloads if w.family is not None]
     tables = []
     if bert:
         names = {w.name for w in bert}
