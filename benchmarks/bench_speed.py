@@ -8,6 +8,14 @@ synchronised and the memory column is the allocator's peak); ``--compile`` adds 
 times mlm_suite on flattened batches (``mlm_suite.data.flattening``, built before the timing as a
 data loader would), which on CUDA uses ``varlen_attn`` and needs no host synchronisation.
 
+``--families`` (all of bert, roberta, xlm-roberta, distilbert, electra, or those named) runs, instead of the BERT
+workloads, the variable-length MLM workload once per family: transformers' own masked LM of the family
+(``RobertaForMaskedLM``, ``XLMRobertaForMaskedLM``, ``DistilBertForMaskedLM``, and ``ElectraForMaskedLM``, the
+generator, whose embeddings are narrower than its hidden size) at the workload's size with random weights, saved
+and converted by ``mlm_suite.convert_checkpoint`` as a user's folder is, against that conversion on padded and
+flattened batches; it prints one row per family. BERT's row (``BertForMaskedLM``) is the BERT workload's comparison
+made the same way: a reference measured under the same load as the others.
+
 Method
 ------
 * **Identical work.** mlm_suite and BERT get identical weights (BERT's, mapped with
@@ -15,7 +23,8 @@ Method
   15 % BERT-style 80/10/10 masking of the real, non-special tokens). Dropout is 0 so the two compute
   the same function; before timing, the script checks that their losses (training workloads) or
   hidden states (inference) agree to 1e-4 in fp32 and aborts if they do not. ModernBERT is a
-  different architecture of matched size (see ``modernbert_config``): it is only timed.
+  different architecture of matched size (see ``modernbert_config``): it is only timed. A family's
+  masked LM and its conversion are checked the same way, and its ratios are to its own HF class.
 * **Timing.** One process; every repetition runs each contender once on the same batch, in an
   order rotated per repetition, so machine-load drift hits all contenders alike. Warm-up
   repetitions are discarded. Reported: the median over repetitions of real (non-pad) tokens per
@@ -57,9 +66,10 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 import weakref
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -69,13 +79,23 @@ from transformers import (
     BertForMaskedLM,
     BertForTokenClassification,
     BertModel,
+    DistilBertConfig,
+    DistilBertForMaskedLM,
+    ElectraConfig,
+    ElectraForMaskedLM,
     ModernBertConfig,
     ModernBertForMaskedLM,
     ModernBertForTokenClassification,
     ModernBertModel,
+    PretrainedConfig,
+    RobertaConfig,
+    RobertaForMaskedLM,
+    XLMRobertaConfig,
+    XLMRobertaForMaskedLM,
 )
 from transformers.utils import logging as hf_logging
 
+from mlm_suite.conversion import convert_checkpoint
 from mlm_suite.conversion.bert import config_from_bert, convert_bert_state_dict
 from mlm_suite.conversion.core import load_converted_weights
 from mlm_suite.data.flattening import flatten_batch
@@ -115,6 +135,7 @@ class Workload:
     min_len: int = 16
     target: float | None = None  # required speed-up over HF BERT, if any
     vocab_size: int = 30522
+    family: str | None = None  # a key of NATIVE_MLM: that family's HF masked LM against its conversion, alone
 
 
 DEFAULT_WORKLOADS = [
@@ -266,6 +287,61 @@ def build_models(workload: Workload, seed: int = 0, modernbert: bool = True) -> 
     return models
 
 
+# The families (--families): transformers' masked LM of each, as people name the family, with its config class.
+# BERT's row is the BERT workloads' comparison made the families' way, as a reference measured in the same run.
+NATIVE_MLM = {
+    "bert": ("BERT", BertConfig, BertForMaskedLM),
+    "roberta": ("RoBERTa", RobertaConfig, RobertaForMaskedLM),
+    "xlm-roberta": ("XLM-R", XLMRobertaConfig, XLMRobertaForMaskedLM),
+    "distilbert": ("DistilBERT", DistilBertConfig, DistilBertForMaskedLM),
+    "electra": ("ELECTRA", ElectraConfig, ElectraForMaskedLM),
+    # ModernBERT joins here once mlm_suite converts it (issue 47), with its sizes (modernbert_config's) in
+    # native_mlm_config and its GLU weights in parameter_counts; until then it is timed in the BERT table only.
+}
+# ELECTRA's generator-style embeddings, narrower than the hidden size and projected up (ELECTRA-small's generator:
+# 128 for 256).
+ELECTRA_EMBEDDING = {"tiny": 32, "mini": 128, "base": 384}
+
+
+def hf_name(workload: Workload) -> str:
+    """The contender the ratios are taken against: HF BERT, or the HF masked LM of the workload's family."""
+    return HF if workload.family is None else f"HF {NATIVE_MLM[workload.family][0]} (sdpa)"
+
+
+def family_workloads(families: list[str], base: Workload) -> list[Workload]:
+    """``base`` (an MLM workload) once per family, named ``<base>-<family>``."""
+    return [replace(base, name=f"{base.name}-{family}", family=family, target=None) for family in families]
+
+
+def native_mlm_config(workload: Workload) -> PretrainedConfig:
+    """The family's config at BERT's sizes of ``workload.size``: dropout-free, SDPA attention, padding id PAD (so
+    RoBERTa's position table has the PAD + 1 rows before its first position too), 512 positions."""
+    hidden, layers, heads, intermediate = SIZES[workload.size]
+    _, config_class, _ = NATIVE_MLM[workload.family]
+    common = dict(vocab_size=workload.vocab_size, pad_token_id=PAD, attn_implementation="sdpa")
+    if workload.family == "distilbert":
+        return config_class(dim=hidden, n_layers=layers, n_heads=heads, hidden_dim=intermediate, dropout=0.0,
+                            attention_dropout=0.0, max_position_embeddings=512, **common)
+    sizes = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                 intermediate_size=intermediate, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **common)
+    if workload.family in ("roberta", "xlm-roberta"):
+        return config_class(type_vocab_size=1, max_position_embeddings=512 + PAD + 1, **sizes)
+    if workload.family == "electra":
+        sizes["embedding_size"] = ELECTRA_EMBEDDING[workload.size]
+    return config_class(max_position_embeddings=512, **sizes)
+
+
+def build_family_models(workload: Workload, seed: int = 0) -> dict[str, torch.nn.Module]:
+    """The family's HF masked LM (random init) and mlm_suite's, converted from its saved folder by
+    ``convert_checkpoint`` as a user's folder is."""
+    torch.manual_seed(seed)
+    native = NATIVE_MLM[workload.family][2](native_mlm_config(workload))
+    with tempfile.TemporaryDirectory() as folder:
+        native.save_pretrained(f"{folder}/native")
+        ours = MlmSuiteForMaskedLM.from_pretrained(convert_checkpoint(f"{folder}/native", f"{folder}/mlm_suite"))
+    return {hf_name(workload): native, OURS: ours}
+
+
 def parameter_counts(workload: Workload, contender: str) -> tuple[int, int]:
     """(linear weights of the blocks, weights of the head per predicted position) for the FLOP count."""
     h, layers, _, intermediate = SIZES[workload.size]
@@ -273,7 +349,8 @@ def parameter_counts(workload: Workload, contender: str) -> tuple[int, int]:
         per_layer = 4 * h * h + 3 * h * MODERNBERT_INTERMEDIATE[workload.size]
     else:
         per_layer = 4 * h * h + 2 * h * intermediate
-    head = {"mlm": h * h + h * workload.vocab_size, "tokcls": h * NUM_TAGS, "infer": 0}[workload.task]
+    width = ELECTRA_EMBEDDING[workload.size] if workload.family == "electra" else h  # the MLM head's output width
+    head = {"mlm": h * width + width * workload.vocab_size, "tokcls": h * NUM_TAGS, "infer": 0}[workload.task]
     return layers * per_layer, head
 
 
@@ -416,11 +493,12 @@ def gemm_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5, device: str = "c
 
 
 def check_equivalence(workload: Workload, models: dict[str, torch.nn.Module], batch: Batch, device: str = "cpu") -> dict:
-    """mlm_suite vs HF BERT on the same batch in fp32: losses (training) or hidden states (inference).
+    """mlm_suite vs HF BERT (or the family's HF masked LM) on the same batch in fp32: losses (training) or hidden
+    states (inference).
 
     The flattened form of the batch must give mlm_suite the same loss or hidden states too.
     """
-    ours, hf = models[OURS], models[HF]
+    ours, hf = models[OURS], models[hf_name(workload)]
     train = workload.task != "infer"
     ours.train(train)
     hf.train(train)
@@ -454,7 +532,7 @@ class Result:
     pad_fraction: float
     step_ms: float
     tokens_per_s: float
-    vs_hf: float | None
+    vs_hf: float | None  # HF BERT's step time / this one's (median of pairs); a family's: its HF masked LM's
     vs_modernbert: float | None
     peak_mib: float | None  # None: not measured (a compiled model on CPU)
     gflops: float
@@ -472,15 +550,18 @@ def run_workload(
     flattened: bool = True,
     compiled: str | None = None,
 ) -> tuple[dict, list[Result]]:
-    models = build_models(workload, seed, modernbert)
+    if workload.family is None:
+        models = build_models(workload, seed, modernbert)
+    else:
+        models = build_family_models(workload, seed)
     for model in models.values():
         model.to(device)
     batches = [make_batch(workload, seed * 1000 + i) for i in range(3)]
     check = check_equivalence(workload, models, batches[0], device)
     status = "OK" if check["ok"] else "FAILED"
     log(
-        f"check {workload.name}: mlm_suite vs HF BERT {check['compared']} max |diff| = {check['max_abs_diff']:.2e} "
-        f"({check['detail']}) -> {status}"
+        f"check {workload.name}: mlm_suite vs {hf_name(workload)} {check['compared']} max |diff| = "
+        f"{check['max_abs_diff']:.2e} ({check['detail']}) -> {status}"
     )
     if not check["ok"]:
         return check, []
@@ -525,7 +606,7 @@ def run_workload(
                 pad_fraction=1 - sum(tokens) / padded,
                 step_ms=1000 * statistics.median(step_times),
                 tokens_per_s=statistics.median(n / t for n, t in zip(tokens, step_times)),
-                vs_hf=paired_ratio(HF),
+                vs_hf=paired_ratio(hf_name(workload)),
                 vs_modernbert=paired_ratio(MODERNBERT),
                 peak_mib=None if peak_bytes[name] is None else peak_bytes[name] / 2**20,
                 gflops=statistics.median(useful_flops(workload, name, b) / t / 1e9 for b, t in zip(used, step_times)),
@@ -580,6 +661,28 @@ def targets_table(workloads: list[Workload], results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def families_table(workloads: list[Workload], checks: list[dict], results: list[Result]) -> str:
+    """One row per family: its HF masked LM, the loss check, that model's step time and each mlm_suite contender's
+    paired ratio to it, and the peak memory of the two on padded batches."""
+    ours = [name for name in (OURS, OURS_FLAT, OURS_COMPILED) if any(r.contender == name for r in results)]
+    lines = [
+        "| family | HF class (sdpa) | loss diff | HF step ms | " + " | ".join(f"{name} × HF" for name in ours)
+        + " | peak MiB HF / mlm_suite |",
+        "|---|---|---:|---:|" + "---:|" * len(ours) + "---:|",
+    ]
+    differences = {check["workload"]: check["max_abs_diff"] for check in checks}
+    for workload in workloads:
+        rows = {r.contender: r for r in results if r.workload == workload.name}
+        label, _, model_class = NATIVE_MLM[workload.family]
+        hf = rows[hf_name(workload)]
+        ratios = " | ".join(f"{rows[name].vs_hf:.2f}" for name in ours)
+        lines.append(
+            f"| {label} | {model_class.__name__} | {differences[workload.name]:.1e} | {hf.step_ms:.0f} | {ratios} | "
+            f"{_mib(hf.peak_mib)} / {_mib(rows[OURS].peak_mib)} |"
+        )
+    return "\n".join(lines)
+
+
 def environment(peaks: dict[str, float], device: str = "cpu") -> dict:
     return {
         "torch": torch.__version__,
@@ -604,6 +707,8 @@ def run(
 ) -> dict:
     """Run the workloads; return ``{"environment", "checks", "results", "markdown"}`` (raises on a failed check).
 
+    The markdown holds the BERT tables for the BERT workloads and :func:`families_table` for the families'.
+
     ``flattened`` adds mlm_suite on flattened batches; ``compiled`` (a ``torch.compile`` backend
     name, e.g. ``"inductor"``) adds it compiled.
     """
@@ -624,7 +729,15 @@ def run(
         log(markdown_table(rows).split("\n", 2)[2])
         log(f"  {workload.name}: {time.perf_counter() - start:.0f} s")
     env["load_average_end"] = os.getloadavg()
-    markdown = markdown_table(results) + "\n\n" + targets_table(workloads, results)
+    bert = [w for w in workloads if w.family is None]
+    families = [w for w in workloads if w.family is not None]
+    tables = []
+    if bert:
+        names = {w.name for w in bert}
+        tables += [markdown_table([r for r in results if r.workload in names]), targets_table(bert, results)]
+    if families:
+        tables.append(families_table(families, checks, results))
+    markdown = "\n\n".join(tables)
     return {"environment": env, "workloads": [asdict(w) for w in workloads], "checks": checks,
             "results": [asdict(r) for r in results], "markdown": markdown}
 
@@ -639,6 +752,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="torch.set_num_threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-modernbert", action="store_true", help="time only HF BERT and mlm_suite")
+    parser.add_argument(
+        "--families", nargs="*", choices=list(NATIVE_MLM), metavar="FAMILY",
+        help="instead of the BERT workloads: each family's HF masked LM against mlm_suite's conversion of it, on the "
+        f"variable-length MLM workload (no name: all of {', '.join(NATIVE_MLM)})",
+    )
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="cuda: the GPU workloads (bf16)")
     parser.add_argument(
         "--compile", nargs="?", const="inductor", metavar="BACKEND",
@@ -648,12 +766,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", help="write the markdown tables here")
     args = parser.parse_args(argv)
     hf_logging.set_verbosity_error()  # here, not in run(): a caller's logging stays as it was
+    hf_logging.disable_progress_bar()  # saving and loading the families' folders
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device")
     defaults = CUDA_WORKLOADS if args.device == "cuda" else DEFAULT_WORKLOADS
     workloads = quick_workloads() if args.quick else list(defaults)
+    if args.families is not None:
+        if args.workloads:
+            parser.error("--families runs the variable-length MLM workload; --workloads chooses among the BERT ones")
+        base = next(w for w in workloads if w.task == "mlm" and w.lengths == "variable")
+        workloads = family_workloads(args.families or list(NATIVE_MLM), base)
     if args.workloads:
         candidates = workloads if args.quick else workloads + EXTRA_WORKLOADS + [w for w in CUDA_WORKLOADS if w not in workloads]
         exact = [w for w in candidates if w.name in args.workloads]  # a full name selects that workload alone

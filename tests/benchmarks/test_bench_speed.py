@@ -1,5 +1,6 @@
-"""Smoke test of benchmarks/bench_speed.py on a tiny configuration: the equivalence checks pass,
-a failing check aborts, the tables have the expected rows, the memory tracker counts. No timing asserts."""
+"""Smoke test of benchmarks/bench_speed.py on a tiny configuration: the equivalence checks pass (mlm_suite against HF
+BERT, and each family's conversion against its own HF masked LM, --families), a failing check aborts, the tables have
+the expected rows, the memory tracker counts. No timing asserts."""
 
 from __future__ import annotations
 
@@ -56,6 +57,40 @@ def test_compiled_contender_runs_on_flattened_batches(bench):
     rows = {r["contender"]: r for r in report["results"]}
     assert set(rows) == {bench.HF, bench.OURS, bench.OURS_FLAT, bench.OURS_COMPILED}
     assert rows[bench.OURS_COMPILED]["tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "xlm-roberta", "distilbert", "electra"])
+def test_each_family_s_conversion_gives_its_hf_masked_lm_s_loss(bench, family):
+    """--families: transformers' own masked LM of the family and mlm_suite's conversion of its saved folder give the
+    same loss on a padded and a flattened batch, checked before anything is timed."""
+    workload = bench.family_workloads([family], tiny_workloads(bench)[0])[0]
+    models = bench.build_family_models(workload)
+    hf = models[bench.hf_name(workload)]
+    assert set(models) == {bench.hf_name(workload), bench.OURS}
+    assert type(hf) is bench.NATIVE_MLM[family][2] and hf.config._attn_implementation == "sdpa"
+    assert hf.config.model_type == family
+    assert getattr(models[bench.OURS].config, "converted_from", None) == (None if family == "bert" else family)
+    if family == "electra":  # the generator: embeddings narrower than the hidden size, projected up
+        assert hf.config.embedding_size < hf.config.hidden_size
+        assert models[bench.OURS].config.embedding_size == hf.config.embedding_size
+    check = bench.check_equivalence(workload, models, bench.make_batch(workload, seed=0))
+    assert check["ok"] and check["compared"] == "loss", check
+    assert check["max_abs_diff"] <= 1e-5
+
+
+def test_families_run_prints_one_row_per_family_against_its_own_class(bench):
+    """A families run times each family's own class and its conversion (no ModernBERT) and prints a row per family."""
+    workloads = bench.family_workloads(["bert", "electra"], tiny_workloads(bench)[0])
+    report = bench.run(workloads, log=lambda message: None, gemm_size=128)
+    assert [check["workload"] for check in report["checks"]] == ["mlm-var-bert", "mlm-var-electra"]
+    rows = {(r["workload"], r["contender"]) for r in report["results"]}
+    assert rows == {(w.name, c) for w in workloads for c in (bench.hf_name(w), bench.OURS, bench.OURS_FLAT)}
+    table = report["markdown"]
+    assert "| family | HF class (sdpa) |" in table and "ModernBERT" not in table and "% GEMM peak" not in table
+    assert "| BERT | BertForMaskedLM |" in table and "| ELECTRA | ElectraForMaskedLM |" in table
+    for result in report["results"]:
+        if result["contender"].startswith("HF "):
+            assert result["vs_hf"] == pytest.approx(1.0)
 
 
 def test_failed_equivalence_check_aborts(bench, monkeypatch):
