@@ -25,7 +25,7 @@ from mlm_suite.model import (
 
 from mlm_suite.conversion.bert import BERT_CONFIG_FIELDS, check_encoder_config, convert_bert_encoder, native_bert_encoder
 from mlm_suite.conversion.core import Family, inverted, native_config_fields, native_fields, native_names
-from mlm_suite.conversion.roberta import gelu_head_fields
+from mlm_suite.conversion.roberta import CLASSIFICATION_HEAD, gelu_head_fields
 
 _PROJECTION = {
     "embeddings_project.weight": "embeddings.project.weight",
@@ -39,13 +39,7 @@ _LM_HEAD = {
     "generator_lm_head.weight": "lm_head.decoder.weight",
     "generator_lm_head.bias": "lm_head.decoder.bias",
 }
-_CLASSIFICATION_HEAD = {
-    "classifier.dense.weight": "pooler.dense.weight",  # the sequence head's dense + gelu is mlm_suite's pooler
-    "classifier.dense.bias": "pooler.dense.bias",
-    "classifier.out_proj.weight": "classifier.weight",
-    "classifier.out_proj.bias": "classifier.bias",
-}
-_RENAMES = {**_PROJECTION, **_LM_HEAD, **_CLASSIFICATION_HEAD}
+_RENAMES = {**_PROJECTION, **_LM_HEAD, **CLASSIFICATION_HEAD}
 
 
 def config_from_electra(native: dict) -> MlmSuiteConfig:
@@ -83,7 +77,7 @@ def native_electra_state_dict(
     """The way back of :func:`convert_electra_state_dict`, for the class ``model_class`` converts from."""
     encoder = native_bert_encoder(weights, config.num_hidden_layers)
     encoder = {inverted(_PROJECTION).get(name, name): tensor for name, tensor in encoder.items()}
-    return native_names(encoder, model_class, "electra", _LM_HEAD, _CLASSIFICATION_HEAD)
+    return native_names(encoder, model_class, "electra", _LM_HEAD, CLASSIFICATION_HEAD)
 
 
 ELECTRA = Family(

@@ -36,13 +36,14 @@ _LM_HEAD = {
     "lm_head.decoder.weight": "lm_head.decoder.weight",
     "lm_head.bias": "lm_head.decoder.bias",
 }
-_CLASSIFICATION_HEAD = {
-    "classifier.dense.weight": "pooler.dense.weight",  # the sequence head's dense + tanh is mlm_suite's pooler
+# RobertaClassificationHead (and ELECTRA's, the same layout with gelu): its dense + activation is mlm_suite's pooler.
+CLASSIFICATION_HEAD = {
+    "classifier.dense.weight": "pooler.dense.weight",
     "classifier.dense.bias": "pooler.dense.bias",
     "classifier.out_proj.weight": "classifier.weight",
     "classifier.out_proj.bias": "classifier.bias",
 }
-_HEAD_RENAMES = {**_LM_HEAD, **_CLASSIFICATION_HEAD}
+_HEAD_RENAMES = {**_LM_HEAD, **CLASSIFICATION_HEAD}
 
 
 def config_from_roberta(native: dict) -> MlmSuiteConfig:
@@ -121,7 +122,7 @@ def native_roberta_state_dict(
     if positions is not None:
         unread = positions.new_zeros(config.pad_token_id + 1, positions.shape[1])
         encoder["embeddings.position_embeddings.weight"] = torch.cat([unread, positions])
-    native = native_names(encoder, model_class, "roberta", _LM_HEAD, _CLASSIFICATION_HEAD)
+    native = native_names(encoder, model_class, "roberta", _LM_HEAD, CLASSIFICATION_HEAD)
     if "lm_head.bias" in native:
         native["lm_head.decoder.bias"] = native["lm_head.bias"]  # one tensor under two names
     return native
@@ -155,6 +156,7 @@ ROBERTA = _roberta_family("RoBERTa", "Roberta", "roberta")
 XLM_ROBERTA = _roberta_family("XLM-RoBERTa", "XLMRoberta", "xlm-roberta")
 
 __all__ = [
+    "CLASSIFICATION_HEAD",
     "ROBERTA",
     "XLM_ROBERTA",
     "config_from_roberta",
