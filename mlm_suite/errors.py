@@ -27,8 +27,11 @@ from __future__ import annotations
 import errno
 import os
 import re
+import secrets
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 DEBUG_ENVIRONMENT_VARIABLE = "MLM_SUITE_DEBUG"
 
@@ -99,6 +102,31 @@ def writing(path: str | os.PathLike) -> Iterator[None]:
         raise failure from error
 
 
+@contextmanager
+def staging_folder(parent: str | os.PathLike, prefix: str) -> Iterator[Path]:
+    """A new empty folder ``parent/<prefix><16 random hex digits>``, removed with everything in it when the block
+    ends, normally or by any exception (Ctrl-C and SIGTERM included); what the block moved out of it stays. The one
+    way an output is built beside where it goes and moved in whole, so that a failed or interrupted write leaves
+    nothing half-made (a prepared data folder, a cached download, an ONNX export).
+
+    SIGTERM raises in a job's main thread (:class:`mlm_suite.jobs.running.Terminated`) at whatever bytecode it comes,
+    so the name is chosen before the folder is made, and the ``mkdir`` runs inside the block that removes it
+    (``tempfile.mkdtemp`` returns the name only after making the folder: a signal just after it leaves the folder).
+    """
+    folder = Path(parent) / f"{prefix}{secrets.token_hex(8)}"
+    made_here = True
+    try:
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:  # another process's folder, by a clash of 64 random bits: never removed here
+            made_here = False
+            raise
+        yield folder
+    finally:
+        if made_here:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def is_user_error(error: BaseException) -> bool:
     return isinstance(error, USER_ERRORS)
 
@@ -128,6 +156,7 @@ __all__ = [
     "debug_enabled",
     "error_line",
     "is_user_error",
+    "staging_folder",
     "write_error",
     "writing",
 ]

@@ -32,7 +32,7 @@ cleanup() {
 }
 trap cleanup EXIT
 # The test tools, at the floors of the dev extra (its onnx, retrieval and peft extras are not needed by these tests).
-test_tools=("pytest>=9" "pytest-xdist>=3.6.1")
+test_tools=("pytest>=9" "pytest-xdist>=3.6.1" "pytest-timeout>=2.4")
 # Smoke tests (not the slow ones) of the data pipeline, the model, the pretraining and fine-tuning jobs, and
 # the parts of the other direct dependencies they do not reach (evaluate's metric modules, matplotlib's plots,
 # scikit-learn's and scipy's scores).

@@ -16,10 +16,9 @@ import argparse
 import math
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
-from mlm_suite.errors import UsageError, writing
+from mlm_suite.errors import UsageError, staging_folder, writing
 from mlm_suite.export import OPSET_VERSIONS, export_onnx, onnx_difference
 
 
@@ -79,8 +78,8 @@ def main(argv: list[str] | None = None) -> float:
     created = next((folder for folder in reversed([output.parent, *output.parent.parents]) if not folder.exists()), None)
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with writing(output), tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.staging-") as staging:
-            staged = Path(staging) / output.name
+        with writing(output), staging_folder(output.parent, f".{output.name}.staging-") as staging:
+            staged = staging / output.name
             names = export_onnx(model, staged, args.opset_version)
             difference = onnx_difference(model, staged)
             if difference > args.tolerance:
@@ -88,7 +87,7 @@ def main(argv: list[str] | None = None) -> float:
                     f"the ONNX model differed from the eager model by {difference:.2e} > --tolerance {args.tolerance}; "
                     f"nothing written to {output}"
                 )
-            for file in sorted(Path(staging).iterdir()):
+            for file in sorted(staging.iterdir()):
                 os.replace(file, output.parent / file.name)
     except BaseException:
         if created is not None:

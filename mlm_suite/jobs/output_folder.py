@@ -182,11 +182,11 @@ def _lock(folder: Path, output_dir: str | os.PathLike, flag: str) -> None:
     lock = lock_path(folder)
     created = [parent for parent in reversed(folder.parents) if not parent.exists()]
     created += [folder] if not folder.exists() else []
-    folder.mkdir(parents=True, exist_ok=True)
     record = lock.with_name(f"{lock.name}.{os.getpid()}")  # written whole, then linked: a lock is never empty
-    record.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": sys.argv}) + "\n",
-                      encoding="utf-8")
     try:
+        folder.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": sys.argv}) + "\n",
+                          encoding="utf-8")
         for _ in range(2):
             try:
                 os.link(record, lock)
@@ -203,7 +203,9 @@ def _lock(folder: Path, output_dir: str | os.PathLike, flag: str) -> None:
             _held[folder] = _Claim(lock, created)
             return
         raise _in_use(flag, output_dir, lock, _owner(lock) or {})  # taken again by a run that started meanwhile
-    except UsageError:
+    except BaseException:  # a refusal, or SIGTERM/Ctrl-C (which may come just after the link made the lock ours)
+        if folder not in _held and (_owner(lock) or {}).get("pid") == os.getpid():
+            lock.unlink(missing_ok=True)
         record.unlink(missing_ok=True)
         _remove_empty(created)
         raise

@@ -218,3 +218,21 @@ def test_an_onnx_output_that_is_a_folder_is_one_line(tmp_path, tiny_model, capsy
     outcome = run_command(["export-onnx", "--model_name_or_path", tiny_model, "--output", folder], capsys)
     assert_refused(outcome, "export-onnx", f"--output {folder} is a folder")
     assert os.listdir(folder) == []
+
+
+def test_a_sigterm_just_after_the_lock_was_taken_leaves_no_lock_nor_folder(tmp_path, monkeypatch):
+    """SIGTERM raises in the main thread at whatever bytecode it comes: just after the link that made the lock this
+    run's, before the run recorded it, the lock and the folders made for it are still removed."""
+    from mlm_suite.jobs import output_folder
+    from mlm_suite.jobs.running import Terminated
+
+    real_link = os.link
+
+    def link_then_signal(source, destination):
+        real_link(source, destination)
+        raise Terminated()
+
+    monkeypatch.setattr(output_folder.os, "link", link_then_signal)
+    with pytest.raises(Terminated):
+        claim_output_folder(tmp_path / "made" / "out")
+    assert os.listdir(tmp_path) == []

