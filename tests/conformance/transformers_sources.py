@@ -69,7 +69,8 @@ CONFTEST_MARKS = [
 ]
 
 
-def _sdist(version: str) -> Path:
+def transformers_sdist(version: str) -> Path:
+    """The cached sdist of transformers ``version`` (fetched once from the package index)."""
     sdist = downloads.fetch_distribution(f"transformers=={version}", sdist=True)
     if f"-{version}.tar.gz" not in sdist.name:
         raise RuntimeError(f"expected the transformers {version} sdist, found {sdist} in the cache")
@@ -80,7 +81,7 @@ def marks() -> list[str]:
     """The ``markers`` lines (``name: description``) transformers' test suite registers, one per mark."""
     version = transformers.__version__
     pyproject = f"transformers-{version}/pyproject.toml"
-    sdist = _sdist(version)
+    sdist = transformers_sdist(version)
     with tarfile.open(sdist) as archive:
         # Iterated, not looked up by name: it sits near the start, and a lookup would first list the whole archive.
         for member in archive:
@@ -100,7 +101,7 @@ def _extract_tests(version: str) -> Path:
     marker = package / ".complete"
     if marker.exists():
         return root
-    sdist = _sdist(version)
+    sdist = transformers_sdist(version)
     prefix = f"transformers-{version}/tests/"
     package.mkdir(parents=True, exist_ok=True)
     with tarfile.open(sdist) as archive:
