@@ -83,13 +83,12 @@ class Family:
     no_counterpart: dict[str, str]
     config: Callable[[dict], MlmSuiteConfig]
     rename: Callable[[dict[str, torch.Tensor], MlmSuiteConfig], dict[str, torch.Tensor]]
-    head_fields: Callable[[dict, type[MlmSuitePreTrainedModel]], dict] = lambda native, model_class: {}
-    dropped: dict[str, str] = field(default_factory=dict)
-    # None: export-native does not write this family's folders (yet).
-    native_config: Callable[[MlmSuiteConfig], dict] | None = None
+    native_config: Callable[[MlmSuiteConfig], dict]
     native_rename: Callable[
         [dict[str, torch.Tensor], MlmSuiteConfig, type[MlmSuitePreTrainedModel]], dict[str, torch.Tensor]
-    ] | None = None
+    ]
+    head_fields: Callable[[dict, type[MlmSuitePreTrainedModel]], dict] = lambda native, model_class: {}
+    dropped: dict[str, str] = field(default_factory=dict)
 
 
 def native_fields(native: dict, names: dict[str, str]) -> dict:

@@ -1,14 +1,16 @@
 """``export_native_checkpoint``: an mlm_suite folder becomes the folder of the transformers class that computes
-what it computes (``BertForMaskedLM``, ``RobertaForSequenceClassification``, ``DistilBertModel``, ...), which loads
-without ``trust_remote_code``; an mlm_suite folder that no such class computes is refused in one line naming the
-options with no counterpart. See docs/models.md#exporting-to-transformers-classes.
+what it computes (``BertForMaskedLM``, ``RobertaForSequenceClassification``, ``DistilBertModel``,
+``ModernBertForTokenClassification``, ...), which loads without ``trust_remote_code``; an mlm_suite folder that no
+such class computes is refused in one line naming the options with no counterpart. See
+docs/models.md#exporting-to-transformers-classes.
 
 A family's class computes what the folder does when converting the exported folder back would give the same
 mlm_suite configuration: the check runs the family's own conversion (``Family.config``, ``Family.head_fields``) on
-the ``config.json`` its ``native_config`` writes, so the two directions cannot disagree. Options the class does not
-read (the pooler's in a class without one, the CRF's tagging scheme, those of sentence embeddings) are not compared;
-dropout rates and the losses' settings change training, not the outputs, and one the class has no place for is
-left out with a printed line.
+the ``config.json`` its ``native_config`` writes, so the two directions cannot disagree; each option is compared by
+the value it acts with (no ``layer_types`` is every layer full, a window or RoPE base no layer uses is none). Options
+the class does not read (the pooler's in a class without one, the CRF's tagging scheme, those of sentence
+embeddings) are not compared; dropout rates and the losses' settings change training, not the outputs, and one the
+class has no place for is left out with a printed line.
 """
 
 from __future__ import annotations
@@ -46,21 +48,23 @@ from mlm_suite.conversion.core import CONVERTED_FROM, Family, read_state_dict
 
 #: The families tried, in this order, for a folder that names none. XLM-RoBERTa's classes compute what RoBERTa's
 #: do: a folder becomes one only when it names it.
-TRIED_FAMILIES = ("bert", "roberta", "distilbert", "electra")
+TRIED_FAMILIES = ("bert", "roberta", "distilbert", "electra", "modernbert")
 
 _OPTIONS = [name for name in inspect.signature(MlmSuiteConfig.__init__).parameters if name not in ("self", "kwargs")]
-# Options no exported class reads: those of sentence embeddings (a class no family has), RoPE's base (the position
-# type is compared), the tagging scheme (use_crf is compared) and sparse prediction, which changes no logit.
+# Options no exported class reads: those of sentence embeddings (a class no family has), the tagging scheme (use_crf
+# is compared) and sparse prediction, which changes no logit.
 _UNREAD = {
     "sentence_pooling", "normalize_embeddings", "contrastive_temperature", "learn_temperature", "contrastive_symmetric",
-    "rope_theta", "tagging_scheme", "sparse_prediction",
+    "tagging_scheme", "sparse_prediction",
 }  # fmt: skip
 _POOLER = {"classifier_pooling", "classifier_activation", "pooler_dropout"}
 # Options that change training, not the outputs: one the class has no place for is left out with a printed line.
 _TRAINING = frozenset({
     "hidden_dropout_prob", "attention_probs_dropout_prob", "attention_output_dropout", "classifier_dropout",
-    "pooler_dropout", "qa_dropout", "class_weights", "label_smoothing",
+    "pooler_dropout", "qa_dropout", "ffn_inner_dropout", "ffn_output_dropout", "class_weights", "label_smoothing",
 })  # fmt: skip
+# The dropouts that default to hidden_dropout_prob.
+_DROPOUTS_OF_HIDDEN = ("attention_output_dropout", "classifier_dropout", "ffn_output_dropout")
 
 
 @dataclass
@@ -90,10 +94,21 @@ def _read_options(model_class: type[MlmSuitePreTrainedModel], pooled: bool) -> l
 
 
 def _effective(config: MlmSuiteConfig, name: str):
-    """The value an option acts with: the dropouts that default to ``hidden_dropout_prob`` take it."""
+    """The value an option acts with: the dropouts that default to ``hidden_dropout_prob`` take it; ``layer_types``
+    names every layer's attention; the window and each RoPE base count only where a layer uses them."""
     value = getattr(config, name)
-    if value is None and name in ("attention_output_dropout", "classifier_dropout"):
+    kinds = config.layer_types or ["full_attention"] * config.num_hidden_layers
+    rotary, sliding = config.position_embedding_type == "rotary", "sliding_attention" in kinds
+    if name in _DROPOUTS_OF_HIDDEN and value is None:
         return config.hidden_dropout_prob
+    if name == "layer_types":
+        return kinds
+    if name == "local_attention":
+        return value if sliding else None
+    if name == "rope_theta":
+        return value if rotary and "full_attention" in kinds else None
+    if name == "local_rope_theta":
+        return (config.rope_theta if value is None else value) if rotary and sliding else None
     return value
 
 
@@ -184,9 +199,8 @@ def _chosen_export(
             + ", ".join(closest.refused)
         )
     why = "asked for" if family else f"config.json's {CONVERTED_FROM}"
-    writable = [name for name, each in FAMILIES.items() if each.native_config is not None]
-    if asked not in writable:
-        raise UsageError(f"the family {why}, {asked!r}, is none that export-native writes ({', '.join(writable)})")
+    if asked not in FAMILIES:
+        raise UsageError(f"the family {why}, {asked!r}, is none that export-native writes ({', '.join(FAMILIES)})")
     export = _export(FAMILIES[asked], config, model_class, weights)
     if export.refused:
         raise UsageError(
@@ -201,15 +215,15 @@ def export_native_checkpoint(src_dir: str | Path, dst_dir: str | Path, family: s
     same outputs; return ``dst_dir``.
 
     The family is ``family`` (a key of :data:`~mlm_suite.conversion.checkpoint.FAMILIES`: ``bert``, ``roberta``,
-    ``xlm-roberta``, ``distilbert``, ``electra``), else the one ``config.json``'s ``converted_from`` names, else the
-    first of :data:`TRIED_FAMILIES` whose class computes what the folder does; the class is that family's for the
-    folder's head (``MlmSuiteForMaskedLM`` → ``BertForMaskedLM``, a pair classifier →
+    ``xlm-roberta``, ``distilbert``, ``electra``, ``modernbert``), else the one ``config.json``'s ``converted_from``
+    names, else the first of :data:`TRIED_FAMILIES` whose class computes what the folder does; the class is that
+    family's for the folder's head (``MlmSuiteForMaskedLM`` → ``BertForMaskedLM``, a pair classifier →
     ``*ForSequenceClassification``).
     RoBERTa's position table gets back the ``pad_token_id + 1`` rows the conversion left out, as zeros (never read).
     Tokenizer files are copied. A :class:`~mlm_suite.errors.UsageError` in one line names what has no counterpart
-    (rotary positions, pre-norm layers, a gated feed-forward, mean pooling, a CRF, sentence embeddings, ...) before
-    ``dst_dir`` is created; a dropout rate or loss setting the class has no place for is left out with a line on
-    stderr.
+    (rotary positions, pre-norm layers or a gated feed-forward but in ModernBERT, token types in it, a CRF, sentence
+    embeddings, ...) before ``dst_dir`` is created; a dropout rate or loss setting the class has no place for is left
+    out with a line on stderr.
     """
     source, destination = Path(src_dir), Path(dst_dir)
     check_model_folder(source)
@@ -227,9 +241,8 @@ def export_native_checkpoint(src_dir: str | Path, dst_dir: str | Path, family: s
     model_class = getattr(model_code, architecture, None)
     if not (isinstance(model_class, type) and issubclass(model_class, MlmSuitePreTrainedModel)):
         raise UsageError(f"{source} holds a {architecture}, not an mlm_suite model")
-    writable = [each for each in FAMILIES.values() if each.native_config is not None]
-    if not any(issubclass(model_class, ours) for each in writable for ours in each.architectures.values()):
-        names = ", ".join(dict.fromkeys(each.name for each in writable))
+    if not any(issubclass(model_class, ours) for each in FAMILIES.values() for ours in each.architectures.values()):
+        names = ", ".join(dict.fromkeys(each.name for each in FAMILIES.values()))
         raise UsageError(f"{source} holds an {architecture}: {names} have no such class")
     weights = _mlm_suite_weights(source, config)
 

@@ -8,7 +8,8 @@ layers whose first has no attention LayerNorm (``first_attention_norm``); full-a
 linear layer and LayerNorm has a bias or none alike (``use_bias``). Its "prediction head" (dense, activation,
 LayerNorm) becomes the MLM head's transform, the pooler (``pooler_norm``) of a sequence classifier, and the
 transform before the classifier of the token heads (``token_head_transform``); a converted encoder keeps these
-options, so the heads a job fine-tunes on it are ModernBERT's.
+options, so the heads a job fine-tunes on it are ModernBERT's. The way back (``export-native``) reverses the names
+and writes these options as ModernBERT's fields.
 
 Left as they are, since they only change speed or what is returned, never a number computed: ``reference_compile``
 and ``deterministic_flash_attn``, and ``sparse_prediction`` (mlm_suite's own sparse MLM prediction decides which
@@ -32,9 +33,9 @@ from mlm_suite.model import (
     MlmSuiteModel,
 )
 
-from mlm_suite.conversion.core import LABEL_FIELDS, Family, native_fields, rename_layer
+from mlm_suite.conversion.core import LABEL_FIELDS, Family, inverted, native_config_fields, native_fields, rename_layer
 
-# mlm_suite's name → ModernBERT's, for the fields that mean the same.
+# mlm_suite's name → ModernBERT's, for the fields that mean the same, both ways.
 _CONFIG_FIELDS = {
     **{name: name for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                                "intermediate_size", "max_position_embeddings", "initializer_range", "pad_token_id",
@@ -45,13 +46,18 @@ _CONFIG_FIELDS = {
     "layer_norm_eps": "norm_eps",
     "hidden_dropout_prob": "embedding_dropout",  # mlm_suite's embeddings drop out with hidden_dropout_prob
     "attention_probs_dropout_prob": "attention_dropout",
-    "attention_output_dropout": "attention_dropout",  # ModernBERT drops out the attention output with it too
     "ffn_inner_dropout": "mlp_dropout",
+}
+# mlm_suite's fields that ModernBERT sets with one of the above, read on the way in; on the way back ModernBERT's
+# one rate is the field above's (but a question answerer's classifier dropout, which is its qa_dropout).
+_SHARED_FIELDS = {
+    "attention_output_dropout": "attention_dropout",  # ModernBERT drops out the attention output with it too
     "qa_dropout": "classifier_dropout",
 }
+# The special tokens' ids, written back as the config holds them: ModernBERT's defaults are ids of its own tokenizer.
+_TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")
 _BIASES = ("attention_bias", "mlp_bias", "norm_bias", "classifier_bias")
 _CLASSIFIER_ACTIVATIONS = ("tanh", "relu", "gelu")
-# ModernBERT name (after "layers.<n>.") → mlm_suite name (after "layers.<n>.").
 # ModernBERT's module (after "layers.<n>.") → mlm_suite's.
 _LAYER_MODULES = {
     "attn_norm": "attention_norm",
@@ -61,6 +67,16 @@ _LAYER_MODULES = {
     "mlp.Wi": "ffn.up",
     "mlp.Wo": "ffn.down",
 }
+# ModernBERT's classes → mlm_suite's.
+_ARCHITECTURES = {
+    "ModernBertModel": MlmSuiteModel,
+    "ModernBertForMaskedLM": MlmSuiteForMaskedLM,
+    "ModernBertForSequenceClassification": MlmSuiteForSequenceClassification,
+    "ModernBertForTokenClassification": MlmSuiteForTokenClassification,
+    "ModernBertForQuestionAnswering": MlmSuiteForQuestionAnswering,
+}
+# ModernBERT's heads, the first part of their weights' names (the encoder's are under "model.").
+_NATIVE_HEADS = ("head", "decoder", "classifier")
 # Where each head puts ModernBERT's prediction head ("head.") and its classifier ("classifier.").
 _HEAD_PLACES = {
     "ModernBertForMaskedLM": ("lm_head.", None),
@@ -122,7 +138,7 @@ def config_from_modernbert(native: dict) -> MlmSuiteConfig:
         raise UsageError(f"sparse_pred_ignore_index={native['sparse_pred_ignore_index']}: mlm_suite ignores the labels -100")
     full_theta, local_theta = rope_thetas(native)
     return MlmSuiteConfig(
-        **native_fields(native, _CONFIG_FIELDS),
+        **native_fields(native, {**_CONFIG_FIELDS, **_SHARED_FIELDS}),
         architectures=native.get("architectures"),  # tells convert_modernbert_state_dict where the head goes
         type_vocab_size=0,
         norm_position="pre",
@@ -154,6 +170,26 @@ def masked_lm_fields(native: dict, model_class: type) -> dict:
     return {}
 
 
+def _renames(architecture: str | None) -> dict[str, str]:
+    """ModernBERT's name prefixes outside the layers → mlm_suite's, for the class ``architecture``: the prediction
+    head and the classifier go where it puts them; with no architecture that places them, they keep their names."""
+    head, classifier = _HEAD_PLACES.get(architecture, (None, None))
+    renames = {"embeddings.tok_embeddings.": "embeddings.word_embeddings.", "decoder.": "lm_head.decoder."}
+    if head is not None:
+        renames["head."] = head
+    if classifier is not None:
+        renames["classifier."] = classifier
+    return renames
+
+
+def _renamed(name: str, renames: dict[str, str], layer_modules: dict[str, str]) -> str:
+    """``name`` renamed by ``layer_modules`` in a layer, else by the longest prefix of ``renames`` it starts with."""
+    if re.fullmatch(r"layers\.\d+\..+", name):
+        return rename_layer(name, r"layers\.(\d+)\.(.+)", "layers.{}.", layer_modules)
+    prefix = max((prefix for prefix in renames if name.startswith(prefix)), key=len, default=None)
+    return name if prefix is None else renames[prefix] + name.removeprefix(prefix)
+
+
 def convert_modernbert_state_dict(state: dict[str, torch.Tensor], config: MlmSuiteConfig) -> dict[str, torch.Tensor]:
     """Rename ModernBERT weights to mlm_suite's; names with no counterpart are kept as they are.
 
@@ -164,38 +200,70 @@ def convert_modernbert_state_dict(state: dict[str, torch.Tensor], config: MlmSui
     architecture = (config.architectures or [None])[0]
     if any(name.startswith("decoder.") for name in state):
         architecture = "ModernBertForMaskedLM"
-    head, classifier = _HEAD_PLACES.get(architecture, (None, None))
-    converted: dict[str, torch.Tensor] = {}
-    for name, tensor in state.items():
-        if name == "embeddings.tok_embeddings.weight":
-            name = "embeddings.word_embeddings.weight"
-        elif re.fullmatch(r"layers\.\d+\..+", name):
-            name = rename_layer(name, r"layers\.(\d+)\.(.+)", "layers.{}.", _LAYER_MODULES)
-        elif name.startswith("decoder."):
-            name = "lm_head." + name
-        elif name.startswith("head.") and head is not None:
-            name = head + name.removeprefix("head.")
-        elif name.startswith("classifier.") and classifier is not None:
-            name = classifier + name.removeprefix("classifier.")
-        converted[name] = tensor
-    return converted
+    renames = _renames(architecture)
+    return {_renamed(name, renames, _LAYER_MODULES): tensor for name, tensor in state.items()}
+
+
+def native_modernbert_config(config: MlmSuiteConfig) -> dict:
+    """ModernBERT's ``config.json`` fields for an mlm_suite config: ``use_bias`` for each of its bias switches, every
+    layer's attention type, a RoPE base per layer type, the special tokens' ids as the config holds them. Its one
+    prediction head's activation and classifier dropout are those of the head ``config.architectures`` names: a
+    masked LM's transform applies ``hidden_act``, a question answerer drops out with ``qa_dropout``."""
+    fields = native_config_fields(config, _CONFIG_FIELDS)
+    head = (config.architectures or [MlmSuiteModel.__name__])[0]
+    if head == MlmSuiteForMaskedLM.__name__:
+        fields["classifier_activation"] = config.hidden_act
+    if head == MlmSuiteForQuestionAnswering.__name__:
+        fields["classifier_dropout"] = config.qa_dropout
+    elif config.classifier_dropout is None:  # mlm_suite's heads then drop out with hidden_dropout_prob
+        fields["classifier_dropout"] = config.hidden_dropout_prob
+    local_theta = config.rope_theta if config.local_rope_theta is None else config.local_rope_theta
+    return {
+        **fields,
+        **{name: getattr(config, name, None) for name in _TOKEN_IDS},
+        **dict.fromkeys(_BIASES, config.use_bias),
+        "layer_types": config.layer_types or ["full_attention"] * config.num_hidden_layers,
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": config.rope_theta},
+            "sliding_attention": {"rope_type": "default", "rope_theta": local_theta},
+        },
+    }
+
+
+def native_modernbert_state_dict(
+    weights: dict[str, torch.Tensor], config: MlmSuiteConfig, model_class: type
+) -> dict[str, torch.Tensor]:
+    """The way back of :func:`convert_modernbert_state_dict`, for the ``ModernBertFor*`` class ``model_class``
+    converts from; the encoder's weights under ``model.``, but in the bare encoder."""
+    architecture = next(name for name, ours in _ARCHITECTURES.items() if issubclass(model_class, ours))
+    renames, layer_modules = inverted(_renames(architecture)), inverted(_LAYER_MODULES)
+    prefix = "" if model_class is MlmSuiteModel else "model."
+    native = {}
+    for name, tensor in weights.items():
+        name = _renamed(name, renames, layer_modules)
+        native[name if name.split(".")[0] in _NATIVE_HEADS else prefix + name] = tensor
+    return native
 
 
 MODERNBERT = Family(
     name="ModernBERT",
     class_prefix="ModernBert",
     model_types=("modernbert",),
-    architectures={
-        "ModernBertModel": MlmSuiteModel,
-        "ModernBertForMaskedLM": MlmSuiteForMaskedLM,
-        "ModernBertForSequenceClassification": MlmSuiteForSequenceClassification,
-        "ModernBertForTokenClassification": MlmSuiteForTokenClassification,
-        "ModernBertForQuestionAnswering": MlmSuiteForQuestionAnswering,
-    },
+    architectures=_ARCHITECTURES,
     no_counterpart={"ModernBertForMultipleChoice": "mlm_suite has no multiple-choice head"},
     config=config_from_modernbert,
     rename=convert_modernbert_state_dict,
     head_fields=masked_lm_fields,
+    native_config=native_modernbert_config,
+    native_rename=native_modernbert_state_dict,
 )
 
-__all__ = ["MODERNBERT", "config_from_modernbert", "convert_modernbert_state_dict", "layer_types", "rope_thetas"]
+__all__ = [
+    "MODERNBERT",
+    "config_from_modernbert",
+    "convert_modernbert_state_dict",
+    "layer_types",
+    "native_modernbert_config",
+    "native_modernbert_state_dict",
+    "rope_thetas",
+]

@@ -1,5 +1,5 @@
 """``mlm-suite export-native``: write an mlm_suite folder as the folder of the transformers class that computes the
-same outputs (``BertForMaskedLM``, ``RobertaForSequenceClassification``, ``DistilBertModel``, ...), which loads
+same outputs (``BertForMaskedLM``, ``RobertaForSequenceClassification``, ``ModernBertModel``, ...), which loads
 without ``trust_remote_code``; a folder no such class computes is refused in one line naming what has no counterpart.
 
     mlm-suite export-native outputs/pretrain outputs/pretrain-bert
@@ -21,7 +21,7 @@ from mlm_suite.jobs.running import command_prog
 
 DESCRIPTION = (
     "write an mlm_suite folder as the folder of the transformers class (BertFor*, RobertaFor*, XLMRobertaFor*, "
-    "DistilBertFor*, ElectraFor*) that computes the same outputs, loadable without trust_remote_code"
+    "DistilBertFor*, ElectraFor*, ModernBertFor*) that computes the same outputs, loadable without trust_remote_code"
 )
 
 
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("dst", help="output folder")
     parser.add_argument(
         "--family",
-        choices=tuple(name for name, each in FAMILIES.items() if each.native_config is not None),
+        choices=tuple(FAMILIES),
         help=f"the family to write (default: the one the folder was converted from, else the first of "
         f"{', '.join(TRIED_FAMILIES)} whose class computes what the folder does)",
     )

@@ -1,8 +1,9 @@
 """``export_native_checkpoint`` and ``mlm-suite export-native``: a folder of transformers' own class (every family
-and head mlm_suite converts) converts and exports back to that class, which loads through the Auto classes without
-``trust_remote_code`` and holds the native weights (RoBERTa's unread position rows as zeros), so its logits and
-hidden states are the native model's; an mlm_suite model of BERT's options, random or pretrained by the job, exports
-to ``Bert*`` with the logits mlm_suite computes, within 1e-5 at the real positions of a padded batch; the family is
+and head mlm_suite converts, ModernBERT's included) goes through ``mlm-suite convert`` and ``mlm-suite export-native``
+back to that class, which loads through the Auto classes without ``trust_remote_code``, with the native config and
+weights (RoBERTa's unread position rows as zeros), so its logits and hidden states are the native model's; an
+mlm_suite model of BERT's options, random or pretrained by the job, exports to ``Bert*``, one of ModernBERT's to
+``ModernBert*``, with the logits mlm_suite computes, within 1e-5 at the real positions of a padded batch; the family is
 the one asked for, else the one the folder was converted from, else the first that computes what the folder does;
 what no family's class computes is refused in one line (exit status 2, nothing written), and a training setting the
 class has no place for is left out with a printed line.
@@ -18,14 +19,16 @@ import transformers
 from transformers import AutoModel, AutoTokenizer, RobertaConfig, RobertaForMaskedLM
 
 import mlm_suite
-from mlm_suite import convert_checkpoint, export_native_checkpoint
+from mlm_suite import MlmSuiteModel, convert_checkpoint, export_native_checkpoint
 from mlm_suite.errors import UsageError
 from tests.conversion.test_families import native_model
 from tests.helpers import (
+    ARCHITECTURES,
     BERT_ARCHITECTURE,
     NATIVE_BERT,
     NATIVE_FAMILIES,
     NATIVE_HEADS,
+    NATIVE_MODERNBERT,
     WORDS,
     assert_one_line_error,
     label_maps,
@@ -43,12 +46,24 @@ from tests.helpers import (
     write_text,
 )
 
-PREFIXES = {"bert": NATIVE_BERT[0], **{family: prefix for family, (prefix, _, _) in NATIVE_FAMILIES.items()}}
+PREFIXES = {"bert": NATIVE_BERT[0]}
+PREFIXES.update({family: prefix for family, (prefix, _, _) in {**NATIVE_FAMILIES, **NATIVE_MODERNBERT}.items()})
 NAMES = {head: names for head, (_, _, names) in NATIVE_HEADS.items()}
 NAMES["ForPreTraining"] = ("prediction_logits", "seq_relationship_logits")
 NAMES["ForNextSentencePrediction"] = ("logits",)
-CASES = [(family, head) for family in PREFIXES for head in NATIVE_HEADS]
-CASES += [("bert", "ForPreTraining"), ("bert", "ForNextSentencePrediction"), ("electra", "ForPreTraining")]
+CASES = [(family, head, {}) for family in PREFIXES for head in NATIVE_HEADS]
+CASES += [("bert", "ForPreTraining", {}), ("bert", "ForNextSentencePrediction", {}), ("electra", "ForPreTraining", {})]
+# ModernBERT's other settings: an untied decoder, biases, another activation, mean pooling, one attention type, dropouts
+CASES += [
+    ("modernbert", "ForMaskedLM", {"tie_word_embeddings": False}),
+    ("modernbert", "ForMaskedLM", {"hidden_activation": "relu", "classifier_activation": "relu", "attention_bias": True,
+                                   "mlp_bias": True, "norm_bias": True, "classifier_bias": True}),
+    ("modernbert", "ForSequenceClassification", {"classifier_pooling": "mean", "classifier_activation": "relu"}),
+    ("modernbert", "ForTokenClassification", {"layer_types": ["full_attention"] * 4}),
+    ("modernbert", "Model", {"layer_types": ["sliding_attention"] * 4}),
+    ("modernbert", "ForQuestionAnswering", {"embedding_dropout": 0.1, "attention_dropout": 0.2, "mlp_dropout": 0.3,
+                                            "classifier_dropout": 0.4}),
+]
 AUTO_CLASSES = {
     "Model": "AutoModel",
     "ForMaskedLM": "AutoModelForMaskedLM",
@@ -75,24 +90,40 @@ def load_native(folder, head: str):
 
 
 def assert_same_outputs(ours, theirs, batch: dict, names: tuple[str, ...]) -> float:
-    """The largest difference of the logits and every layer's hidden states at the real positions: at most 1e-5."""
+    """The largest difference of the logits and every layer's hidden states at the real positions (eager attention
+    on both): at most 1e-5."""
+    for model in (ours, theirs):
+        model.set_attn_implementation("eager")
     found = output_differences(native_outputs(ours, batch, names), native_outputs(theirs, batch, names), batch["attention_mask"].bool())
-    assert len([name for name in found if name.startswith("hidden_")]) == 3 and max(found.values()) <= 1e-5, found
+    hidden = [name for name in found if name.startswith("hidden_")]
+    assert len(hidden) == theirs.config.num_hidden_layers + 1 and max(found.values()) <= 1e-5, found
     return max(found.values())
 
 
-@pytest.mark.parametrize("family, head", CASES)
-def test_a_converted_folder_exports_back_to_its_class_weights_and_outputs(family, head, tmp_path):
-    native = native_model(family, head)
+def config_fields(model) -> dict:
+    """``model``'s configuration, less where it was loaded from and the class it names."""
+    fields = model.config.to_dict()
+    return {name: value for name, value in fields.items() if name not in ("_name_or_path", "architectures")}
+
+
+@pytest.mark.parametrize("family, head, overrides", CASES)
+def test_a_converted_folder_exports_back_to_its_class_config_weights_and_outputs(
+    family, head, overrides, tmp_path, capsys
+):
+    native = native_model(family, head, **overrides)
     native.save_pretrained(tmp_path / "native")
-    convert_checkpoint(tmp_path / "native", tmp_path / "ours")
+    status, _, err = run_cli(["convert", str(tmp_path / "native"), str(tmp_path / "ours")], capsys)
+    assert status == 0, err
     converted = json.loads((tmp_path / "ours" / "config.json").read_text())
     assert converted.get("converted_from") == (None if family == "bert" else family)  # BERT's conversion is unchanged
     head = exported_head(family, head)
 
-    exported = load_native(export_native_checkpoint(tmp_path / "ours", tmp_path / "exported"), head)
+    status, out, err = run_cli(["export-native", str(tmp_path / "ours"), str(tmp_path / "exported")], capsys)
+    assert status == 0 and out.endswith(f"({PREFIXES[family]}{head})\n") and printed_lines(err) == [], err
+    exported = load_native(tmp_path / "exported", head)
     assert type(exported).__name__ == PREFIXES[family] + head
     reference = native if type(native) is type(exported) else native.base_model
+    assert config_fields(exported) == config_fields(reference)  # labels, problem_type, layer types, RoPE bases, ...
     theirs, ours = reference.state_dict(), exported.state_dict()
     assert ours.keys() == theirs.keys()
     unread = native.config.pad_token_id + 1 if family in ("roberta", "xlm-roberta") else 0
@@ -101,8 +132,6 @@ def test_a_converted_folder_exports_back_to_its_class_weights_and_outputs(family
             assert not ours[name][:unread].any()  # rows RoBERTa never reads
             tensor, ours[name] = tensor[unread:], ours[name][unread:]
         assert torch.equal(ours[name], tensor), name
-    labels = [(model.config.id2label, model.config.problem_type) for model in (exported, native)]
-    assert labels[0] == labels[1]
     names = NAMES[head] if reference is native else ()
     assert_same_outputs(exported, reference, native_batch(native.config.pad_token_id), names)
 
@@ -118,6 +147,9 @@ SCRATCH_HEADS = {
     "MlmSuiteForTokenClassification": ("ForTokenClassification", ("logits",)),
     "MlmSuiteForQuestionAnswering": ("ForQuestionAnswering", ("start_logits", "end_logits")),
 }
+# Those ModernBERT has (it has no token types, so no pair classifier, and no NSP head).
+MODERNBERT_HEADS = ("MlmSuiteModel", "MlmSuiteForMaskedLM", "MlmSuiteForSequenceClassification",
+                    "MlmSuiteForTokenClassification", "MlmSuiteForQuestionAnswering")
 
 
 @pytest.mark.parametrize("ours_class", SCRATCH_HEADS)
@@ -134,6 +166,34 @@ def test_an_mlm_suite_model_of_bert_s_options_exports_to_bert(ours_class, tmp_pa
     exported = load_native(export_native_checkpoint(tmp_path / "ours", tmp_path / "exported"), head)
     assert type(exported).__name__ == "Bert" + head
     assert_same_outputs(exported, ours, make_random_batch(), names)
+
+
+@pytest.mark.parametrize("ours_class", MODERNBERT_HEADS)
+def test_an_mlm_suite_model_of_modernbert_s_options_exports_to_modernbert(ours_class, tmp_path, capsys):
+    """Pre-norm, rotary, gated, bias-free, no token types, full and sliding-window layers with their own RoPE base:
+    every head ModernBERT has exports to its ModernBert* class (no ``converted_from``: the options decide), whose
+    logits and hidden states are mlm_suite's on a padded batch whose rows are longer than the window."""
+    config = make_tiny_config(**ARCHITECTURES["modernbert"], type_vocab_size=0, **label_maps(["O", "B-PER", "I-PER"]))
+    torch.manual_seed(0)
+    model_class = getattr(mlm_suite, ours_class)
+    ours = model_class(config, add_pooling_layer=False) if model_class is MlmSuiteModel else model_class(config)
+    ours.eval()
+    with torch.no_grad():  # LayerNorms off 1, so that a mix-up would show
+        for name, parameter in ours.named_parameters():
+            if "norm" in name:
+                parameter.add_(0.1 * torch.randn_like(parameter))
+    ours.save_pretrained(tmp_path / "ours")
+    status, out, err = run_cli(["export-native", str(tmp_path / "ours"), str(tmp_path / "exported")], capsys)
+    head, names = SCRATCH_HEADS[ours_class]
+    assert status == 0 and out.endswith(f"(ModernBert{head})\n"), err
+    exported = load_native(tmp_path / "exported", head)
+    assert type(exported).__name__ == "ModernBert" + head
+    assert (exported.config.layer_types, exported.config.sliding_window) == (config.layer_types, 2)
+    assert {kind: settings["rope_theta"] for kind, settings in exported.config.rope_parameters.items()} == {
+        "full_attention": config.rope_theta, "sliding_attention": config.local_rope_theta}
+    batch = make_random_batch(pairs=False)
+    assert batch["attention_mask"].sum(dim=1).max() > 2 * exported.config.sliding_window + 1  # a row the window cuts
+    assert_same_outputs(exported, ours, batch, names)
 
 
 def test_a_model_pretrained_by_the_job_exports_to_bert_with_its_tokenizer(tmp_path, capsys):
@@ -218,7 +278,7 @@ def saved(folder, model_class: str, **options):
         ("MlmSuiteForSequenceClassification", {"classifier_pooling": "mean"}, None,
          ["classifier_pooling='mean' (it has 'cls')"]),
         ("MlmSuiteForSentenceEmbedding", {}, None, ["holds an MlmSuiteForSentenceEmbedding: BERT, RoBERTa, XLM-RoBERTa, "
-                                                     "DistilBERT, ELECTRA have no such class"]),
+                                                     "DistilBERT, ELECTRA, ModernBERT have no such class"]),
         ("MlmSuiteForSequenceClassification", {}, "roberta",
          ["cannot be exported as RoBERTa (asked for): RobertaForSequenceClassification has no counterpart for "
           "positions_count='columns' (it has 'real_tokens')"]),
@@ -227,6 +287,19 @@ def saved(folder, model_class: str, **options):
         ("MlmSuiteForPreTraining", {}, "electra", ["ELECTRA has no counterpart for MlmSuiteForPreTraining"]),
         ("MlmSuiteModel", {"classifier_activation": "gelu"}, "electra",
          ["ElectraModel has no counterpart for the weights pooler.dense.bias, pooler.dense.weight"]),
+        # ModernBERT's layout with what ModernBERT has no field for
+        ("MlmSuiteForMaskedLM", ARCHITECTURES["modernbert"], "modernbert",
+         ["cannot be exported as ModernBERT (asked for): ModernBertForMaskedLM has no counterpart for "
+          "type_vocab_size=2 (it has 0)"]),
+        ("MlmSuiteForTokenClassification", {**ARCHITECTURES["modernbert"], "type_vocab_size": 0, "use_crf": True}, None,
+         ["the closest, ModernBertForTokenClassification, has no counterpart for use_crf=True (it has False)"]),
+        ("MlmSuiteForSequenceClassification",
+         {**ARCHITECTURES["modernbert"], "type_vocab_size": 0, "pooler_norm": False}, "modernbert",
+         ["ModernBertForSequenceClassification has no counterpart for pooler_norm=False (it has True)"]),
+        ("MlmSuiteForQuestionAnswering", {**ARCHITECTURES["modernbert"], "type_vocab_size": 0, "ffn_type": "gelu"},
+         "modernbert", ["ModernBertForQuestionAnswering has no counterpart for ffn_type='gelu' (it has 'geglu')"]),
+        ("MlmSuiteForPreTraining", {**ARCHITECTURES["modernbert"], "type_vocab_size": 0}, "modernbert",
+         ["ModernBERT has no counterpart for MlmSuiteForPreTraining"]),
     ],
 )  # fmt: skip
 def test_what_no_class_computes_is_refused_in_one_line_and_nothing_is_written(
@@ -263,15 +336,20 @@ def test_a_native_folder_and_a_used_output_folder_are_refused(tmp_path, capsys):
     assert status == 0 and type(AutoModel.from_pretrained(tmp_path / "used")).__name__ == "BertModel"
 
 
-def test_a_converted_modernbert_folder_is_refused_in_one_line(tmp_path, capsys):
-    """export-native does not write ModernBERT folders yet: the family the folder names is refused, and no other
-    family computes its sliding-window, pre-norm, gated layers."""
+def test_a_converted_modernbert_folder_with_an_option_modernbert_lacks_is_refused_in_one_line(tmp_path, capsys):
+    """The family the folder was converted from is kept to: ModernBERT's positions count columns, so
+    ``positions_count: real_tokens`` is refused, and no other family computes its sliding-window, pre-norm, gated
+    layers."""
     native = make_native_model("modernbert", "ForMaskedLM")
     native.save_pretrained(tmp_path / "native")
-    convert_checkpoint(tmp_path / "native", tmp_path / "converted")
-    status, _, err = run_cli(["export-native", str(tmp_path / "converted"), str(tmp_path / "out")], capsys)
-    assert status == 2 and not (tmp_path / "out").exists()
-    assert_one_line_error(err, "export-native", "'modernbert', is none that export-native writes")
+    config_file = convert_checkpoint(tmp_path / "native", tmp_path / "converted") / "config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "positions_count": "real_tokens"}))
+    status, out, err = run_cli(["export-native", str(tmp_path / "converted"), str(tmp_path / "out")], capsys)
+    assert status == 2 and out == "" and not (tmp_path / "out").exists()
+    assert_one_line_error(
+        err, "export-native", "cannot be exported as ModernBERT (config.json's converted_from): ModernBertForMaskedLM "
+        "has no counterpart for positions_count='real_tokens' (it has 'columns')",
+    )
     status, _, err = run_cli(["export-native", str(tmp_path / "converted"), str(tmp_path / "out"), "--family", "bert"],
                              capsys)
     assert status == 2 and not (tmp_path / "out").exists() and "layer_types" in err
