@@ -39,7 +39,9 @@ from matplotlib.image import imread
 from safetensors import safe_open
 from safetensors.torch import load_file
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast, TrainerCallback
+from transformers import (
+    AddedToken, PreTrainedTokenizerBase, PreTrainedTokenizerFast, RobertaTokenizer, TrainerCallback, XLMRobertaTokenizer,
+)  # fmt: skip
 
 import mlm_suite
 from mlm_suite import (
@@ -760,6 +762,23 @@ def train_sentencepiece_unigram(texts: list[str]) -> PreTrainedTokenizerFast:
         mask_token="[MASK]",
         unk_token="[UNK]",
     )
+
+
+def roberta_tokenizer(texts: list[str]) -> RobertaTokenizer:
+    """transformers' ``RobertaTokenizer`` on the vocabulary and merges of :func:`train_byte_level_bpe` over ``texts``,
+    its ``<mask>`` taking in the space before it as roberta-base's does (no lone ``Ġ`` before it in ``"was <mask>"``)."""
+    model = json.loads(train_byte_level_bpe(texts).backend_tokenizer.to_str())["model"]
+    return RobertaTokenizer(vocab=model["vocab"], merges=[tuple(merge) for merge in model["merges"]],
+                            mask_token=AddedToken("<mask>", lstrip=True, rstrip=False))
+
+
+def xlm_roberta_tokenizer(texts: list[str]) -> XLMRobertaTokenizer:
+    """transformers' ``XLMRobertaTokenizer`` on the pieces of :func:`train_sentencepiece_unigram` over ``texts``, laid
+    out as xlm-roberta-base's: ``<s> <pad> </s> <unk>``, the pieces, ``<mask>`` last."""
+    pieces = json.loads(train_sentencepiece_unigram(texts).backend_tokenizer.to_str())["model"]["vocab"]
+    specials = [(token, 0.0) for token in ("<s>", "<pad>", "</s>", "<unk>")]
+    learned = [(piece, score) for piece, score in pieces[5:]]  # after train_sentencepiece_unigram's 5 special tokens
+    return XLMRobertaTokenizer(vocab=specials + learned + [("<mask>", 0.0)])
 
 
 def special_tokens_only() -> PreTrainedTokenizerFast:

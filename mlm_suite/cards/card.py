@@ -68,7 +68,8 @@ class TrainedModelCard(JobCard):
 
 @dataclass(kw_only=True)
 class PretrainingCard(TrainedModelCard):
-    """``mlm-suite pretrain``'s card (built by :func:`~mlm_suite.cards.pretraining.pretraining_card`)."""
+    """``mlm-suite pretrain``'s card (built by :func:`~mlm_suite.cards.pretraining.pretraining_card`);
+    ``fill_mask_example``: the snippet's sentence, a Python string literal with the tokenizer's own mask token."""
 
     template: ClassVar[str] = "pretraining"
     architecture: str
@@ -78,6 +79,7 @@ class PretrainingCard(TrainedModelCard):
     data: str
     training: str
     metrics: str
+    fill_mask_example: str
 
 
 @dataclass(kw_only=True)

@@ -7,6 +7,7 @@ See docs/models.md#what-the-jobs-write.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 from mlm_suite.cards.card import PretrainingCard
 from mlm_suite.cards.metadata import CardDataset, base_model_fields, card_scores
-from mlm_suite.cards.rendering import markdown_table
+from mlm_suite.cards.rendering import markdown_table, table_cell
 
 #: The held-out scores in the pretraining card's metadata: metric key (after ``eval_``) → (metric type, name as the
 #: card says it).
@@ -58,8 +59,8 @@ def probe_table(probe: list[dict]) -> str:
     """The fill-mask probe as a markdown table for the model card."""
     rows = ["| sentence | masked word | top-5 predictions |", "|---|---|---|"]
     for item in probe:
-        sentence = item["sentence"].replace("|", "\\|")
-        rows.append(f"| {sentence} | {item['answer']} | {', '.join(item['predictions'])} |")
+        cells = (item["sentence"], item["answer"], ", ".join(item["predictions"]))
+        rows.append("| " + " | ".join(map(table_cell, cells)) + " |")
     return "\n".join(rows)
 
 
@@ -113,14 +114,18 @@ def pretraining_card(
     train_metrics: Mapping[str, float],
     eval_metrics: Mapping[str, float],
     probe: list[dict],
+    baseline_token: str,
     figures: str = "",
 ) -> PretrainingCard:
     """The pretraining card of ``model``, trained as ``recipe`` says.
 
     ``held_out_split``: the dataset's split the held-out documents were read from (None: the validation file, else
     :data:`HELD_OUT_OF_TRAIN`); ``data``: the rows of the data table. ``train_metrics`` and ``eval_metrics``: the
-    job's results (``train_steps``; ``eval_*`` and ``perplexity``); ``probe``: the fill-mask probe; ``figures``:
-    markdown shown after the scores.
+    job's results (``train_steps``; ``eval_*`` and ``perplexity``); ``probe``: the fill-mask probe;
+    ``baseline_token``: the baseline's prediction as people read it
+    (:func:`~mlm_suite.evaluation.masked_lm.readable_token`); ``figures``: markdown shown after the scores. The
+    usage snippet and the probe write the tokenizer's own mask token; the scores keep the name ``[MASK]`` for the
+    masked positions, whatever the tokenizer's mask token, which the text then names.
     """
     objective_text = "masked language modelling" + (" + next-sentence prediction" if recipe.objective == "mlm_nsp" else "")
     objective_text += (
@@ -169,8 +174,11 @@ def pretraining_card(
         f"\n\nEvaluation selects {recipe.eval_mlm_probability:.0%} of the tokens with fixed (seeded) masks, 80 % "
         "`[MASK]` / 10 % random / 10 % kept, so these numbers compare across runs whatever the training masking "
         "rate. The headline is the accuracy at `[MASK]` positions: kept positions show the answer and are not a "
-        "test of the model. The baseline predicts the most frequent training token at every `[MASK]`."
+        f"test of the model. The baseline predicts the most frequent training token, `{baseline_token}`, at every "
+        "`[MASK]`."
     )
+    if tokenizer.mask_token != "[MASK]":
+        metrics += f" `[MASK]` stands for this tokenizer's mask token, `{tokenizer.mask_token}`."
     if probe:
         metrics += "\n\n### Fill-mask probe\n\nHeld-out sentences, one word masked:\n\n" + probe_table(probe)
     parameters = sum(parameter.numel() for parameter in model.parameters())
@@ -191,4 +199,5 @@ def pretraining_card(
         data=markdown_table({**data, "tokenizer": f"{type(tokenizer).__name__}, {len(tokenizer)} tokens"}),
         training=markdown_table(training),
         metrics=metrics + figures,
+        fill_mask_example=json.dumps(f"the movie was {tokenizer.mask_token} ."),
     )

@@ -7,6 +7,7 @@ repository the model is pushed to, else ``--hub_model_id``, else the output fold
 
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import Mapping
 from importlib import resources
@@ -31,6 +32,12 @@ def render_card(card: JobCard, *, model_name: str, model_id: str, **metadata_upd
     if data is not None:
         values["metadata"] = front_matter(update_card_data(data, **metadata_updates))
     return Template(text).substitute(values)
+
+
+def table_cell(text: object) -> str:
+    """``text`` as a markdown table cell, shown as written: a ``|`` would split the row (``VBG|NN``), and a Hub card
+    renders HTML, where ``<mask>`` or ``<s>`` would vanish as an unknown tag."""
+    return html.escape(str(text), quote=False).replace("|", "\\|")
 
 
 def markdown_table(rows: Mapping[str, object], header: tuple[str, str] = ("", "")) -> str:

@@ -6,14 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mlm_suite.cards.rendering import label_table, markdown_table
+from mlm_suite.cards.rendering import label_table, markdown_table, table_cell
 from mlm_suite.data.finetuning.tagging import NO_SCHEME
 from mlm_suite.evaluation.entities import MODES, per_tag_rows
-
-
-def _cell(text: str) -> str:
-    """A tag as a markdown table cell (``VBG|NN`` would split the row)."""
-    return str(text).replace("|", "\\|")
 
 
 def ner_task_description(scheme: str, num_labels: int) -> str:
@@ -30,7 +25,7 @@ def ner_labels_section(scheme: str, read_scheme: str, use_crf: bool, id2label: M
         + (" (the tags are not an entity scheme; scored token by token)" if scheme == NO_SCHEME else "")
         + (f" (converted from {read_scheme})" if read_scheme != scheme else "")
         + f". CRF decoding: {'yes' if use_crf else 'no'}.\n\n"
-        + label_table({i: _cell(label) for i, label in id2label.items()})
+        + label_table({i: table_cell(label) for i, label in id2label.items()})
     )
 
 
@@ -69,7 +64,7 @@ def per_tag_table(metrics: Mapping[str, float], compare_hf: bool, markdown: bool
     header = ["tag", "support", "precision", "recall", "F1"] + (["HF F1"] if theirs else [])
     body = []
     for tag, row in ours.items():
-        cells = [_cell(tag) if markdown else tag, str(int(row.get("support", 0)))]
+        cells = [table_cell(tag) if markdown else tag, str(int(row.get("support", 0)))]
         cells += [f"{row.get(stat, 0.0):.4f}" for stat in ("precision", "recall", "f1")]
         if theirs:
             cells.append(f"{theirs[tag]['f1']:.4f}" if tag in theirs else "-")

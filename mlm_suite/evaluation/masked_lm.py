@@ -13,11 +13,12 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
 import torch
-from transformers import EvalPrediction, PreTrainedTokenizerBase
+from transformers import BatchEncoding, EvalPrediction, PreTrainedTokenizerBase
 
 TOP_K = 5
 IGNORE_INDEX = -100
@@ -170,16 +171,42 @@ def make_mlm_compute_metrics(mask_token_id: int, baseline_token_id: int):
 # Fill-mask probe
 # ------------------------------------------------------------------------------------------------
 _WORD = re.compile(r"[a-z]+")
+#: How :func:`readable_token` shows whitespace (byte-level BPE's lone "Ġ" and "Ċ", SentencePiece's lone "▁").
+_VISIBLE_WHITESPACE = {" ": "␣", "\n": "↵", "\t": "⇥"}
+
+
+def readable_token(tokenizer: PreTrainedTokenizerBase, token_id: int) -> str:
+    """Vocabulary entry ``token_id`` as it reads in place of the mask token, for people to read.
+
+    Decoded, so without the vocabulary's own markers (byte-level BPE's "Ġ" word start and "Ċ" line break,
+    SentencePiece's "▁", WordPiece's "##" continuation: "Ġfilm", "▁film" and "film" all show as ``film``), and
+    without surrounding whitespace. A token that is whitespace alone shows each character: ``␣`` a space, ``↵`` a
+    line break, ``⇥`` a tab, any other as its Python escape (``\\r``).
+    """
+    mask = tokenizer.decode([tokenizer.mask_token_id])
+    # Decoded after the mask token: a SentencePiece decoder drops the space a text starts with, so a lone "▁"
+    # decoded alone would be empty.
+    text = tokenizer.decode([tokenizer.mask_token_id, token_id]).removeprefix(mask)
+    return text.strip() or "".join(_VISIBLE_WHITESPACE.get(character, ascii(character)[1:-1]) for character in text)
+
+
+def _word_positions(encoding: BatchEncoding, start: int, end: int) -> list[int]:
+    """Positions of the tokens of the words (as the fast tokenizer's pre-tokenizer splits them, word-start marker
+    included) that characters ``start:end`` of the encoded text fall in."""
+    words = {encoding.token_to_word(token) for token in map(encoding.char_to_token, range(start, end)) if token is not None}
+    return [position for position, word in enumerate(encoding.word_ids()) if word is not None and word in words]
 
 
 def probe_sentences(
-    texts: Sequence[str], tokenizer: PreTrainedTokenizerBase, count: int = 8, seed: int = 0
+    texts: Sequence[str], tokenizer: PreTrainedTokenizerBase, count: int = 8, seed: int = 0, max_length: int | None = None
 ) -> list[tuple[str, str]]:
     """``count`` fixed probe sentences with one word replaced by the mask token, and that word.
 
-    Sentences of 8–40 words are taken from ``texts`` in order, at most one per text; the masked word
-    is drawn (seeded) among the lower-case alphabetic words of at least 3 letters that the tokenizer
-    keeps as one token, so a single ``[MASK]`` stands for the whole word.
+    Sentences of 8–40 words (and at most ``max_length`` tokens, special tokens included: the rows the model is
+    trained on) are taken from ``texts`` in order, at most one per text; the masked word
+    is drawn (seeded) among the lower-case alphabetic words of at least 3 letters that are one token in
+    their sentence (with the space before them, as byte-level BPE and SentencePiece tokenize a word that
+    follows another), so a single mask token stands for the whole word. Needs a fast tokenizer.
     """
     rng = random.Random(seed)
     probes: list[tuple[str, str]] = []
@@ -190,10 +217,15 @@ def probe_sentences(
             words = sentence.split()
             if not 8 <= len(words) <= 40:
                 continue
+            encoding = tokenizer(sentence)
+            if max_length is not None and len(encoding["input_ids"]) > max_length:
+                continue
+            starts = accumulate((len(word) + 1 for word in words[:-1]), initial=0)  # the words are one space apart
             candidates = [
                 index
-                for index, word in enumerate(words)
-                if _WORD.fullmatch(word) and len(word) >= 3 and len(tokenizer.tokenize(word)) == 1
+                for index, (word, start) in enumerate(zip(words, starts))
+                if _WORD.fullmatch(word) and len(word) >= 3
+                and len(_word_positions(encoding, start, start + len(word))) == 1
             ]
             if not candidates:
                 continue
@@ -208,11 +240,14 @@ def probe_sentences(
 def fill_mask_probe(
     model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, probes: Sequence[tuple[str, str]], top_k: int = TOP_K
 ) -> list[dict[str, Any]]:
-    """Top-``top_k`` answers of ``model`` at the mask of each probe sentence, as ``pipeline("fill-mask")`` shows them.
+    """Top-``top_k`` answers of ``model`` at the mask of each probe sentence, as ``pipeline("fill-mask")`` gives them.
 
     Works with any masked-LM head, including MLM + NSP pretraining heads (``prediction_logits``), which the
-    pipeline does not take. Returns one dict per probe: ``sentence``, ``answer`` (the masked word) and
-    ``predictions`` (decoded tokens, best first).
+    pipeline does not take. The model reads the sentence with the answer in place, tokenized, its word's tokens
+    replaced by one mask token: as training masks text, whether or not the tokenizer's mask token takes in the
+    space before it (tokenizing ``"was <mask>"`` with a byte-level BPE whose mask token does not would leave a
+    lone "Ġ" before the mask). Returns one dict per probe: ``sentence``, ``answer`` (the masked word) and
+    ``predictions`` (best first, each as :func:`readable_token` shows it). Needs a fast tokenizer.
     """
     was_training = model.training
     model.eval()
@@ -220,12 +255,18 @@ def fill_mask_probe(
     try:
         results = []
         for sentence, answer in probes:
-            encoded = tokenizer(sentence, return_tensors="pt").to(device)
-            outputs = model(**encoded)
+            before, found, after = sentence.partition(tokenizer.mask_token)
+            encoded = tokenizer(before + answer + after)
+            positions = _word_positions(encoded, len(before), len(before) + len(answer))
+            if not found or not positions:
+                raise ValueError(f"probe {sentence!r}: no {tokenizer.mask_token} standing for a word {answer!r}")
+            first, stop = positions[0], positions[-1] + 1
+            inputs = {key: values[: first + 1] + values[stop:] for key, values in encoded.items()}
+            inputs["input_ids"][first] = tokenizer.mask_token_id
+            outputs = model(**{key: torch.tensor([values], device=device) for key, values in inputs.items()})
             logits = outputs.logits if "logits" in outputs else outputs.prediction_logits  # (1, seq, vocab)
-            position = (encoded["input_ids"][0] == tokenizer.mask_token_id).nonzero()[0, 0]
-            top = logits[0, position].topk(top_k).indices.tolist()
-            predictions = [tokenizer.decode([token_id]).strip() for token_id in top]
+            top = logits[0, first].topk(top_k).indices.tolist()
+            predictions = [readable_token(tokenizer, token_id) for token_id in top]
             results.append({"sentence": sentence, "answer": answer, "predictions": predictions})
         return results
     finally:

@@ -37,7 +37,9 @@ from mlm_suite.data.pretraining.rows import RowFormat
 from mlm_suite.data.pretraining.streaming import split_for_processes
 from mlm_suite.data.pretraining.vocabulary import train_wordpiece_tokenizer
 from mlm_suite.errors import UsageError
-from mlm_suite.evaluation.masked_lm import make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics, probe_sentences
+from mlm_suite.evaluation.masked_lm import (
+    make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics, probe_sentences, readable_token,
+)  # fmt: skip
 from mlm_suite.evaluation.plots import figures_section, plot_pretraining_curves
 from mlm_suite.training.controls import DECAY_TYPES, early_stopping_callback, rows_per_step, time_budget_callback
 from mlm_suite.training.pretraining import (
@@ -244,7 +246,7 @@ class PretrainingArguments(HubArguments):
         default=0.0, metadata={"help": "smallest [MASK]-accuracy gain that counts as an improvement"}
     )
     fill_mask_probes: int = field(
-        default=8, metadata={"help": "held-out sentences with one [MASK] each whose top-5 answers are shown (0: none)"}
+        default=8, metadata={"help": "held-out sentences with one word masked whose top-5 answers are shown (0: none)"}
     )
     masking_seed_per_rank: bool = field(
         default=False,
@@ -650,7 +652,7 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
             decay=args.lr_decay_steps, clock=clock,
         )  # fmt: skip
         callbacks.append(budget)
-    probes = probe_sentences(corpus.validation["text"], tokenizer, args.fill_mask_probes)
+    probes = probe_sentences(corpus.validation["text"], tokenizer, args.fill_mask_probes, max_length=args.max_seq_length)
     if training_args.process_index == 0:  # after every check of the input, whose errors stay one line
         print(plan.describe(controls), file=sys.stderr)
     trainer = PretrainingTrainer(
@@ -691,6 +693,7 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
         plot_pretraining_curves(trainer.state.log_history, output_dir / CURVES_PNG, CURVES_CAPTION)
         (output_dir / "fill_mask_probe.json").write_text(json.dumps(probe, indent=2) + "\n", encoding="utf-8")
     training = corpus.card(train_dataset, rows_read)
+    baseline_token = readable_token(tokenizer, baseline_token_id)  # "the", not byte-level BPE's "Ġthe"
     data = {
         "source": corpus.description,
         "training documents": training["documents"],
@@ -701,12 +704,12 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
     card = pretraining_card(
         model=trainer.model, tokenizer=tokenizer, recipe=plan.recipe(controls), held_out_split=corpus.held_out_split,
         data=data, train_metrics=train_metrics, eval_metrics=eval_metrics, probe=probe,
-        figures=figures_section([(CURVES_CAPTION, CURVES_PNG)]),
+        baseline_token=baseline_token, figures=figures_section([(CURVES_CAPTION, CURVES_PNG)]),
     )
     trainer.publish(card)  # the card, then with --push_to_hub the upload of the complete folder
 
     if trainer.is_world_process_zero():
-        print("\n" + describe_evaluation(eval_metrics, probe, tokenizer.convert_ids_to_tokens(baseline_token_id)))
+        print("\n" + describe_evaluation(eval_metrics, probe, baseline_token))
         print(f"{trainer.state.global_step} steps; saved to {output_dir} in {time.time() - started:.0f} s")
     return 0
 

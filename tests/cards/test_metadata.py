@@ -35,7 +35,7 @@ from mlm_suite.cards import (
 )
 from mlm_suite.model import MlmSuiteForMaskedLM
 from mlm_suite.training.trainer import JobTrainer
-from tests.helpers import assert_valid_model_card, results_of
+from tests.helpers import assert_valid_model_card, make_documents, results_of, roberta_tokenizer
 
 
 def card_text(**metadata) -> str:
@@ -188,8 +188,9 @@ def test_create_model_card_arguments_update_the_metadata():
 # --------------------------------------------------------------------------------------------
 # The pretraining card: where the model and the held-out documents came from
 # --------------------------------------------------------------------------------------------
-def pretraining_card_text(tiny_config, tokenizer, **given) -> str:
-    """The pretraining card of a tiny run, with ``given`` replacing the defaults of a from-scratch run on files."""
+def pretraining_card_text(tiny_config, tokenizer, probe=(), **given) -> str:
+    """The pretraining card of a tiny run (baseline token "the"), with its fill-mask ``probe`` and ``given``
+    replacing the defaults of a from-scratch run on files."""
     eval_metrics = {"eval_mask_accuracy": 0.5, "eval_mask_baseline_accuracy": 0.1, "eval_mask_top5_accuracy": 0.7,
                     "eval_random_accuracy": 0.2, "eval_kept_accuracy": 0.9, "eval_mlm_loss": 2.0, "perplexity": 7.4,
                     "eval_mask_tokens": 8, "eval_random_tokens": 1, "eval_kept_tokens": 1}
@@ -203,7 +204,8 @@ def pretraining_card_text(tiny_config, tokenizer, **given) -> str:
     card = pretraining_card(
         model=MlmSuiteForMaskedLM(tiny_config()), tokenizer=tokenizer, held_out_split=given.pop("held_out_split", None),
         recipe=PretrainingRecipe(**{**recipe, **given}), data={"source": "`c.txt`"},
-        train_metrics={"train_steps": 20, "train_loss": 5.0, "train_runtime": 3.0}, eval_metrics=eval_metrics, probe=[],
+        train_metrics={"train_steps": 20, "train_loss": 5.0, "train_runtime": 3.0}, eval_metrics=eval_metrics,
+        probe=list(probe), baseline_token="the",
     )
     return render_card(card, model_name="m", model_id="m")
 
@@ -228,6 +230,21 @@ def test_the_pretraining_cards_held_out_split_is_named_for_where_it_came_from(ti
     assert held_out(**hub) == {HELD_OUT_OF_TRAIN} == {"held-out part of train"}
     assert held_out(**hub, validation_file="data/dev.txt") == {"dev.txt (--validation_file)"}
     assert held_out() == {"validation"}  # local files: the card names no dataset split
+
+
+def test_the_pretraining_card_writes_the_tokenizer_s_own_mask_token(tiny_config, tokenizer):
+    """The usage snippet and the probe's sentences write ``<mask>`` for a RoBERTa tokenizer, ``[MASK]`` for BERT's;
+    the probe table escapes what a Hub card would render as HTML (``<mask>``, ``<s>``)."""
+    roberta = roberta_tokenizer(make_documents(50))
+    for mask_token, model_tokenizer in (("[MASK]", tokenizer), ("<mask>", roberta)):
+        probe = [{"sentence": f"the film was {mask_token} good .", "answer": "very", "predictions": ["so", "␣", "<s>"]}]
+        text = pretraining_card_text(tiny_config, model_tokenizer, probe=probe)
+        assert f'print(fill_mask("the movie was {mask_token} ."))' in text
+        escaped = mask_token.replace("<", "&lt;").replace(">", "&gt;")
+        assert f"| the film was {escaped} good . | very | so, ␣, &lt;s&gt; |" in text
+        assert "The baseline predicts the most frequent training token, `the`, at every `[MASK]`." in text
+        note = "`[MASK]` stands for this tokenizer's mask token, `<mask>`."
+        assert (note in text) == (mask_token == "<mask>")
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ and an mlm_suite ``MlmSuiteForMaskedLM``; and native masked-LM folders of the ot
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,11 @@ from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTrainin
 from mlm_suite.jobs.model_loading import mlm_suite_checkpoint
 from mlm_suite.jobs.pretrain import build_config, build_model, main, plan_run
 from mlm_suite.training.pretraining import evaluation_collator
-from tests.helpers import job_args, make_documents, make_native_model, train_byte_level_bpe, write_text
+from mlm_suite.cards.rendering import table_cell
+from mlm_suite.data.inputs import downloads
+from tests.helpers import (
+    job_args, make_documents, make_native_model, read_json, roberta_tokenizer, run_cli, train_byte_level_bpe, write_text,
+)  # fmt: skip
 
 NEW_MLM_HEAD = ["lm_head.decoder.bias", "lm_head.dense.bias", "lm_head.dense.weight", "lm_head.norm.bias", "lm_head.norm.weight"]
 SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
@@ -200,3 +205,32 @@ def test_a_native_folder_of_another_family_continues_from_its_converted_weights(
     assert main(continued_args(trained, source, corpus, "--max_steps", "2", "--masking", "whole_word")) == 0
     after = load_file(trained / "model.safetensors")
     assert not torch.equal(before["encoder.layers.0.ffn.up.weight"], after["encoder.layers.0.ffn.up.weight"])
+
+
+def test_a_roberta_folder_s_card_and_probe_write_its_mask_token_and_show_words(tmp_path, capsys):
+    """``mlm-suite pretrain`` continuing a ``RobertaForMaskedLM`` folder saved with transformers' ``RobertaTokenizer``:
+    the card's snippet and the fill-mask probe (its JSON, the card's table, the printed lines) write ``<mask>``, and
+    the predictions and the baseline token are shown as words, never as "Ġ" pieces."""
+    reviews = [text for _, text in downloads.pang_lee_reviews()[:100]]
+    tokenizer = roberta_tokenizer(reviews)
+    source = native_masked_lm("roberta", tokenizer, tmp_path / "native")
+    output_dir = tmp_path / "out"
+    argv = continued_args(output_dir, source, write_text(tmp_path / "reviews.txt", reviews), "--max_steps", "2",
+                          "--max_seq_length", "64")
+    status, printed, _ = run_cli(["pretrain", *argv], capsys)
+    assert status == 0
+
+    card = (output_dir / "README.md").read_text(encoding="utf-8")
+    assert 'print(fill_mask("the movie was <mask> ."))' in card
+    assert "`[MASK]` stands for this tokenizer's mask token, `<mask>`." in card
+    probe = read_json(output_dir / "fill_mask_probe.json")
+    assert len(probe) == 2
+    for item in probe:
+        assert item["sentence"].count("<mask>") == 1 and "[MASK]" not in item["sentence"]
+        assert all(prediction and not any(marker in prediction for marker in "ĠĊ▁") for prediction in item["predictions"])
+        shown = ", ".join(item["predictions"])
+        assert f"| {table_cell(item['sentence'])} | {item['answer']} | {table_cell(shown)} |" in card
+        assert f"  {item['sentence']}\n      {item['answer']} -> {shown}" in printed
+    baseline = re.search(r"\(always '(.+?)', the most frequent training token\)", printed).group(1)
+    assert baseline and not any(marker in baseline for marker in "ĠĊ▁")
+    assert f"The baseline predicts the most frequent training token, `{baseline}`, at every `[MASK]`." in card

@@ -19,6 +19,7 @@ import torch
 from transformers import AutoTokenizer
 
 from mlm_suite import MlmSuiteForMaskedLM, MlmSuiteForPreTraining
+from mlm_suite.cards.rendering import table_cell
 from mlm_suite.jobs.pretrain import main
 from mlm_suite.jobs.output_folder import output_folders_released
 from mlm_suite.model import AUTO_CLASSES
@@ -81,7 +82,8 @@ def assert_complete_checkpoint(output_dir: Path, architecture: str) -> dict:
 
     probe = read_json(output_dir / "fill_mask_probe.json")
     assert probe and all(len(item["predictions"]) == 5 and "[MASK]" in item["sentence"] for item in probe)
-    assert "Fill-mask probe" in card and f"| {probe[0]['answer']} | {', '.join(probe[0]['predictions'])} |" in card
+    answer, predictions = table_cell(probe[0]["answer"]), table_cell(", ".join(probe[0]["predictions"]))
+    assert "Fill-mask probe" in card and f"| {answer} | {predictions} |" in card
 
     history = read_json(output_dir / "trainer_state.json")["log_history"]
     assert any("loss" in entry for entry in history) and any("eval_loss" in entry for entry in history)

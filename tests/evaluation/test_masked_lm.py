@@ -1,5 +1,6 @@
 """Honest MLM metrics (``mlm_suite.evaluation.masked_lm``): accuracy per corruption kind on hand-made batches,
-the logits preprocessing against a direct computation, and the fill-mask probe."""
+the logits preprocessing against a direct computation, and the fill-mask probe, with WordPiece (BERT), byte-level
+BPE (RoBERTa) and SentencePiece (XLM-RoBERTa) tokenizers."""
 
 from __future__ import annotations
 
@@ -11,13 +12,16 @@ import torch
 from transformers import EvalPrediction
 
 from mlm_suite import MlmSuiteForMaskedLM
+from mlm_suite.data.inputs import downloads
 from mlm_suite.evaluation.masked_lm import (
     fill_mask_probe,
     make_mlm_compute_metrics,
     masked_lm_scores,
     preprocess_logits_for_mlm_metrics,
     probe_sentences,
+    readable_token,
 )
+from tests.helpers import roberta_tokenizer, xlm_roberta_tokenizer
 
 MASK, BASELINE = 4, 7
 X = -100  # not selected
@@ -136,10 +140,109 @@ def test_fill_mask_probe_returns_the_pipeline_answers(tokenizer, tiny_config):
         with torch.inference_mode():
             top = model(**encoded).logits[0, position].topk(3).indices
         assert result["answer"] == answer and result["sentence"] == sentence
-        assert result["predictions"] == [tokenizer.decode([int(i)]).strip() for i in top]
+        assert result["predictions"] == [readable_token(tokenizer, int(i)) for i in top]
+
+
+def test_a_probe_without_the_mask_token_is_refused_naming_it(tokenizer, tiny_config):
+    model = MlmSuiteForMaskedLM(tiny_config(vocab_size=len(tokenizer)))
+    with pytest.raises(ValueError, match=r"^probe 'the film was <mask> good \.': no \[MASK\] standing for a word 'very'$"):
+        fill_mask_probe(model, tokenizer, [("the film was <mask> good .", "very")])
 
 
 def test_no_probe_sentence_is_drawn_when_none_is_asked_for(tokenizer):
     texts = ["the movie was very good and the actors were great in every scene ."] * 5
     assert probe_sentences(texts, tokenizer, 0) == []
     assert len(probe_sentences(texts, tokenizer, 3)) == 3
+
+
+# --------------------------------------------------------------------------------------------
+# The probe with the tokenizers of the families mlm_suite converts
+# --------------------------------------------------------------------------------------------
+#: Tokenizer kind -> the mask token its probe sentences write.
+MASK_TOKENS = {"bert": "[MASK]", "roberta": "<mask>", "xlm-roberta": "<mask>"}
+#: The vocabulary's own markers, which no prediction shows: byte-level BPE's word start and line break,
+#: SentencePiece's word start.
+MARKERS = ("Ġ", "Ċ", "▁")
+
+
+@pytest.fixture(scope="module")
+def reviews() -> list[str]:
+    return [text for _, text in downloads.pang_lee_reviews()[:400]]
+
+
+@pytest.fixture(scope="module")
+def tokenizers(reviews, minilm_dir) -> dict:
+    """BERT's WordPiece, and a RoBERTa and an XLM-RoBERTa tokenizer trained on the first 200 reviews."""
+    from transformers import AutoTokenizer
+
+    return {"bert": AutoTokenizer.from_pretrained(minilm_dir), "roberta": roberta_tokenizer(reviews[:200]),
+            "xlm-roberta": xlm_roberta_tokenizer(reviews[:200])}
+
+
+class InputRecorder(torch.nn.Module):
+    """``model``, recording the ``input_ids`` of every call."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.seen: list[list[int]] = []
+
+    def forward(self, **inputs):
+        self.seen.append(inputs["input_ids"][0].tolist())
+        return self.model(**inputs)
+
+
+@pytest.mark.parametrize("kind", MASK_TOKENS)
+def test_the_probe_masks_one_token_words_with_the_tokenizer_s_mask_token_and_shows_words(kind, tokenizers, reviews,
+                                                                                         tiny_config):
+    tokenizer = tokenizers[kind]
+    probes = probe_sentences(reviews[200:], tokenizer, count=8, seed=1, max_length=64)  # the model's positions
+    assert len(probes) == 8 and tokenizer.mask_token == MASK_TOKENS[kind]
+    torch.manual_seed(0)
+    model = InputRecorder(MlmSuiteForMaskedLM(tiny_config(vocab_size=len(tokenizer))))
+    results = fill_mask_probe(model, tokenizer, probes)
+    for (sentence, answer), seen, result in zip(probes, model.seen, results):
+        assert sentence.count(MASK_TOKENS[kind]) == 1 and "[MASK]" not in sentence.replace(MASK_TOKENS[kind], "")
+        # The model reads the sentence's own tokens with the answer's one token (its word-start marker included)
+        # replaced by the mask: what training masks.
+        original = tokenizer(sentence.replace(tokenizer.mask_token, answer))["input_ids"]
+        changed = [position for position, (a, b) in enumerate(zip(original, seen)) if a != b]
+        assert len(seen) == len(original) and len(changed) == 1 and seen[changed[0]] == tokenizer.mask_token_id
+        assert readable_token(tokenizer, original[changed[0]]) == answer
+        if kind != "xlm-roberta":  # whose tokenizer drops the space before a mask token, not before a word
+            assert seen == tokenizer(sentence)["input_ids"]  # what pipeline("fill-mask") reads
+        assert len(result["predictions"]) == 5
+        assert all(prediction and not any(marker in prediction for marker in MARKERS) for prediction in result["predictions"])
+
+
+def test_a_mask_token_that_keeps_the_space_before_it_gets_no_lone_space_token(reviews):
+    """With a byte-level BPE whose ``<mask>`` does not take in the space before it, tokenizing ``"was <mask>"`` leaves
+    a lone "Ġ" before the mask, which training never shows; the probe reads the sentence as training masks it."""
+    from tests.helpers import train_byte_level_bpe
+
+    tokenizer = train_byte_level_bpe(reviews[:200])
+    probes = probe_sentences(reviews[200:], tokenizer, count=3, max_length=64)
+    assert probes and all("<mask>" in sentence for sentence, _ in probes)
+    model = InputRecorder(torch.nn.Linear(1, 1))  # records, then fails where the logits would be read
+    space = tokenizer.convert_tokens_to_ids("Ġ")
+    with pytest.raises(TypeError):
+        fill_mask_probe(model, tokenizer, probes)
+    assert tokenizer(probes[0][0])["input_ids"].count(space) > model.seen[0].count(space)
+    before_mask = model.seen[0][model.seen[0].index(tokenizer.mask_token_id) - 1]
+    assert before_mask != space
+
+
+@pytest.mark.parametrize("kind", ["roberta", "xlm-roberta"])
+def test_readable_tokens_show_no_vocabulary_marker(kind, tokenizers):
+    tokenizer = tokenizers[kind]
+    shown = [readable_token(tokenizer, token_id) for token_id in range(len(tokenizer))]
+    assert all(text and not any(marker in text for marker in MARKERS) for text in shown)
+    pieces = {"roberta": {"Ġthe": "the", "the": "the", "Ġ": "␣", "Ċ": "↵", "ĉ": "⇥", "č": "\\r", "<s>": "<s>"},
+              "xlm-roberta": {"▁the": "the", "▁": "␣", "<mask>": "<mask>"}}[kind]
+    assert {piece: shown[tokenizer.convert_tokens_to_ids(piece)] for piece in pieces} == pieces
+
+
+def test_readable_wordpiece_tokens(tokenizers):
+    tokenizer = tokenizers["bert"]
+    pieces = {"the": "the", "##s": "s", ".": ".", "[SEP]": "[SEP]"}
+    assert {piece: readable_token(tokenizer, tokenizer.convert_tokens_to_ids(piece)) for piece in pieces} == pieces

@@ -45,10 +45,11 @@ from tests.helpers import (
     MAX_LENGTH,
     masked_words,
     padded,
+    roberta_tokenizer,
     special_tokens_only,
     train_byte_level_bpe,
-    train_sentencepiece_unigram,
     word_index,
+    xlm_roberta_tokenizer,
 )
 
 P = 0.15
@@ -158,7 +159,9 @@ def check_masking_statistics(tokenizer, output, original, word_ids, mode) -> dic
     assert p_uniform > 1e-3, (mode, p_uniform)
 
     if mode != "token":
-        sizes, hits = masked_words(word_index(word_ids), selected)
+        # Over a word's maskable tokens: SentencePiece's <unk> of an unknown character sits inside a word (WordPiece's
+        # [UNK] is a whole word), and like every special token it is never masked.
+        sizes, hits = masked_words(np.where(maskable, word_index(word_ids), -1), selected)
         assert ((hits == 0) | (hits == sizes)).all(), "a word was masked partly"
         assert ((hits == sizes) & (sizes > 1)).sum() > 100, "too few multi-token words masked to be a test"
     return {
@@ -260,12 +263,15 @@ def test_unigram_random_tokens_follow_the_counts(corpus, wordpiece):
     assert torch.equal(count_tokens(dataset, len(wordpiece)), count_tokens(subset, len(wordpiece)))
 
 
+@pytest.mark.parametrize("mode", ["whole_word", "span"])
 @pytest.mark.parametrize(
     ("train", "word_marker"),
-    [(train_byte_level_bpe, "Ġ"), (train_sentencepiece_unigram, "▁")],
-    ids=["bpe", "sentencepiece"],
+    [(roberta_tokenizer, "Ġ"), (xlm_roberta_tokenizer, "▁")],
+    ids=["roberta-bpe", "xlm-roberta-sentencepiece"],
 )
-def test_whole_word_masking_with_bpe_and_sentencepiece(texts, train, word_marker):
+def test_word_masking_with_byte_level_bpe_and_sentencepiece(texts, train, word_marker, mode):
+    """Whole words and spans of them come from the fast tokenizer's word ids, which follow the word-start marker of
+    a byte-level BPE ("Ġ") or SentencePiece ("▁") vocabulary as they follow WordPiece's "##"."""
     tokenizer = train(texts[:60])
     features = as_features(tokenize_for_mlm({"text": texts[:250]}, tokenizer, MAX_LENGTH))
     word_ids = padded([feature["word_ids"] for feature in features], WORD_ID_SENTINEL)
@@ -276,10 +282,10 @@ def test_whole_word_masking_with_bpe_and_sentencepiece(texts, train, word_marker
     previous_word = np.concatenate([np.full((len(word_ids), 1), WORD_ID_SENTINEL), word_ids[:, :-1]], axis=1)
     assert (word_ids[starts_word] != previous_word[starts_word]).all()
 
-    collator = DataCollatorForMaskedLM(tokenizer, masking="whole_word", seed=2, pad_to_multiple_of=MAX_LENGTH)
+    collator = DataCollatorForMaskedLM(tokenizer, masking=mode, seed=2, pad_to_multiple_of=MAX_LENGTH)
     output = collate_all(collator, features)
     assert (original != tokenizer.pad_token_id).sum() > 200_000
-    check_masking_statistics(tokenizer, output, original, word_ids, "whole_word")
+    check_masking_statistics(tokenizer, output, original, word_ids, mode)
 
 
 def unpadded_masks(batch: dict[str, torch.Tensor], lengths: Sequence[int], left: bool = False) -> list[tuple]:
