@@ -729,7 +729,8 @@ def train_byte_level_bpe(texts: list[str]) -> PreTrainedTokenizerFast:
     )
     tokenizer.train_from_iterator(texts, trainer)
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", special_tokens=[(token, tokenizer.token_to_id(token)) for token in ("<s>", "</s>")]
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",  # RoBERTa's: no segment ids, two separators between
+        special_tokens=[(token, tokenizer.token_to_id(token)) for token in ("<s>", "</s>")],
     )
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,

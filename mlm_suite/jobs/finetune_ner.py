@@ -61,6 +61,7 @@ from mlm_suite.jobs.model_loading import (
     load_config,
     load_model,
     load_tokenizer,
+    mlm_suite_checkpoint,
     resolve_model_path,
 )
 from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
@@ -329,7 +330,9 @@ def build_trainer(model, args, tokenizer, datasets: Mapping[str, Any], scheme: s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from transformers import AutoConfig, AutoModelForTokenClassification, set_seed
+    from transformers import AutoConfig, set_seed
+
+    from mlm_suite import MlmSuiteForTokenClassification
 
     model_args, data_args, training_args = parse_arguments((NerModelArguments, NerDataArguments, NerTrainingArguments), argv)
     if model_args.use_crf and training_args.flatten_batches and "flatten_batches" in training_args.flags_given:
@@ -358,15 +361,17 @@ def main(argv: Sequence[str] | None = None) -> int:
               "test": data_args.max_predict_samples}
     sentences = {split: first_n(data, limits[split]) for split, data in sentences.items() if data}
 
-    # Model: labels and configuration (a fine-tuned checkpoint keeps its label order and must share the scheme)
-    model_path = resolve_model_path(model_args.model_name_or_path, training_args)
+    # Model: the folder as an mlm_suite folder (a native one converted, with its head), its labels and configuration
+    # (a fine-tuned checkpoint keeps its label order and must share the scheme)
+    source = resolve_model_path(model_args.model_name_or_path, training_args)
+    model_path = mlm_suite_checkpoint(source, **model_args.pretrained_kwargs())
     config = load_config(model_path, model_args)
-    label_list = resolve_label_list(config, data_labels, model_path, model_args.ignore_mismatched_sizes)
+    label_list = resolve_label_list(config, data_labels, source, model_args.ignore_mismatched_sizes)
     checkpoint_scheme = getattr(config, "tagging_scheme", None)
     reuses_head = not has_placeholder_labels(config) and label_list == [config.id2label[i] for i in sorted(config.id2label)]
     if reuses_head and scheme != NO_SCHEME and checkpoint_scheme not in (None, scheme):
         raise ValueError(
-            f"{model_path} was fine-tuned on {checkpoint_scheme} tags but the data are {scheme}: "
+            f"{source} was fine-tuned on {checkpoint_scheme} tags but the data are {scheme}: "
             f"pass --convert_to {checkpoint_scheme}"
         )
     id2label, label2id = label_maps(label_list)
@@ -374,20 +379,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     config_updates = dict(num_labels=len(label_list), id2label=id2label, label2id=label2id,
                           tagging_scheme=None if scheme == NO_SCHEME else scheme)
     if model_args.use_crf:
-        if config.model_type != "mlm_suite":
-            raise ValueError(f"--use_crf needs an mlm_suite model; {model_path} is a {config.model_type!r} model")
         config_updates["use_crf"] = True
     config.update(config_updates)
 
-    # Label alignment, model
-    tokenizer = load_tokenizer(model_path, model_args, config)
-    check_max_seq_length(data_args.max_seq_length, config, model_path, tokenizer)
+    # Label alignment (with the source's tokenizer), model
+    tokenizer = load_tokenizer(source, model_args, config)
+    check_max_seq_length(data_args.max_seq_length, config, source, tokenizer)
     if compare_hf:
         check_max_seq_length(data_args.max_seq_length, AutoConfig.from_pretrained(downloads.minilm_dir()),
                              "HF BERT of --compare_hf")
     datasets = encode_splits(sentences, tokenizer, label2id, data_args)
     set_seed(training_args.seed)
-    model = load_model(AutoModelForTokenClassification, model_path, config, model_args)
+    model = load_model(MlmSuiteForTokenClassification, model_path, config, model_args)
     trainable = apply_freezing(model, model_args.train_last_k_layers)
 
     # Training, evaluation on the validation split, prediction on the test split
@@ -418,13 +421,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     trainer.publish(FinetunedCard(
         pipeline_tag="token-classification",
         task_description=ner_task_description(scheme, len(label_list)),
-        base_model=card_base_model(model_path, model_args.init),
+        base_model=card_base_model(source, model_args.init),
         auto_class="AutoModelForTokenClassification",
         labels=ner_labels_section(scheme, read_scheme, model_args.use_crf, id2label),
         data=data_description + "\n\n" + markdown_table({split: len(data) for split, data in sentences.items()},
                                                          ("split", "sentences")),
         training=card_training_summary(
-            training_args, model_path, model_args,
+            training_args, source, model_args,
             {"label strategy": data_args.label_strategy, "max_seq_length": data_args.max_seq_length,
              "trained layers": trainable},
         ),

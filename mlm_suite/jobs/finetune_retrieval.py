@@ -189,16 +189,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"each epoch leaves out one of the {len(pairs)} pairs (a batch of one has no negatives)", file=sys.stderr)
 
     # Model
-    model_path = mlm_suite_checkpoint(resolve_model_path(model_args.model_name_or_path, training_args),
-                                      **model_args.pretrained_kwargs())
+    source = resolve_model_path(model_args.model_name_or_path, training_args)
+    model_path = mlm_suite_checkpoint(source, **model_args.pretrained_kwargs())
     config = load_config(model_path, model_args)
     config.update(dict(
         sentence_pooling=model_args.sentence_pooling, normalize_embeddings=model_args.normalize_embeddings,
         contrastive_temperature=model_args.temperature, learn_temperature=model_args.learn_temperature,
         contrastive_symmetric=model_args.symmetric_loss,
     ))
-    tokenizer = load_tokenizer(model_path, model_args, config)
-    check_max_seq_length(data_args.max_seq_length, config, model_path, tokenizer)
+    tokenizer = load_tokenizer(source, model_args, config)
+    check_max_seq_length(data_args.max_seq_length, config, source, tokenizer)
 
     def tokenized_pairs() -> list[dict[str, Any]]:
         length = data_args.max_seq_length
@@ -263,12 +263,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     trainer.publish(RetrievalCard(
         pipeline_tag="sentence-similarity",
         task_description="A sentence-embedding (bi-encoder retrieval) model",
-        base_model=card_base_model(model_path, model_args.init),
+        base_model=card_base_model(source, model_args.init),
         **_embedding_fields(model.config),
         data=description + "\n\n" + markdown_table({"train": f"{len(pairs):,} query/document pairs", **sizes},
                                                     ("split", "size")),
         training=card_training_summary(
-            training_args, model_path, model_args,
+            training_args, source, model_args,
             {"loss": _loss_text(model.config), "max_seq_length": data_args.max_seq_length,
              "mini_batch_size (gradient caching)": model_args.mini_batch_size or "none", "trained layers": trainable},
         ),

@@ -36,9 +36,14 @@ class ModelArguments(HubArguments):
 
     model_name_or_path: str | None = field(
         default=None,
-        metadata={"help": "Model folder (mlm_suite or HF BERT). Default: all-MiniLM-L6-v2 converted to mlm_suite."},
+        metadata={
+            "help": "Model folder: mlm_suite, or BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA or ModernBERT (converted "
+            "to mlm_suite first, with its head). Default: all-MiniLM-L6-v2 converted to mlm_suite."
+        },
     )
-    config_name: str | None = field(default=None, metadata={"help": "Config folder or Hub id, if not the model's."})
+    config_name: str | None = field(
+        default=None, metadata={"help": "mlm_suite config folder or Hub id, if not the model's."}
+    )
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer folder, if not the model's."})
     train_last_k_layers: int | None = field(
         default=None,
@@ -127,9 +132,20 @@ def load_model(model_class: Any, path: str, config: Any, model_args: ModelArgume
     )
 
 
-def load_config(model_path: str, model_args: ModelArguments) -> PretrainedConfig:
-    """The config of ``--config_name`` (else of the model), loaded with the Hub flags."""
-    return pretrained_config(model_args.config_name or model_path, **model_args.pretrained_kwargs())
+def load_config(model_path: str, model_args: ModelArguments) -> MlmSuiteConfig:
+    """The config of ``--config_name`` (else of the model, an mlm_suite folder: :func:`mlm_suite_checkpoint`), loaded
+    with the Hub flags.
+
+    Raises:
+        UsageError: a ``--config_name`` that is not an mlm_suite config: the jobs train mlm_suite models.
+    """
+    config = pretrained_config(model_args.config_name or model_path, **model_args.pretrained_kwargs())
+    if not isinstance(config, MlmSuiteConfig):
+        raise UsageError(
+            f"--config_name {model_args.config_name} holds a {config.model_type!r} config; the job trains an mlm_suite "
+            "model (a BERT-family model: pass its folder as --model_name_or_path, which converts it)"
+        )
+    return config
 
 
 def load_tokenizer(model_path: str, model_args: ModelArguments, config: PretrainedConfig) -> Any:
@@ -158,10 +174,12 @@ def check_vocabulary(tokenizer: Any, config: PretrainedConfig, tokenizer_source:
 
 def mlm_suite_checkpoint(model_name_or_path: str, **pretrained: Any) -> str:
     """An mlm_suite folder holding ``model_name_or_path``: the folder itself (its weights checked), or a folder of a
-    family mlm_suite converts (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, ModernBERT) converted.
+    family mlm_suite converts (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, ModernBERT) converted. Every job that
+    trains a model starts from it, so that each trains mlm_suite's padding-free encoder.
 
     Such a checkpoint is converted with :func:`~mlm_suite.conversion.convert_checkpoint` into a temporary folder,
-    removed when the process exits.
+    removed when the process exits; its head comes along (a sequence or token classifier with its labels), and a
+    folder without one converts to the bare encoder or masked LM, which the job gives a new head.
     ``pretrained`` (the Hub flags, :meth:`~mlm_suite.jobs.arguments.HubArguments.pretrained_kwargs`) go to
     ``AutoConfig.from_pretrained``.
     """

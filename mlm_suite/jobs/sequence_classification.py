@@ -66,6 +66,7 @@ from mlm_suite.jobs.model_loading import (
     load_config,
     load_model,
     load_tokenizer,
+    mlm_suite_checkpoint,
     resolve_model_path,
 )
 from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
@@ -219,13 +220,12 @@ def scored_labels(splits: Mapping[str, TextSplit], unlabelled: Sequence[str]) ->
 # Model
 # --------------------------------------------------------------------------------------------
 def sequence_classifier_class(config: Any, pair: bool) -> type:
-    """``MlmSuiteForPairClassification`` (segment ids 0/1) for a pair of texts on an mlm_suite checkpoint,
-    ``AutoModelForSequenceClassification`` otherwise."""
-    from transformers import AutoModelForSequenceClassification
+    """``MlmSuiteForPairClassification`` (segment ids 0/1) for a pair of texts on a model with segment embeddings,
+    ``MlmSuiteForSequenceClassification`` otherwise: a family without them (RoBERTa, DistilBERT, ModernBERT) tells
+    the two texts apart by the separators between them, as its own classes do."""
+    from mlm_suite import MlmSuiteForPairClassification, MlmSuiteForSequenceClassification
 
-    from mlm_suite import MlmSuiteForPairClassification
-
-    return MlmSuiteForPairClassification if pair and config.model_type == "mlm_suite" else AutoModelForSequenceClassification
+    return MlmSuiteForPairClassification if pair and config.type_vocab_size >= 2 else MlmSuiteForSequenceClassification
 
 
 def configure_head(
@@ -239,8 +239,6 @@ def configure_head(
     (:func:`~mlm_suite.data.finetuning.labels.resolve_label_list`); the intermediate data's labels must be among them.
     """
     if model_args.classifier_pooling is not None:
-        if config.model_type != "mlm_suite":
-            raise ValueError(f"--classifier_pooling needs an mlm_suite model; {model_path} is {config.model_type!r}")
         config.classifier_pooling = model_args.classifier_pooling
     if task_type == "regression":
         config.update(dict(num_labels=1, id2label={0: "score"}, label2id={"score": 0}, problem_type="regression"))
@@ -445,13 +443,14 @@ def finetune_sequence_classifier(
                                                     training_args.do_train)
     labels = scored_labels(splits, unlabelled)
 
-    # Model
+    # Model: the folder as an mlm_suite folder (a native one converted, with its head), the source's tokenizer
     pair = len(text_columns) == 2
-    model_path = resolve_model_path(model_args.model_name_or_path, training_args)
+    source = resolve_model_path(model_args.model_name_or_path, training_args)
+    model_path = mlm_suite_checkpoint(source, **model_args.pretrained_kwargs())
     config = load_config(model_path, model_args)
-    label_list = configure_head(config, task_type, labels, model_path, model_args, data_args, intermediate)
-    tokenizer = load_tokenizer(model_path, model_args, config)
-    check_max_seq_length(data_args.max_seq_length, config, model_path, tokenizer, pair=pair)
+    label_list = configure_head(config, task_type, labels, source, model_args, data_args, intermediate)
+    tokenizer = load_tokenizer(source, model_args, config)
+    check_max_seq_length(data_args.max_seq_length, config, source, tokenizer, pair=pair)
     encode = text_encoder(tokenizer, text_columns, data_args, task_type, config)
     datasets = {split: encode(examples) for split, examples in splits.items()}
     scored = {split: dataset for split, dataset in datasets.items() if split not in unlabelled}
@@ -472,7 +471,7 @@ def finetune_sequence_classifier(
 
     # Model card and summary
     write_card_and_summary(
-        trainer, metrics, predicted, splits, unlabelled, label_list, task_type, config, model_path, trainable,
+        trainer, metrics, predicted, splits, unlabelled, label_list, task_type, config, source, trainable,
         model_args, data_args, training_args, data_description + intermediate_note,
         task_description=task_description, embedded_data=CardDataset.embedded(embedded.name, embedded.card_name),
     )

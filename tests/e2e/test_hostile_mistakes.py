@@ -65,12 +65,13 @@ def test_a_tokenizer_larger_than_the_model_s_vocabulary_is_refused(
     assert not output_dir.exists()
 
 
-@pytest.mark.parametrize("command", ["finetune-cls", "pretrain"])
+@pytest.mark.parametrize("command", ["finetune-cls", "finetune-pair", "finetune-ner", "finetune-retrieval", "pretrain"])
 @pytest.mark.parametrize("converted", [False, True], ids=["native", "converted"])
 def test_a_tokenizer_larger_than_a_roberta_s_vocabulary_is_refused(command, converted, tmp_path, tiny_model,
                                                                       data_files, capsys):
-    """A RoBERTa folder of 1000 word embeddings with the MiniLM tokenizer of 30522 tokens, as given (pretrain converts
-    it on the fly) or converted first: one line naming both sizes, no output folder."""
+    """A RoBERTa folder of 1000 word embeddings with the MiniLM tokenizer of 30522 tokens, as given (every job that
+    trains converts it on the fly) or converted first: one line naming both sizes and the folder given, no output
+    folder."""
     model = tmp_path / "roberta"
     make_native_model("roberta", "ForMaskedLM", vocab_size=1000).save_pretrained(model)
     AutoTokenizer.from_pretrained(tiny_model).save_pretrained(model)
@@ -78,7 +79,7 @@ def test_a_tokenizer_larger_than_a_roberta_s_vocabulary_is_refused(command, conv
         model = convert_checkpoint(model, tmp_path / "converted")
     output_dir = tmp_path / "out"
     outcome = run_command([*command_line(command, model, data_files), "--output_dir", output_dir], capsys)
-    assert_refused(outcome, command, "30522 tokens", "vocab_size 1000")
+    assert_refused(outcome, command, "30522 tokens", f"the model ({model}) has vocab_size 1000")
     assert not output_dir.exists()
 
 

@@ -10,12 +10,13 @@ as the same data read from files.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from pathlib import Path
 
 import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, List, Value, load_from_disk
-from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
 
 from mlm_suite.data.inputs import readers
 from mlm_suite.jobs import (
@@ -142,27 +143,38 @@ def test_every_job_takes_the_transformers_flags(job, tmp_path, monkeypatch):
 # --------------------------------------------------------------------------------------------
 @pytest.fixture
 def recorded(monkeypatch) -> list[tuple[str, str, dict]]:
-    """``(class, path, Hub keyword arguments)`` of every config, tokenizer and sequence-model ``from_pretrained``.
+    """``(class, path, Hub keyword arguments)`` of every config, tokenizer and model ``from_pretrained``.
 
     The calls then go on without ``trust_remote_code`` (the tests' folders would otherwise load their own copy of
     the modelling code), so only the plumbing is under test.
     """
     calls = []
     depth = [0]  # calls made inside a recorded call (AutoTokenizer loads its config) are the library's, not the job's
-    for cls in (AutoConfig, AutoTokenizer, AutoModelForSequenceClassification):
-        original = cls.from_pretrained
 
-        def from_pretrained(path, *args, _original=original, _name=cls.__name__, **kwargs):
-            if depth[0] == 0:
-                calls.append((_name, str(path), {key: kwargs.get(key) for key in HUB_KEYS}))
-            kwargs.pop("trust_remote_code", None)
-            depth[0] += 1
-            try:
-                return _original(path, *args, **kwargs)
-            finally:
-                depth[0] -= 1
+    def record(name: str, original, path, args, kwargs):
+        if depth[0] == 0:
+            calls.append((name, str(path), {key: kwargs.get(key) for key in HUB_KEYS}))
+        kwargs.pop("trust_remote_code", None)
+        depth[0] += 1
+        try:
+            return original(path, *args, **kwargs)
+        finally:
+            depth[0] -= 1
 
-        monkeypatch.setattr(cls, "from_pretrained", from_pretrained)
+    for cls in (AutoConfig, AutoTokenizer):
+
+        def auto_from_pretrained(path, *args, _original=cls.from_pretrained, _name=cls.__name__, **kwargs):
+            return record(_name, _original, path, args, kwargs)
+
+        monkeypatch.setattr(cls, "from_pretrained", auto_from_pretrained)
+
+    # Every model class (MlmSuiteForSequenceClassification, ...), recorded under its own name.
+    original_model = PreTrainedModel.from_pretrained.__func__
+
+    def model_from_pretrained(model_class, path, *args, **kwargs):
+        return record(model_class.__name__, functools.partial(original_model, model_class), path, args, kwargs)
+
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(model_from_pretrained))
     return calls
 
 
@@ -208,7 +220,7 @@ def test_classification_split_names_sample_limits_and_hub_flags(tiny_model, tmp_
     assert metrics["train_samples"] == 8
     assert metrics["eval_n_examples"] == 5  # validation_matched, not validation (3 rows)
     assert metrics["test_n_examples"] == 4  # test_matched (6 rows) cut to --max_predict_samples
-    assert_hub_flags_reached(recorded, tmp_path, {"AutoConfig", "AutoTokenizer", "AutoModelForSequenceClassification"})
+    assert_hub_flags_reached(recorded, tmp_path, {"AutoConfig", "AutoTokenizer", "MlmSuiteForSequenceClassification"})
 
 
 def test_a_split_name_the_dataset_lacks_is_a_one_line_user_error(tiny_model, tmp_path, capsys):
@@ -353,7 +365,7 @@ def test_retrieval_column_flag_sample_limit_and_hub_flags(tiny_model, tmp_path, 
     ])  # fmt: skip
     metrics = json.loads((out / "all_results.json").read_text())
     assert metrics["train_samples"] == 6
-    assert_hub_flags_reached(recorded, tmp_path, {"AutoConfig", "AutoTokenizer"})
+    assert_hub_flags_reached(recorded, tmp_path, {"AutoConfig", "AutoTokenizer", "MlmSuiteForSentenceEmbedding"})
 
 
 def test_config_name_is_the_config_a_fine_tuning_job_loads(tiny_model, tmp_path, recorded):
