@@ -139,8 +139,13 @@ def debug_enabled(debug: bool | None = None) -> bool:
 
 
 def error_line(prog: str, error: BaseException) -> str:
-    """``<prog>: error: <message>`` (the exception's name when it carries no message)."""
-    return f"{prog}: error: {str(error).strip() or type(error).__name__}"
+    """``<prog>: error: <message>`` (the exception's name when it carries no message). Another library's message is
+    put on one line (transformers' "couldn't connect ... / Check your internet connection ..." spans two); mlm_suite's
+    own keep theirs, where a second line quotes what a tool said (pip's reason for a failed download)."""
+    message = str(error).strip()
+    if not isinstance(error, MlmSuiteError):
+        message = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    return f"{prog}: error: {message or type(error).__name__}"
 
 
 __all__ = [

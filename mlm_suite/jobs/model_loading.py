@@ -23,6 +23,7 @@ import torch
 from transformers import AutoConfig, PretrainedConfig, PreTrainedTokenizerBase, TrainingArguments
 
 from mlm_suite.conversion import FAMILIES, convert_checkpoint, converted_minilm_dir
+from mlm_suite.conversion.checkpoint import TOKENIZER_FILES
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import HubArguments, check_at_least, check_model_source
 from mlm_suite.model import MlmSuiteConfig
@@ -177,7 +178,8 @@ def mlm_suite_checkpoint(model_name_or_path: str, **pretrained: Any) -> str:
     family mlm_suite converts (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, ModernBERT) converted. Every job that
     trains a model starts from it, so that each trains mlm_suite's padding-free encoder.
 
-    Such a checkpoint is converted with :func:`~mlm_suite.conversion.convert_checkpoint` into a temporary folder,
+    Such a checkpoint (a folder, or a Hub id: :func:`hub_snapshot`) is converted with
+    :func:`~mlm_suite.conversion.convert_checkpoint` into a temporary folder,
     removed when the process exits; its head comes along (a sequence or token classifier with its labels), and a
     folder without one converts to the bare encoder or masked LM, which the job gives a new head.
     ``pretrained`` (the Hub flags, :meth:`~mlm_suite.jobs.arguments.HubArguments.pretrained_kwargs`) go to
@@ -194,13 +196,31 @@ def mlm_suite_checkpoint(model_name_or_path: str, **pretrained: Any) -> str:
             f"--model_name_or_path {model_name_or_path} holds a {config.model_type!r} model; this job takes "
             f"mlm_suite checkpoints or those of {', '.join(sorted(FAMILIES))}"
         )
+    source = Path(model_name_or_path)
+    if not source.is_dir():  # a Hub id, which AutoConfig resolved above
+        source = hub_snapshot(model_name_or_path, **pretrained)
     folder = tempfile.mkdtemp(prefix="mlm_suite-converted-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     print(
         f"converting the {family.name} checkpoint {model_name_or_path} to mlm_suite (in {folder}, removed at exit)",
         file=sys.stderr,
     )
-    return str(convert_checkpoint(model_name_or_path, folder))
+    return str(convert_checkpoint(source, folder))
+
+
+def hub_snapshot(repo_id: str, cache_dir: str | None = None, revision: str = "main", token: Any = None,
+                 **ignored: Any) -> Path:
+    """The local copy of the Hub model ``repo_id`` that a conversion reads: its JSON files, safetensors weights (a
+    ``pytorch_model.bin``, read without unpickling code, only where it has none) and tokenizer files, fetched into
+    the Hub cache as ``from_pretrained`` fetches them; with ``HF_HUB_OFFLINE=1``, read from that cache alone.
+    ``ignored``: the other ``from_pretrained`` keywords (``trust_remote_code``)."""
+    from huggingface_hub import snapshot_download
+
+    fetch = {"repo_id": repo_id, "revision": revision, "cache_dir": cache_dir, "token": token}
+    folder = Path(snapshot_download(**fetch, allow_patterns=["*.json", "*.safetensors", *TOKENIZER_FILES]))
+    if not any(folder.glob("*.safetensors")):
+        folder = Path(snapshot_download(**fetch, allow_patterns=["pytorch_model.bin"]))
+    return folder
 
 
 def check_max_seq_length(
@@ -348,6 +368,7 @@ __all__ = [
     "check_vocabulary",
     "describe_new_weights",
     "extend_context",
+    "hub_snapshot",
     "load_config",
     "load_model",
     "load_tokenizer",

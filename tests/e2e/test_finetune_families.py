@@ -94,6 +94,34 @@ def test_finetune_cls_trains_a_native_classifier_as_mlm_suite_starting_from_its_
     assert f"a local checkpoint (folder `{source.name}`)" in (output_dir / "README.md").read_text(encoding="utf-8")
 
 
+def test_a_hub_id_of_a_native_classifier_is_fetched_as_from_pretrained_fetches_it_and_converted(
+        tokenizer, texts, sentiment_csv, tmp_path, monkeypatch, capsys):
+    """``--model_name_or_path user/model`` of a family mlm_suite converts: its files come from the Hub as
+    ``from_pretrained`` fetches them, with the Hub flags (here from a Hub cache, offline, at ``--model_revision``
+    v1 in ``--cache_dir``; a cache without that revision is refused in one line), then convert as a folder does."""
+    import huggingface_hub
+
+    cache, commit = tmp_path / "hub", "0123456789abcdef0123456789abcdef01234567"
+    repo = cache / "models--someone--tiny-roberta"
+    native = native_classifier("roberta", tokenizer, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "v1").write_text(commit)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    command = ["finetune-cls", "--model_name_or_path", "someone/tiny-roberta", "--cache_dir", cache, "--train_file",
+               sentiment_csv, "--learning_rate", "0", "--output_dir", tmp_path / "out", *STEPS]
+    outcome = run_command([*command, "--model_revision", "v1"], capsys)
+    assert outcome.status == 0, outcome.err[-3000:]
+    assert "checkpoint someone/tiny-roberta to mlm_suite" in outcome.err
+    ours = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out").eval()
+    batch = tokenizer(texts[:6], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert (ours(**batch).logits - native(**batch).logits).abs().max().item() <= 1e-5
+
+    refused = run_command([*command, "--model_revision", "v2", "--output_dir", tmp_path / "other"], capsys)
+    assert refused.status == 2 and len(refused.err.strip().splitlines()) == 1, refused.err[-3000:]
+    assert not (tmp_path / "other").exists()
+
+
 def test_finetune_pair_trains_a_native_masked_lm_with_a_new_head(tokenizer, texts, tmp_path, capsys):
     """A RoBERTa masked LM: its converted encoder gets a new pair head; RoBERTa has no segment embeddings, so the
     pair is read as RoBERTa reads it, ``<s> A </s></s> B </s>``, and the weights learn."""
