@@ -199,13 +199,21 @@ def mlm_suite_checkpoint(model_name_or_path: str, **pretrained: Any) -> str:
     source = Path(model_name_or_path)
     if not source.is_dir():  # a Hub id, which AutoConfig resolved above
         source = hub_snapshot(model_name_or_path, **pretrained)
-    folder = tempfile.mkdtemp(prefix="mlm_suite-converted-")
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    print(
-        f"converting the {family.name} checkpoint {model_name_or_path} to mlm_suite (in {folder}, removed at exit)",
-        file=sys.stderr,
-    )
-    return str(convert_checkpoint(source, folder))
+    # Converted once per process and source state: `mlm-suite seeds` runs its jobs in one process.
+    key = (str(source.resolve()), *((file.name, file.stat().st_size, file.stat().st_mtime_ns)
+                                    for file in sorted(source.iterdir()) if file.is_file()))
+    if key not in _CONVERTED:
+        folder = tempfile.mkdtemp(prefix="mlm_suite-converted-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        print(f"converting the {family.name} checkpoint {model_name_or_path} to mlm_suite (in {folder}, removed at "
+              f"exit)", file=sys.stderr)
+        _CONVERTED[key] = str(convert_checkpoint(source, folder))
+    return _CONVERTED[key]
+
+
+# The folders mlm_suite_checkpoint converted in this process: (source folder, its files' names, sizes and times) →
+# the converted folder.
+_CONVERTED: dict[tuple, str] = {}
 
 
 def hub_snapshot(repo_id: str, cache_dir: str | None = None, revision: str = "main", token: Any = None,
