@@ -8,10 +8,11 @@ synchronised and the memory column is the allocator's peak); ``--compile`` adds 
 times mlm_suite on flattened batches (``mlm_suite.data.flattening``, built before the timing as a
 data loader would), which on CUDA uses ``varlen_attn`` and needs no host synchronisation.
 
-``--families`` (all of bert, roberta, xlm-roberta, distilbert, electra, or those named) runs, instead of the BERT
-workloads, the variable-length MLM workload once per family: transformers' own masked LM of the family
-(``RobertaForMaskedLM``, ``XLMRobertaForMaskedLM``, ``DistilBertForMaskedLM``, and ``ElectraForMaskedLM``, the
-generator, whose embeddings are narrower than its hidden size) at the workload's size with random weights, saved
+``--families`` (all of bert, roberta, xlm-roberta, distilbert, electra, modernbert, or those named) runs, instead of
+the BERT workloads, the variable-length MLM workload once per family: transformers' own masked LM of the family
+(``RobertaForMaskedLM``, ``XLMRobertaForMaskedLM``, ``DistilBertForMaskedLM``, ``ElectraForMaskedLM``, the
+generator, whose embeddings are narrower than its hidden size, and ``ModernBertForMaskedLM`` at ``modernbert_config``'s
+sizes, its full and sliding-window layers alternating as by default) at the workload's size with random weights, saved
 and converted by ``mlm_suite.convert_checkpoint`` as a user's folder is, against that conversion on padded and
 flattened batches; it prints one row per family. BERT's row (``BertForMaskedLM``) is the BERT workload's comparison
 made the same way: a reference measured under the same load as the others.
@@ -23,8 +24,12 @@ Method
   15 % BERT-style 80/10/10 masking of the real, non-special tokens). Dropout is 0 so the two compute
   the same function; before timing, the script checks that their losses (training workloads) or
   hidden states (inference) agree to 1e-4 in fp32 and aborts if they do not. ModernBERT is a
-  different architecture of matched size (see ``modernbert_config``): it is only timed. A family's
-  masked LM and its conversion are checked the same way, and its ratios are to its own HF class.
+  different architecture of matched size (see ``modernbert_config``): in the BERT workloads it is only timed. A
+  family's masked LM and its conversion are checked the same way, and its ratios are to its own HF class. Both get
+  the same padded batches: transformers' ``ModernBertForMaskedLM`` (sdpa) runs every padded row through every layer
+  under dense bidirectional masks, full or sliding-window (it unpads only inside flash-attention-2's kernel, not on
+  CPU), and scores the masked positions only (``sparse_prediction``); its conversion drops the padding before the
+  first layer, as for every family.
 * **Timing.** One process; every repetition runs each contender once on the same batch, in an
   order rotated per repetition, so machine-load drift hits all contenders alike. Warm-up
   repetitions are discarded. Reported: the median over repetitions of real (non-pad) tokens per
@@ -295,8 +300,7 @@ NATIVE_MLM = {
     "xlm-roberta": ("XLM-R", XLMRobertaConfig, XLMRobertaForMaskedLM),
     "distilbert": ("DistilBERT", DistilBertConfig, DistilBertForMaskedLM),
     "electra": ("ELECTRA", ElectraConfig, ElectraForMaskedLM),
-    # ModernBERT joins here once mlm_suite converts it (issue 47), with its sizes (modernbert_config's) in
-    # native_mlm_config and its GLU weights in parameter_counts; until then it is timed in the BERT table only.
+    "modernbert": ("ModernBERT", ModernBertConfig, ModernBertForMaskedLM),
 }
 # ELECTRA's generator-style embeddings, narrower than the hidden size and projected up (ELECTRA-small's generator:
 # 128 for 256).
@@ -315,7 +319,10 @@ def family_workloads(families: list[str], base: Workload) -> list[Workload]:
 
 def native_mlm_config(workload: Workload) -> PretrainedConfig:
     """The family's config at BERT's sizes of ``workload.size``: dropout-free, SDPA attention, padding id PAD (so
-    RoBERTa's position table has the PAD + 1 rows before its first position too), 512 positions."""
+    RoBERTa's position table has the PAD + 1 rows before its first position too), 512 positions. ModernBERT's is
+    the one the BERT workloads time (``modernbert_config``), dropout-free by default."""
+    if workload.family == "modernbert":
+        return modernbert_config(workload)
     hidden, layers, heads, intermediate = SIZES[workload.size]
     _, config_class, _ = NATIVE_MLM[workload.family]
     common = dict(vocab_size=workload.vocab_size, pad_token_id=PAD, attn_implementation="sdpa")
@@ -345,7 +352,7 @@ def build_family_models(workload: Workload, seed: int = 0) -> dict[str, torch.nn
 def parameter_counts(workload: Workload, contender: str) -> tuple[int, int]:
     """(linear weights of the blocks, weights of the head per predicted position) for the FLOP count."""
     h, layers, _, intermediate = SIZES[workload.size]
-    if contender == MODERNBERT:
+    if contender == MODERNBERT or workload.family == "modernbert":
         per_layer = 4 * h * h + 3 * h * MODERNBERT_INTERMEDIATE[workload.size]
     else:
         per_layer = 4 * h * h + 2 * h * intermediate

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -59,11 +61,13 @@ def test_compiled_contender_runs_on_flattened_batches(bench):
     assert rows[bench.OURS_COMPILED]["tokens_per_s"] > 0
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "xlm-roberta", "distilbert", "electra"])
+@pytest.mark.parametrize("family", ["bert", "roberta", "xlm-roberta", "distilbert", "electra", "modernbert"])
 def test_each_family_s_conversion_gives_its_hf_masked_lm_s_loss(bench, family):
     """--families: transformers' own masked LM of the family and mlm_suite's conversion of its saved folder give the
     same loss on a padded and a flattened batch, checked before anything is timed."""
     workload = bench.family_workloads([family], tiny_workloads(bench)[0])[0]
+    if family == "modernbert":  # rows longer than its sliding window (64 tokens each side), as at the mini size
+        workload = replace(workload, seq_len=96, min_len=70)
     models = bench.build_family_models(workload)
     hf = models[bench.hf_name(workload)]
     assert set(models) == {bench.hf_name(workload), bench.OURS}
@@ -73,21 +77,32 @@ def test_each_family_s_conversion_gives_its_hf_masked_lm_s_loss(bench, family):
     if family == "electra":  # the generator: embeddings narrower than the hidden size, projected up
         assert hf.config.embedding_size < hf.config.hidden_size
         assert models[bench.OURS].config.embedding_size == hf.config.embedding_size
+    if family == "modernbert":  # the BERT workloads' ModernBERT: its sizes, its full and sliding-window layers
+        sizes = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "sparse_prediction")
+        expected = bench.modernbert_config(workload)
+        assert [getattr(hf.config, name) for name in sizes] == [getattr(expected, name) for name in sizes]
+        assert hf.config.layer_types == models[bench.OURS].config.layer_types == ["full_attention", "sliding_attention"]
+        assert models[bench.OURS].config.local_attention == hf.config.local_attention == 128
+    # The FLOP count's block weights are the weights of the linear layers of the HF class's blocks.
+    block_linears = [module.weight.numel() for name, module in hf.named_modules()
+                     if isinstance(module, torch.nn.Linear) and re.search(r"\.layers?\.\d+\.", name)]
+    assert bench.parameter_counts(workload, bench.hf_name(workload))[0] == sum(block_linears)
     check = bench.check_equivalence(workload, models, bench.make_batch(workload, seed=0))
     assert check["ok"] and check["compared"] == "loss", check
     assert check["max_abs_diff"] <= 1e-5
 
 
 def test_families_run_prints_one_row_per_family_against_its_own_class(bench):
-    """A families run times each family's own class and its conversion (no ModernBERT) and prints a row per family."""
-    workloads = bench.family_workloads(["bert", "electra"], tiny_workloads(bench)[0])
+    """A families run times each family's own class and its conversion (not the BERT tables' ModernBERT contender)
+    and prints a row per family."""
+    workloads = bench.family_workloads(["bert", "modernbert"], tiny_workloads(bench)[0])
     report = bench.run(workloads, log=lambda message: None, gemm_size=128)
-    assert [check["workload"] for check in report["checks"]] == ["mlm-var-bert", "mlm-var-electra"]
+    assert [check["workload"] for check in report["checks"]] == ["mlm-var-bert", "mlm-var-modernbert"]
     rows = {(r["workload"], r["contender"]) for r in report["results"]}
     assert rows == {(w.name, c) for w in workloads for c in (bench.hf_name(w), bench.OURS, bench.OURS_FLAT)}
     table = report["markdown"]
-    assert "| family | HF class (sdpa) |" in table and "ModernBERT" not in table and "% GEMM peak" not in table
-    assert "| BERT | BertForMaskedLM |" in table and "| ELECTRA | ElectraForMaskedLM |" in table
+    assert "| family | HF class (sdpa) |" in table and bench.MODERNBERT not in table and "% GEMM peak" not in table
+    assert "| BERT | BertForMaskedLM |" in table and "| ModernBERT | ModernBertForMaskedLM |" in table
     for result in report["results"]:
         if result["contender"].startswith("HF "):
             assert result["vs_hf"] == pytest.approx(1.0)
