@@ -9,6 +9,7 @@ import math
 import re
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -209,4 +210,23 @@ def test_job_overhead_is_the_job_ms_per_step_minus_the_bare_loops(tmp_path):
         met = "yes" if timing["overhead_ms"] <= floor_timing["overhead_ms"] + 0.5 else "no"
         assert f"| {timing['overhead_ms']:.2f} | {met} |" in table  # the target is relative to the floor
     assert "| overhead ms/step (median of pairs) | ≤ floor + 0.5 ms |" in table
+    sys.modules.pop("bench_job_throughput", None)
+
+
+def test_overhead_finetuning_rows_all_fill_the_row_so_job_and_bare_loop_compute_the_same(tmp_path, tokenizer):
+    """bench_job_throughput.py --overhead: the fine-tuning jobs' files give batches of one shape (every row 32 tokens
+    of ``TINY_ROWS``, a pair truncated to it), and enough rows that 200 steps of 4 stay within one epoch."""
+    import csv
+
+    throughput = load_benchmark("bench_job_throughput")
+    flags = throughput.overhead_finetuning_data(tmp_path, tokenizer)
+    assert sorted(flags) == ["finetune-cls", "finetune-ner", "finetune-pair"]
+    cls = list(csv.DictReader(open(flags["finetune-cls"][1], encoding="utf-8")))
+    pair = list(csv.DictReader(open(flags["finetune-pair"][1], encoding="utf-8")))
+    sentences = Path(flags["finetune-ner"][1]).read_text(encoding="utf-8").strip().split("\n\n")
+    assert min(len(cls), len(pair), len(sentences)) >= 4 * 201
+    assert {len(tokenizer(row["text"])["input_ids"]) for row in cls} == {32}
+    assert min(len(tokenizer(row["sentence1"], row["sentence2"])["input_ids"]) for row in pair) >= 32
+    words = [[line.split()[0] for line in sentence.splitlines()] for sentence in sentences]
+    assert {len(tokenizer(sentence, is_split_into_words=True)["input_ids"]) for sentence in words} == {32}
     sys.modules.pop("bench_job_throughput", None)
