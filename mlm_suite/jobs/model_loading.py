@@ -200,8 +200,9 @@ def mlm_suite_checkpoint(model_name_or_path: str, **pretrained: Any) -> str:
     if not source.is_dir():  # a Hub id, which AutoConfig resolved above
         source = hub_snapshot(model_name_or_path, **pretrained)
     # Converted once per process and source state: `mlm-suite seeds` runs its jobs in one process.
-    key = (str(source.resolve()), *((file.name, file.stat().st_size, file.stat().st_mtime_ns)
-                                    for file in sorted(source.iterdir()) if file.is_file()))
+    files = sorted((file.name, stat.st_size, stat.st_mtime_ns)
+                   for file in source.iterdir() if file.is_file() for stat in [file.stat()])
+    key = (str(source.resolve()), *files)
     if key not in _CONVERTED:
         folder = tempfile.mkdtemp(prefix="mlm_suite-converted-")
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
