@@ -334,9 +334,15 @@ def feed_the_device(training_args: JobTrainingArguments) -> None:
       the number of workers.
     * Batches are copied to the device without blocking (``accelerator_config.non_blocking``, from pinned memory):
       a blocking copy waits for every step queued before it.
-    * ``logging_nan_inf_filter`` is off: the Trainer's filter reads every step's loss on the host, a synchronisation.
+
+    On every device, ``logging_nan_inf_filter`` is off: a job stops at the first non-finite loss
+    (:class:`~mlm_suite.training.loss_accounting.LossAccountingMixin`), so the filter, which would log such a loss as
+    the average of the others, never has one to filter, and it reads every step's loss on the host (on a GPU, a
+    synchronisation per step).
     """
     given = training_args.flags_given
+    if "logging_nan_inf_filter" not in given:
+        training_args.logging_nan_inf_filter = False
     if training_args.device.type == "cpu" and "dataloader_pin_memory" not in given:
         training_args.dataloader_pin_memory = False
     if training_args.device.type != "cuda":
@@ -345,8 +351,6 @@ def feed_the_device(training_args: JobTrainingArguments) -> None:
         training_args.dataloader_num_workers = gpu_loader_workers()
     if "accelerator_config" not in given:
         training_args.accelerator_config.non_blocking = True
-    if "logging_nan_inf_filter" not in given:
-        training_args.logging_nan_inf_filter = False
 
 
 #: Where a job says a value whose default depends on its mode came from when the command line gave it.
