@@ -299,7 +299,8 @@ class StepRateCallback(TrainerCallback):
     logging count) on the host clock, which synchronises with nothing: on a GPU the host runs ahead and is held
     back by the device, so over many steps the mean is the device-bound rate. The first ``warmup_steps``
     intervals (allocations, compilation, worker start-up) and every interval holding an evaluation or a save
-    are left out.
+    are left out. On a GPU the host waits for the device twice, where the counted steps start and where training
+    stops, so that a short run's rate is the device's too, not that of the steps the host queued ahead of it.
     """
 
     def __init__(self, warmup_steps: int = 5, clock: Callable[[], float] = time.perf_counter) -> None:
@@ -314,6 +315,9 @@ class StepRateCallback(TrainerCallback):
         self.steps, self.seconds, self._intervals_seen, self._last = 0, 0.0, 0, None
 
     def on_step_end(self, args, state, control, **kwargs):
+        intervals = self._intervals_seen + (self._last is not None)
+        if intervals == self.warmup_steps or control.should_training_stop:  # the ends of the counted steps
+            _wait_for_the_device(args.device)
         now = self.clock()
         if self._last is not None:
             self._intervals_seen += 1
@@ -330,6 +334,11 @@ class StepRateCallback(TrainerCallback):
     def steps_per_second(self) -> float | None:
         """The steady rate, or ``None`` when the run was too short to measure one."""
         return self.steps / self.seconds if self.steps and self.seconds > 0 else None
+
+
+def _wait_for_the_device(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _broadcast_from_rank_zero(value: int, args: TrainingArguments) -> int:

@@ -20,6 +20,7 @@ import torch
 
 from mlm_suite.errors import UsageError
 from mlm_suite.training.checkpoint_format import TRAINER_STATE_JSON, read_json
+from mlm_suite.training.device_tallies import DeviceSum, StepValues
 
 __all__ = ["LossAccountingMixin", "TRAIN_LOSS_STATE"]
 
@@ -36,10 +37,10 @@ class LossAccountingMixin:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # This train() call's step losses, on the device until a check reads them (None: not training).
-        self._step_losses: torch.Tensor | None = None
+        self._step_losses: StepValues | None = None
         self._losses_checked = 0  # the steps whose losses a check has read
         self._nonfinite_loss: tuple[int, float] | None = None  # the first non-finite loss's step and value
-        self._empty_steps: int | torch.Tensor = 0  # optimizer steps of this train() call with nothing to predict
+        self._empty_steps = DeviceSum(zeros=True)  # optimizer steps of this train() call with nothing to predict
         self._empty_steps_logged = 0
         self._log_window = 0  # optimizer steps since the previous logged loss
         self._resumed_loss = (0.0, 0)  # the resumed checkpoint's loss total and the steps it sums over
@@ -48,9 +49,9 @@ class LossAccountingMixin:
         """The stock ``train``, which stops with a UsageError when the loss becomes non-finite (before anything is
         saved from then on), and reports a ``train_loss`` that leaves out steps with nothing to predict and, when
         resumed, also covers the checkpoint's steps."""
-        self._step_losses = torch.zeros(1024, device=self.args.device)
+        self._step_losses = StepValues(self.args.device)
         self._losses_checked, self._nonfinite_loss = 0, None
-        self._empty_steps, self._empty_steps_logged = 0, 0
+        self._empty_steps, self._empty_steps_logged = DeviceSum(zeros=True), 0
         self._resumed_loss = (0.0, 0)
         self._first_step, self._running_loss = 0, None  # the Trainer's own names for these vary across versions
         if resume_from_checkpoint:
@@ -69,7 +70,7 @@ class LossAccountingMixin:
         if learnable is not None:
             # A step whose batches select no token to predict (short rows, a low masking rate): its loss and
             # gradient are 0, and the logged losses and train_loss leave it out. Counted on the device.
-            self._empty_steps = self._empty_steps + (learnable == 0)
+            self._empty_steps.add(learnable)
         return batch_samples, num_items_in_batch
 
     def _learnable_items(self, batch_samples: list, num_items_in_batch: Any) -> Any:
@@ -98,14 +99,10 @@ class LossAccountingMixin:
         return loss
 
     def _watch_loss(self, loss: torch.Tensor) -> None:
-        """Add the loss to its step's total on the device (one kernel, no synchronisation), which a check reads where
-        the host waits anyway: a step's total is non-finite when one of its micro-batches' losses is."""
-        if self._step_losses is None:
-            return
-        index = self.state.global_step - self._first_step
-        if index >= len(self._step_losses):
-            self._step_losses = torch.cat([self._step_losses, torch.zeros_like(self._step_losses)])
-        self._step_losses[index].add_(loss.detach())  # in place: `+=` on an item would copy it back too
+        """Keep the loss as its step's on the device (no kernel, no synchronisation), for a check where the host waits
+        anyway: a step's total is non-finite when one of its micro-batches' losses is."""
+        if self._step_losses is not None:
+            self._step_losses.add(self.state.global_step - self._first_step, loss.detach())
 
     def _refuse_nonfinite_loss(self) -> None:
         """Raise UsageError if this process's training loss was non-finite (with several processes, the launcher then
@@ -114,7 +111,7 @@ class LossAccountingMixin:
             return
         if self._nonfinite_loss is None:
             done = self.state.global_step - self._first_step
-            unread = self._step_losses[self._losses_checked : done].tolist()
+            unread = self._step_losses.read(self._losses_checked, done)
             first = next((index for index, loss in enumerate(unread) if not math.isfinite(loss)), None)
             if first is not None:
                 self._nonfinite_loss = (self._first_step + self._losses_checked + first + 1, unread[first])
@@ -139,7 +136,7 @@ class LossAccountingMixin:
         """The sum of the step losses trained so far (the resumed checkpoint's included) and the steps it covers."""
         loss_sum, counted = self._resumed_loss
         unlogged = float(self._running_loss.item()) if self._running_loss is not None else 0.0
-        steps = self.state.global_step - self._first_step - int(self._empty_steps)
+        steps = self.state.global_step - self._first_step - int(self._empty_steps.value())
         return loss_sum + self._total_loss_scalar + unlogged, counted + steps
 
     def _account_losses(self, logs: dict[str, float]) -> None:
@@ -149,10 +146,10 @@ class LossAccountingMixin:
         if "train_runtime" in logs:  # the end-of-training metrics: _total_loss_scalar holds every step now
             self._refuse_nonfinite_loss()
             loss_sum, counted = self._resumed_loss
-            steps = self.state.global_step - self._first_step - int(self._empty_steps)
+            steps = self.state.global_step - self._first_step - int(self._empty_steps.value())
             logs["train_loss"] = (loss_sum + self._total_loss_scalar) / max(counted + steps, 0.001)
         elif "loss" in logs:
-            empty = int(self._empty_steps) - self._empty_steps_logged
+            empty = int(self._empty_steps.value()) - self._empty_steps_logged
             self._empty_steps_logged += empty
             if empty:
                 counted = self._log_window - empty

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import torch
 
 from mlm_suite.training.controls import StepRateCallback, rows_per_step
+from mlm_suite.training.device_tallies import DeviceSum
 
 __all__ = ["PEAK_BF16_TFLOPS", "ThroughputMixin", "UNKNOWN", "model_flops_utilisation", "peak_tflops", "real_tokens"]
 
@@ -97,7 +98,7 @@ class ThroughputMixin:
         self.step_rate = StepRateCallback()
         self.add_callback(self.step_rate)
         self.peak_tflops = peak_tflops
-        self._real_tokens: torch.Tensor | int = 0  # this train() call's, summed on the device: read once, at the end
+        self._real_tokens = DeviceSum()  # this train() call's, summed on the device: read once, at the end
         self._steps_fetched = 0
         self._non_embedding_parameters: int | None = None
         #: The card's throughput rows (name -> value), from the end-of-training metrics.
@@ -124,7 +125,7 @@ class ThroughputMixin:
         return inputs[main_input].numel() * self.flops_per_token()
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
-        self._real_tokens, self._steps_fetched = 0, 0
+        self._real_tokens, self._steps_fetched = DeviceSum(), 0
         return super().train(*args, **kwargs)
 
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
@@ -132,7 +133,7 @@ class ThroughputMixin:
         config = getattr(self.model, "config", None)  # a plain torch module has none
         pad_token_id = getattr(config, "pad_token_id", None)
         for batch in batch_samples:
-            self._real_tokens = self._real_tokens + real_tokens(batch, pad_token_id)
+            self._real_tokens.add(real_tokens(batch, pad_token_id))
         self._steps_fetched += 1
         return batch_samples, num_items_in_batch
 
@@ -155,7 +156,7 @@ class ThroughputMixin:
         if not self._steps_fetched:
             return {}
         # Every process counts its own batches; the processes' batches are alike, so the run's is world_size times.
-        tokens_per_step = float(self._real_tokens) * self.args.world_size / self._steps_fetched
+        tokens_per_step = float(self._real_tokens.value()) * self.args.world_size / self._steps_fetched
         tokens_per_second = round(steady_steps_per_second * tokens_per_step, 1)
         metrics: dict[str, float | str] = {"train_tokens_per_second": tokens_per_second}
         self.throughput = {"real (non-pad) tokens per second, steady steps": f"{tokens_per_second:,.0f}"}

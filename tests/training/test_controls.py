@@ -73,6 +73,27 @@ def test_step_rate_leaves_out_warm_up_evaluation_and_saving(tmp_path):
     assert StepRateCallback().steps_per_second() is None  # nothing measured
 
 
+def test_step_rate_waits_for_a_gpu_where_the_counted_steps_start_and_where_training_stops(monkeypatch):
+    """On a GPU the host runs ahead of the device: the rate's window waits for the device at its two ends (and
+    nowhere else), so that a short run's rate is the device's."""
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl
+
+    waits = []
+    monkeypatch.setattr("torch.cuda.synchronize", lambda device=None: waits.append(clock()))
+    clock = FakeClock()
+    rate = StepRateCallback(warmup_steps=2, clock=clock)
+    args, control = SimpleNamespace(device=torch.device("cuda")), TrainerControl()
+    rate.on_train_begin(args, None, control)
+    for step in range(1, 9):
+        clock.now += 1.0
+        control.should_training_stop = step == 8
+        rate.on_step_end(args, None, control)
+    assert waits == [1003.0, 1008.0]  # the end of the 2 warm-up intervals (steps 1-3), and the last step
+    assert rate.steps == 5 and rate.steps_per_second() == pytest.approx(1.0)
+
+
 def test_budget_needs_a_linear_schedule(tmp_path):
     with pytest.raises(ValueError, match="linear"):
         budget_run(tmp_path, budget=10.0, step_seconds=lambda step: 1.0, lr_scheduler_type="cosine")
