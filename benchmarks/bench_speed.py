@@ -66,7 +66,6 @@ import contextlib
 import copy
 import gc
 import json
-import math
 import os
 import platform
 import statistics
@@ -499,6 +498,64 @@ def gemm_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5, device: str = "c
     return 2 * n**3 / statistics.median(times) / 1e9
 
 
+#: Kinds of device work, by fragments of a kernel's name (cuBLAS/CUTLASS GEMMs, flash attention, inductor's triton
+#: kernels, the fused optimizer) or, on CPU, of an ATen op's; the first kind that matches wins, the rest is "other".
+KERNEL_KINDS = [
+    ("matrix multiplications", ("gemm", "xmma", "nvjet", "cutlass", "cublas", "aten::mm", "aten::addmm", "aten::bmm")),
+    ("attention", ("flash", "fmha", "attention", "varlen")),
+    ("optimizer", ("adam", "multi_tensor")),
+    ("copies and fills", ("memcpy", "memset", "copy", "fill", "aten::cat")),
+    ("fused elementwise and reductions (compiled)", ("triton",)),
+]
+OTHER_KERNELS = "other (norms, activations, softmax, loss, dropout)"
+
+
+def kernel_kind(name: str) -> str:
+    lowered = name.lower()
+    return next((kind for kind, fragments in KERNEL_KINDS if any(f in lowered for f in fragments)), OTHER_KERNELS)
+
+
+def profile_step(contender: Contender, batch: Batch, steps: int = 3) -> dict:
+    """Where ``steps`` training steps of ``contender`` spend the device's time (``torch.profiler``): milliseconds per
+    step of each kind of kernel (:data:`KERNEL_KINDS`; on CPU, ATen ops' own time), their sum (the device busy), and
+    the step's wall time; the difference is time the device waited for the host."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = contender.device.type == "cuda"
+    synchronize = torch.cuda.synchronize if cuda else (lambda: None)
+    contender.step(batch)
+    synchronize()
+    with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as profiler:
+        started = time.perf_counter()
+        for _ in range(steps):
+            contender.step(batch)
+        synchronize()
+        wall = time.perf_counter() - started
+    kinds: dict[str, float] = {}
+    for event in profiler.key_averages():
+        if cuda and event.device_type != DeviceType.CUDA:
+            continue  # a CPU op: its kernels are rows of their own
+        microseconds = event.self_device_time_total if cuda else event.self_cpu_time_total
+        if microseconds > 0:
+            kind = kernel_kind(event.key)
+            kinds[kind] = kinds.get(kind, 0.0) + microseconds / 1000 / steps
+    return {"contender": contender.name, "wall_ms": 1000 * wall / steps, "busy_ms": sum(kinds.values()), "kinds": kinds}
+
+
+def profile_table(workload: str, profile: dict) -> str:
+    """The profile of :func:`profile_step` as a markdown table: each kind's ms/step and share of the step."""
+    wall = profile["wall_ms"]
+    lines = [f"Profile of {workload}, {profile['contender']} ({'device' if profile.get('cuda') else 'CPU'} time per step, "
+             f"under the profiler: {wall:.1f} ms wall):", "",
+             "| kind of work | ms/step | share of the step |", "|---|---:|---:|"]  # fmt: skip
+    for kind, ms in sorted(profile["kinds"].items(), key=lambda item: -item[1]):
+        lines.append(f"| {kind} | {ms:.2f} | {ms / wall:.0%} |")
+    lines.append(f"| device waiting for the host (wall − busy) | {max(0.0, wall - profile['busy_ms']):.2f} | "
+                 f"{max(0.0, wall - profile['busy_ms']) / wall:.0%} |")
+    return "\n".join(lines)
+
+
 def check_equivalence(workload: Workload, models: dict[str, torch.nn.Module], batch: Batch, device: str = "cpu") -> dict:
     """mlm_suite vs HF BERT (or the family's HF masked LM) on the same batch in fp32: losses (training) or hidden
     states (inference).
@@ -556,6 +613,7 @@ def run_workload(
     device: str = "cpu",
     flattened: bool = True,
     compiled: str | None = None,
+    profile: bool = False,
 ) -> tuple[dict, list[Result]]:
     if workload.family is None:
         models = build_models(workload, seed, modernbert)
@@ -622,6 +680,8 @@ def run_workload(
             )
         )
         results[-1].peak_fraction = results[-1].gflops / gemm
+    if profile:  # mlm_suite's last contender: compiled if asked for, else flattened
+        check["profile"] = {**profile_step(contenders[-1], batches[0]), "cuda": device == "cuda"}
     del contenders, models
     gc.collect()
     return check, results
@@ -711,13 +771,15 @@ def run(
     device: str = "cpu",
     flattened: bool = True,
     compiled: str | None = None,
+    profile: bool = False,
 ) -> dict:
     """Run the workloads; return ``{"environment", "checks", "results", "markdown"}`` (raises on a failed check).
 
     The markdown holds the BERT tables for the BERT workloads and :func:`families_table` for the families'.
 
     ``flattened`` adds mlm_suite on flattened batches; ``compiled`` (a ``torch.compile`` backend
-    name, e.g. ``"inductor"``) adds it compiled.
+    name, e.g. ``"inductor"``) adds it compiled; ``profile`` profiles mlm_suite's last contender on each workload
+    (:func:`profile_step`) and adds the tables.
     """
     peaks = {name: gemm_peak(dtype, gemm_size, device=device) for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
     env = environment(peaks, device)
@@ -728,7 +790,7 @@ def run(
     checks, results = [], []
     for workload in workloads:
         start = time.perf_counter()
-        check, rows = run_workload(workload, peaks, seed, log, modernbert, device, flattened, compiled)
+        check, rows = run_workload(workload, peaks, seed, log, modernbert, device, flattened, compiled, profile)
         checks.append(check)
         if not check["ok"]:
             raise SystemExit(f"equivalence check failed for {workload.name}: {check}")
@@ -744,6 +806,7 @@ def run(
         tables += [markdown_table([r for r in results if r.workload in names]), targets_table(bert, results)]
     if families:
         tables.append(families_table(families, checks, results))
+    tables += [profile_table(check["workload"], check["profile"]) for check in checks if "profile" in check]
     markdown = "\n\n".join(tables)
     return {"environment": env, "workloads": [asdict(w) for w in workloads], "checks": checks,
             "results": [asdict(r) for r in results], "markdown": markdown}
@@ -769,6 +832,8 @@ def main(argv: list[str] | None = None) -> int:
         "--compile", nargs="?", const="inductor", metavar="BACKEND",
         help="also time mlm_suite flattened under torch.compile (backend: inductor by default)",
     )
+    parser.add_argument("--profile", action="store_true",
+                        help="profile mlm_suite's last contender (compiled if --compile) per workload: device time by kind of kernel")
     parser.add_argument("--output", help="write all results as JSON here")
     parser.add_argument("--markdown", help="write the markdown tables here")
     args = parser.parse_args(argv)
@@ -806,6 +871,7 @@ def main(argv: list[str] | None = None) -> int:
         gemm_size=1024 if args.quick else (8192 if args.device == "cuda" else 2048),
         device=args.device,
         compiled=args.compile,
+        profile=args.profile,
     )
     e = report["environment"]
     print(
