@@ -15,9 +15,9 @@ job's bare loop steps the same compiled model), and its real (non-padding) token
 rows and batch size.
 
 What the job reports is checked against what this script measures itself: the ``train_tokens_per_second`` and
-``train_mfu`` of the job's ``all_results.json`` against the real tokens of the job's batches (counted here) per second
-of the job's steady steps on this script's own clock (the device synchronised at both ends), and the MFU that makes
-with 6 × the model's non-embedding parameters (counted here) per token.
+``train_mfu`` of the job's ``all_results.json`` against the real tokens of the batches the job trained on after the
+warm-up (counted here) per second of those steps on this script's own clock (the device synchronised at both ends),
+and the MFU that makes with 6 × the model's non-embedding parameters (counted here) per token.
 """
 
 from __future__ import annotations
@@ -85,13 +85,27 @@ def non_embedding_parameters(model: torch.nn.Module) -> int:
 
 @contextlib.contextmanager
 def steady_clocks(warmup: int):
-    """Yields a list that receives a :class:`SteadyClock` for each ``JobTrainer`` trained meanwhile."""
+    """Yields a list that receives a :class:`SteadyClock` for each ``JobTrainer`` trained meanwhile, which also counts
+    the real tokens of the batches of the steps it times (a padded batch's attention mask, a flattened one's
+    non-pad ids), summed on the device and read at the end."""
     clocks: list[SteadyClock] = []
     original = JobTrainer.train
 
     def train(self, *args, **kwargs):
-        clocks.append(SteadyClock(warmup))
-        self.add_callback(clocks[-1])
+        clock = SteadyClock(warmup)
+        clocks.append(clock)
+        self.add_callback(clock)
+        fetch, pad = self.get_batch_samples, self.processing_class.pad_token_id
+
+        def counted_fetch(*fetch_args, **fetch_kwargs):
+            batches, items = fetch(*fetch_args, **fetch_kwargs)
+            if self.state.global_step >= warmup:  # the batches of the steps the clock times
+                for batch in batches:
+                    mask = batch.get("attention_mask")
+                    clock.tokens.append(mask.sum() if mask is not None else (batch["input_ids"] != pad).sum())
+            return batches, items
+
+        self.get_batch_samples = counted_fetch
         return original(self, *args, **kwargs)
 
     with mock.patch.object(JobTrainer, "train", train):
@@ -111,7 +125,7 @@ def job_tokens_per_second(flags: list[str], steps: int, warmup: int) -> dict:
             trainer.model = trainer.model_wrapped
         bare = bare_loop_steps_per_second(trainer, steps, warmup)
         tokens = real_tokens_per_batch(trainer)
-    measured = steps * tokens / clocks[-1].seconds
+    measured = float(torch.stack(clocks[-1].tokens).sum()) / clocks[-1].seconds
     peak, _ = peak_tflops(trainer.args.device)
     return dict(job_tokens=job * tokens, bare_tokens=bare * tokens, ratio=job / bare, tokens_per_step=tokens,
                 measured_tokens=measured, reported_tokens=reported.get("train_tokens_per_second"),
@@ -137,6 +151,7 @@ class SteadyClock(TrainerCallback):
 
     def __init__(self, warmup: int) -> None:
         self.warmup, self.started, self.seconds = warmup, 0.0, 0.0
+        self.tokens: list[torch.Tensor] = []  # the timed steps' real tokens, when counted (steady_clocks)
 
     def _now(self) -> float:
         if torch.cuda.is_available():
@@ -175,14 +190,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch_sizes", type=int, nargs="+", default=[128, 256])
     parser.add_argument("--runs", nargs="+", choices=("default", "compile", "budget", "graphs"),
                         default=["default", "compile", "budget"], help="the ways the job runs (see above)")
-    parser.add_argument("--steps", type=int, default=30, help="timed steps per run")
-    parser.add_argument("--warmup", type=int, default=10, help="untimed steps first (allocations, workers, compile)")
+    parser.add_argument("--steps", type=int, help="timed steps per run (default 30; --quick 4)")
+    parser.add_argument("--warmup", type=int, help="untimed steps first (allocations, workers, compile; default 10, --quick 4)")
     parser.add_argument("--tokenizer", help="the bert-base-uncased vocabulary's folder (default: MiniLM's, from the cache)")
     parser.add_argument("--quick", action="store_true", help="a smoke run on CPU: tiny models, batch 8, a few steps")
     parser.add_argument("--markdown", help="also write the table here")
     args = parser.parse_args(argv)
     quick = args.quick
-    batch_sizes, steps, warmup = ([8], 4, 4) if quick else (args.batch_sizes, args.steps, args.warmup)
+    batch_sizes = [8] if quick else args.batch_sizes
+    steps = args.steps or (4 if quick else 30)
+    warmup = args.warmup if args.warmup is not None else 4 if quick else 10
 
     tokenizer_folder = args.tokenizer or str(downloads.minilm_dir())  # bert-base-uncased's vocabulary
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)

@@ -51,3 +51,21 @@ def test_quick_run_reports_each_run_and_the_job_s_own_figures_beside_the_measure
         assert float(ratio) > 0  # the job's train_tokens_per_second over the benchmark's own measurement
         assert mfu == "unknown / -"  # no dense bf16 peak for a CPU
         assert re.fullmatch(r"\d+\.\d\d", cells[5])  # job / bare
+
+
+@pytest.mark.parametrize("flags", [[], ["--max_tokens_per_batch", "96"]], ids=["padded", "token-budget"])
+def test_the_job_counts_the_real_tokens_the_benchmark_counts_in_the_same_batches(bench, tmp_path, flags):
+    """The job's train_tokens_per_second rests on its count of real tokens; the benchmark counts the same batches its
+    own way (a padded batch's attention mask, a token-budget batch's non-pad ids) and gets the same number."""
+    from mlm_suite.jobs import pretrain
+
+    (tmp_path / "train.txt").write_text("\n\n".join(f"document {i} " + "word " * (3 + i % 20) for i in range(60)))
+    args = ["--output_dir", str(tmp_path / "out"), "--train_file", str(tmp_path / "train.txt"), "--use_cpu", "true",
+            "--max_steps", "6", "--per_device_train_batch_size", "4", "--max_seq_length", "32", "--vocab_size", "80",
+            "--config_overrides", "num_hidden_layers=1,hidden_size=32,num_attention_heads=2,intermediate_size=64",
+            "--fill_mask_probes", "0", "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none", *flags]  # fmt: skip
+    with bench.capture_trainer() as trainers, bench.steady_clocks(warmup=0) as clocks:
+        assert pretrain.main(args) == 0
+    counted = [int(tokens) for tokens in clocks[-1].tokens]
+    assert len(counted) == 6 and len(set(counted)) > 1  # one per step, rows of several lengths
+    assert sum(counted) == trainers[-1]._real_tokens.value()

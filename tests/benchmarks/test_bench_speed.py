@@ -74,6 +74,8 @@ def test_kernel_kinds_sort_gpu_kernels_and_cpu_ops_by_name(bench):
         "aten::gelu": bench.OTHER_KERNELS,
     }
     assert {name: bench.kernel_kind(name) for name in kinds} == kinds
+    failed = bench.profile_table("mlm-var", {"contender": bench.OURS_COMPILED, "error": "RuntimeError: no CUPTI"})
+    assert failed == f"Profile of mlm-var, {bench.OURS_COMPILED}: the profiler failed (RuntimeError: no CUPTI)."
 
 
 @pytest.mark.slow
