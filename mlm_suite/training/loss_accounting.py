@@ -6,7 +6,8 @@ losses, resumed runs").
 * **Steps with nothing to predict** (short rows, a low masking rate): their loss is 0, and the logged losses and
   ``train_loss`` leave them out rather than averaging zeros in.
 * **A non-finite loss** stops the run with a UsageError before anything is saved from that step on. Each step's loss
-  is summed on the device and read only where the host waits anyway (logging, evaluation, saving, the end).
+  is kept on the device (:class:`~mlm_suite.training.device_tallies.StepValues`) and read only where the host waits
+  anyway (logging, evaluation, saving, the end).
 * **A resumed run's** ``train_loss`` covers the checkpoint's steps too: each checkpoint carries the running total.
 """
 
