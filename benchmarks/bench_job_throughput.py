@@ -44,7 +44,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -172,19 +172,29 @@ def collator_rows(quick: bool, finetune_model: str | None) -> list[tuple[str, st
 # A job against a bare loop over its own pre-collated batches
 # ------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def capture_trainer(clock: Callable[[], float] = time.perf_counter):
-    """Yields a list that receives the ``JobTrainer`` each job builds (to reuse its model and data loader), whose
-    steady step rate is timed on ``clock``."""
-    captured: list[JobTrainer] = []
+def before_each_job_training(prepare: Callable[[JobTrainer], Any]) -> Iterator[list]:
+    """Yields a list that receives ``prepare(trainer)`` for each ``JobTrainer`` trained meanwhile, called as its
+    ``train()`` starts (to time it, or to keep it for its model and data loader)."""
+    prepared: list = []
     original = JobTrainer.train
 
     def train(self, *args, **kwargs):
-        captured.append(self)
-        self.step_rate.clock = clock
+        prepared.append(prepare(self))
         return original(self, *args, **kwargs)
 
     with mock.patch.object(JobTrainer, "train", train):
-        yield captured
+        yield prepared
+
+
+def capture_trainer(clock: Callable[[], float] = time.perf_counter):
+    """Yields a list that receives the ``JobTrainer`` each job builds (to reuse its model and data loader), whose
+    steady step rate is timed on ``clock``."""
+
+    def keep(trainer: JobTrainer) -> JobTrainer:
+        trainer.step_rate.clock = clock
+        return trainer
+
+    return before_each_job_training(keep)
 
 
 class BareLoop:
@@ -367,19 +377,15 @@ class InterleavedBareLoop(TrainerCallback):
         return dict(job_ms=job_ms, bare_ms=bare_ms, overhead_ms=job_ms - bare_ms, fetch_ms=1000 * self.fetch_seconds / self.job_steps)
 
 
-@contextlib.contextmanager
 def interleaving_bare_loop(warmup: int, chunk: int, clock: Callable[[], float] = time.process_time):
     """Yields a list that receives, for each ``JobTrainer`` trained meanwhile, its :class:`InterleavedBareLoop`."""
-    timers: list[InterleavedBareLoop] = []
-    original = JobTrainer.train
 
-    def train(self, *args, **kwargs):
-        timers.append(InterleavedBareLoop(self, warmup, chunk, clock))
-        self.add_callback(timers[-1])
-        return original(self, *args, **kwargs)
+    def add_timer(trainer: JobTrainer) -> InterleavedBareLoop:
+        timer = InterleavedBareLoop(trainer, warmup, chunk, clock)
+        trainer.add_callback(timer)
+        return timer
 
-    with mock.patch.object(JobTrainer, "train", train):
-        yield timers
+    return before_each_job_training(add_timer)
 
 
 def job_overhead(name: str, module, flags: list[str], steps: int, warmup: int, repeats: int,

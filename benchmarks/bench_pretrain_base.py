@@ -23,14 +23,12 @@ and the MFU that makes with 6 × the model's non-embedding parameters (counted h
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import random
 import sys
 import tempfile
 import time
 from pathlib import Path
-from unittest import mock
 
 import torch
 from transformers import (
@@ -39,7 +37,7 @@ from transformers import (
 )  # fmt: skip
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_job_throughput import QUIET, bare_loop_steps_per_second, capture_trainer  # noqa: E402
+from bench_job_throughput import QUIET, bare_loop_steps_per_second, before_each_job_training, capture_trainer  # noqa: E402
 
 from mlm_suite.data.inputs import downloads  # noqa: E402
 from mlm_suite.jobs import pretrain  # noqa: E402
@@ -66,12 +64,17 @@ def variable_rows(tokenizer, count: int, seed: int = 0) -> list[str]:
     return documents
 
 
+def batch_real_tokens(batch: dict, pad_token_id: int) -> torch.Tensor:
+    """The non-padding tokens of a training batch (padded rows, flattened or token-budget batches), on its device."""
+    return (batch["input_ids"] != pad_token_id).sum()
+
+
 def real_tokens_per_batch(trainer: Trainer, batches: int = 8) -> float:
     """Mean non-padding tokens of the job's training batches (padded rows, flattened or token-budget batches)."""
     pad = trainer.processing_class.pad_token_id
     loader, counted = iter(trainer.get_train_dataloader()), []
     for _ in range(batches):
-        counted.append(int((next(loader)["input_ids"] != pad).sum()))
+        counted.append(int(batch_real_tokens(next(loader), pad)))
     return sum(counted) / len(counted)
 
 
@@ -83,33 +86,26 @@ def non_embedding_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for key, p in unique.items() if key not in embeddings)
 
 
-@contextlib.contextmanager
 def steady_clocks(warmup: int):
     """Yields a list that receives a :class:`SteadyClock` for each ``JobTrainer`` trained meanwhile, which also counts
-    the real tokens of the batches of the steps it times (a padded batch's attention mask, a flattened one's
-    non-pad ids), summed on the device and read at the end."""
-    clocks: list[SteadyClock] = []
-    original = JobTrainer.train
+    the real tokens of the batches of the steps it times (:func:`batch_real_tokens`), summed on the device and read at
+    the end."""
 
-    def train(self, *args, **kwargs):
+    def add_clock(trainer: JobTrainer) -> SteadyClock:
         clock = SteadyClock(warmup)
-        clocks.append(clock)
-        self.add_callback(clock)
-        fetch, pad = self.get_batch_samples, self.processing_class.pad_token_id
+        trainer.add_callback(clock)
+        fetch, pad = trainer.get_batch_samples, trainer.processing_class.pad_token_id
 
         def counted_fetch(*fetch_args, **fetch_kwargs):
             batches, items = fetch(*fetch_args, **fetch_kwargs)
-            if self.state.global_step >= warmup:  # the batches of the steps the clock times
-                for batch in batches:
-                    mask = batch.get("attention_mask")
-                    clock.tokens.append(mask.sum() if mask is not None else (batch["input_ids"] != pad).sum())
+            if trainer.state.global_step >= warmup:  # the batches of the steps the clock times
+                clock.tokens += [batch_real_tokens(batch, pad) for batch in batches]
             return batches, items
 
-        self.get_batch_samples = counted_fetch
-        return original(self, *args, **kwargs)
+        trainer.get_batch_samples = counted_fetch
+        return clock
 
-    with mock.patch.object(JobTrainer, "train", train):
-        yield clocks
+    return before_each_job_training(add_clock)
 
 
 def job_tokens_per_second(flags: list[str], steps: int, warmup: int) -> dict:

@@ -5,8 +5,9 @@ The peaks of known GPUs are in :data:`PEAK_BF16_TFLOPS`; a device not in it (a C
 and its MFU is reported as ``"unknown"`` rather than guessed. ``--peak_tflops`` overrides the table.
 
 :class:`ThroughputMixin` counts, for a ``Trainer``, the real tokens of the batches it trains on (on the device,
-:class:`~mlm_suite.training.device_tallies.DeviceSum`, read once at the end) and the training FLOPs per token (once, where the stock Trainer walks the model at every step),
-and adds the figures to the end-of-training metrics and the card's rows.
+:class:`~mlm_suite.training.device_tallies.DeviceSum`, read once at the end) and the training FLOPs per token (once,
+where the stock Trainer walks the model at every step), and adds the figures to the end-of-training metrics and the
+card's rows.
 """
 
 from __future__ import annotations

@@ -55,8 +55,8 @@ def test_quick_run_reports_each_run_and_the_job_s_own_figures_beside_the_measure
 
 @pytest.mark.parametrize("flags", [[], ["--max_tokens_per_batch", "96"]], ids=["padded", "token-budget"])
 def test_the_job_counts_the_real_tokens_the_benchmark_counts_in_the_same_batches(bench, tmp_path, flags):
-    """The job's train_tokens_per_second rests on its count of real tokens; the benchmark counts the same batches its
-    own way (a padded batch's attention mask, a token-budget batch's non-pad ids) and gets the same number."""
+    """The job's train_tokens_per_second rests on its count of real tokens (a padded batch's attention mask); the
+    benchmark counts the same batches its own way (their non-pad ids) and gets the same number."""
     from mlm_suite.jobs import pretrain
 
     (tmp_path / "train.txt").write_text("\n\n".join(f"document {i} " + "word " * (3 + i % 20) for i in range(60)))
