@@ -102,6 +102,11 @@ def writing(path: str | os.PathLike) -> Iterator[None]:
         raise failure from error
 
 
+#: How an output folder names the staging folder a job builds its contents in (:func:`staging_folder`); one that a killed
+#: run left is removed by the next run that claims the folder (:mod:`mlm_suite.jobs.output_folder`).
+PARTIAL_PREFIX = ".partial-"
+
+
 @contextmanager
 def staging_folder(parent: str | os.PathLike, prefix: str) -> Iterator[Path]:
     """A new empty folder ``parent/<prefix><16 random hex digits>``, removed with everything in it when the block

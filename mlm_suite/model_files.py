@@ -175,13 +175,45 @@ def check_tokenizer_files(folder: Path) -> None:
             raise UsageError(f"{vocabulary} is empty; a WordPiece vocabulary holds one token a line")
 
 
+def file_mode() -> int:
+    """The mode the process's umask gives a new file (0644 under umask 022): what ``open`` gives every file a job writes."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def save_tensors(tensors: dict[str, Any], path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
+    """``safetensors.torch.save_file``, then the file the mode of the run's other files (:func:`file_mode`):
+    safetensors writes its files for their owner alone (0600), so others on a shared machine could not load them."""
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path), metadata=metadata)
+    os.chmod(path, file_mode())
+
+
+def check_vocabulary(tokenizer: Any, config: Any, tokenizer_source: str, model_source: str) -> None:
+    """Every id of ``tokenizer`` must have a word embedding in the model of ``config``: an id past them would stop
+    training at the first batch holding it (``IndexError: index out of range in self``).
+
+    Raises:
+        UsageError: naming both sizes and where they come from.
+    """
+    if len(tokenizer) > config.vocab_size:
+        raise UsageError(
+            f"the tokenizer ({tokenizer_source}) has {len(tokenizer)} tokens but the model ({model_source}) has "
+            f"vocab_size {config.vocab_size}, so ids from {config.vocab_size} on have no embedding: use the "
+            f"tokenizer the model was trained with, or a model with vocab_size {len(tokenizer)} or more"
+        )
+
+
 @contextmanager
 def staged_model_folder(folder: str | os.PathLike) -> Iterator[Path]:
     """Yield a folder to save a model (and its tokenizer) into; when the block ends, move its files into ``folder``,
     ``config.json`` last.
 
     ``folder`` thus never holds a ``config.json`` without the weights saved with it: the earlier ``config.json`` and
-    weights files that the save does not replace go first. A write failure in the block raises
+    weights files that the save does not replace go first. Every file moved in gets the mode of the run's other
+    files (:func:`file_mode`; transformers' ``save_pretrained`` writes weights for their owner alone). A write failure in the block raises
     :class:`~mlm_suite.errors.WriteError` naming ``folder``, and then, as after any error, nothing of the save is
     left (a staging folder left by a killed process goes at the next save).
     """
@@ -199,7 +231,10 @@ def staged_model_folder(folder: str | os.PathLike) -> Iterator[Path]:
             for path in list(folder.iterdir()):
                 if _WEIGHTS_FILE.fullmatch(path.name) and path.name not in saved:
                     path.unlink()
+            mode = file_mode()
             for name in sorted(saved, key=lambda name: name == "config.json"):
+                if (staging / name).is_file():
+                    os.chmod(staging / name, mode)
                 os.replace(staging / name, folder / name)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -225,9 +260,12 @@ __all__ = [
     "check_model_folder",
     "check_safetensors_file",
     "check_tokenizer_files",
+    "check_vocabulary",
     "check_torch_file",
     "check_weights_files",
+    "file_mode",
     "found_files",
     "read_json_object",
+    "save_tensors",
     "staged_model_folder",
 ]

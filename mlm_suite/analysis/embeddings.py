@@ -15,10 +15,11 @@ from typing import Callable, Sequence, Union
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from mlm_suite.data.words import split_words
+from mlm_suite.model_files import save_tensors
 
 LayerSpec = Union[str, Sequence[int]]
 ArrayLike = Union[torch.Tensor, np.ndarray, Sequence[Sequence[float]]]
@@ -435,7 +436,7 @@ class Standardizer:
         if self.mean is None or self.std is None:
             raise RuntimeError("cannot save a Standardizer before fit")
         metadata = {"format": self.FORMAT, "eps": repr(self.eps), "dim": str(self.mean.shape[0])}
-        save_file({"mean": self.mean.contiguous(), "std": self.std.contiguous()}, str(path), metadata=metadata)
+        save_tensors({"mean": self.mean.contiguous(), "std": self.std.contiguous()}, path, metadata=metadata)
 
     @classmethod
     def load(cls, path: str | Path) -> "Standardizer":

@@ -11,7 +11,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from transformers import CONFIG_MAPPING
+from transformers import CONFIG_MAPPING, AutoTokenizer
 
 from mlm_suite.errors import UsageError
 from mlm_suite.model import MlmSuiteModel
@@ -19,6 +19,7 @@ from mlm_suite.model_files import (
     TOKENIZER_SETTINGS_FILES,
     TOKENIZER_VOCABULARY_FILES,
     check_tokenizer_files,
+    check_vocabulary,
     found_files,
     read_json_object,
     staged_model_folder,
@@ -30,6 +31,7 @@ from mlm_suite.conversion.core import (
     HEAD_NAMES,
     WITHOUT_POOLER,
     Family,
+    check_weights_are_the_family_s,
     load_converted_weights,
     read_state_dict,
     sentence_transformers_pooling,
@@ -43,6 +45,8 @@ from mlm_suite.conversion.roberta import ROBERTA, XLM_ROBERTA
 _FAMILIES = (BERT, ROBERTA, XLM_ROBERTA, DISTILBERT, ELECTRA, MODERNBERT)
 #: The families mlm_suite converts, by ``config.json``'s ``model_type``.
 FAMILIES: dict[str, Family] = {model_type: family for family in _FAMILIES for model_type in family.model_types}
+#: The families' names as a sentence writes them ("BERT, RoBERTa, ... or ModernBERT"), for help texts and messages.
+FAMILY_NAMES = ", ".join(family.name for family in _FAMILIES[:-1]) + f" or {_FAMILIES[-1].name}"
 #: The tokenizer's files, copied as they are: WordPiece, byte-level BPE (vocab.json + merges.txt), SentencePiece.
 TOKENIZER_FILES = (*TOKENIZER_VOCABULARY_FILES, "merges.txt", *TOKENIZER_SETTINGS_FILES)
 
@@ -68,8 +72,8 @@ def source_family(source: Path, native: dict) -> Family:
 
 
 def convert_checkpoint(src_dir: str | Path, dst_dir: str | Path, classifier_pooling: str | None = None) -> Path:
-    """Convert the Hugging Face folder ``src_dir`` (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA or ModernBERT) into an
-    mlm_suite folder ``dst_dir``; return ``dst_dir``.
+    """Convert the Hugging Face folder ``src_dir`` (a family of :data:`FAMILIES`) into an mlm_suite folder ``dst_dir``;
+    return ``dst_dir``.
 
     The model class follows the source's heads (:func:`~mlm_suite.conversion.core.target_class`): masked LM (and
     BERT's NSP) → ``MlmSuiteForMaskedLM`` / ``MlmSuiteForPreTraining`` / ``MlmSuiteForNextSentencePrediction``,
@@ -98,7 +102,8 @@ def convert_checkpoint(src_dir: str | Path, dst_dir: str | Path, classifier_pool
     # The family's own defaults stand for what its config.json leaves out (RoBERTa's pad_token_id is 1).
     native = {**CONFIG_MAPPING[family.model_types[0]]().to_dict(), **native}
     config = family.config(native)
-    weights = family.rename(read_state_dict(source), config)
+    state = read_state_dict(source)
+    weights = check_weights_are_the_family_s(source, family, native, state, lambda: family.rename(state, config))
     notes = []
     for prefix, why in family.dropped.items():
         left_out = sorted(name for name in weights if name.startswith(prefix))
@@ -125,6 +130,7 @@ def convert_checkpoint(src_dir: str | Path, dst_dir: str | Path, classifier_pool
     load_converted_weights(model, weights, str(source))
     if any((source / name).exists() for name in TOKENIZER_VOCABULARY_FILES):
         check_tokenizer_files(source)  # copied as they are: a damaged one is refused before anything is written
+        check_vocabulary(AutoTokenizer.from_pretrained(source), config, str(source), str(source))
 
     with staged_model_folder(destination) as staging:
         model.save_pretrained(staging)
@@ -136,4 +142,4 @@ def convert_checkpoint(src_dir: str | Path, dst_dir: str | Path, classifier_pool
     return destination
 
 
-__all__ = ["FAMILIES", "TOKENIZER_FILES", "convert_checkpoint", "source_family"]
+__all__ = ["FAMILIES", "FAMILY_NAMES", "TOKENIZER_FILES", "convert_checkpoint", "source_family"]

@@ -170,7 +170,7 @@ def fuse_qkv(
             names = [f"{projection}.{kind}" for projection in projections(layer)]
             missing = [name for name in names if name not in state]
             if missing:
-                raise UsageError(f"checkpoint is missing {missing}; it does not hold {num_layers} {family} layers")
+                raise UsageError(f"no {missing[0]} among {num_layers} {family} layers")
             converted[f"layers.{layer}.attention.qkv.{kind}"] = torch.cat([state[name] for name in names], dim=0)
 
 
@@ -249,6 +249,27 @@ def target_class(family: Family, architecture: str | None, heads: frozenset[str]
     raise UsageError(f"the weights hold the heads {sorted(heads)}, which no one mlm_suite model holds together")
 
 
+def check_weights_are_the_family_s(
+    source: Path, family: Family, native: dict, state: dict[str, torch.Tensor], rename: Callable[[], dict]
+) -> dict[str, torch.Tensor]:
+    """``rename()`` (the family's renaming of ``source``'s weights ``state``), refused in one line naming the folder
+    when the weights are not the family's that ``config.json`` (``native``) gives: its layers are not where the
+    family keeps them (another family's weights beside this one's config.json, or weights cut short)."""
+    try:
+        weights = rename()
+        layers = native.get("num_hidden_layers", native.get("n_layers", 1))
+        if layers and "layers.0.attention.qkv.weight" not in weights:
+            raise UsageError(f"no first {family.name} layer")
+    except UsageError as error:
+        example = next((name for name in sorted(state) if re.search(r"layers?\.0\.", name)), None)
+        named = f"their layers are named like {example}" if example else "they hold no layers"
+        raise UsageError(
+            f"{source}: config.json is a config of {family.name} (model_type {native.get('model_type')!r}), but the "
+            f"weights are not {family.name}'s ({error}; {named}): config.json and the weights must come from one model"
+        ) from None
+    return weights
+
+
 def load_converted_weights(
     model: MlmSuitePreTrainedModel, weights: dict[str, torch.Tensor], source: str = "the checkpoint"
 ) -> None:
@@ -324,6 +345,7 @@ __all__ = [
     "LABEL_FIELDS",
     "WITHOUT_POOLER",
     "Family",
+    "check_weights_are_the_family_s",
     "fuse_qkv",
     "inverted",
     "legacy_layernorm_name",

@@ -99,10 +99,13 @@ def config_from_distilbert(native: dict) -> MlmSuiteConfig:
 
 def distilbert_head_fields(native: dict, model_class: type) -> dict:
     """The sequence head drops out at ``seq_classif_dropout``, the token head at ``dropout`` (mlm_suite's
-    ``classifier_dropout`` serves both, so it follows the head converted)."""
-    if model_class is MlmSuiteForSequenceClassification and native.get("seq_classif_dropout") is not None:
+    ``classifier_dropout`` serves both, so it follows the head converted); the other heads keep
+    ``seq_classif_dropout`` as it is, for the way back."""
+    if native.get("seq_classif_dropout") is None:
+        return {}
+    if model_class is MlmSuiteForSequenceClassification:
         return {"classifier_dropout": native["seq_classif_dropout"]}
-    return {}
+    return {"seq_classif_dropout": native["seq_classif_dropout"]}
 
 
 def convert_distilbert_state_dict(state: dict[str, torch.Tensor], config: MlmSuiteConfig) -> dict[str, torch.Tensor]:
@@ -129,8 +132,9 @@ def _qkv(layer: int) -> list[str]:
 
 def native_distilbert_config(config: MlmSuiteConfig) -> dict:
     """DistilBERT's ``config.json`` fields for an mlm_suite config (its sequence head drops out at
-    ``seq_classif_dropout``, mlm_suite's at ``classifier_dropout``)."""
+    ``seq_classif_dropout``, mlm_suite's at ``classifier_dropout``; a converted head of another kind kept the value)."""
     dropout = config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
+    dropout = getattr(config, "seq_classif_dropout", dropout)
     return {**native_config_fields(config, _CONFIG_FIELDS), "seq_classif_dropout": dropout}
 
 

@@ -52,10 +52,11 @@ TRIED_FAMILIES = ("bert", "roberta", "distilbert", "electra", "modernbert")
 
 _OPTIONS = [name for name in inspect.signature(MlmSuiteConfig.__init__).parameters if name not in ("self", "kwargs")]
 # Options no exported class reads: those of sentence embeddings (a class no family has), the tagging scheme (use_crf
-# is compared) and sparse prediction, which changes no logit.
+# is compared), sparse prediction, which changes no logit, and the position table's unread rows (a RoBERTa converted
+# before they were kept has none, and gets them back as zeros).
 _UNREAD = {
     "sentence_pooling", "normalize_embeddings", "contrastive_temperature", "learn_temperature", "contrastive_symmetric",
-    "tagging_scheme", "sparse_prediction",
+    "tagging_scheme", "sparse_prediction", "position_offset",
 }  # fmt: skip
 _POOLER = {"classifier_pooling", "classifier_activation", "pooler_dropout"}
 # Options that change training, not the outputs: one the class has no place for is left out with a printed line.

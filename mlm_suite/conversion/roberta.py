@@ -3,11 +3,12 @@ token-classification and question-answering heads.
 
 The encoder is BERT's, names and all (under ``roberta.``), with one token type and positions that count the real
 tokens from ``pad_token_id + 1`` on. mlm_suite's positions start at 0 (in the padded layout and in the
-padding-free and flattened ones alike), so the position table loses its first ``pad_token_id + 1`` rows, which
-RoBERTa never reads, and ``positions_count="real_tokens"`` makes a left-padded row start at 0 as RoBERTa's does.
-The classification head (dropout, dense, tanh, dropout, out_proj on the first token) becomes the pooler (with
-``pooler_dropout``) and the classifier. On the way back (``export-native``) the position table gets its first
-``pad_token_id + 1`` rows again, as zeros.
+padding-free and flattened ones alike) and read the table from row ``position_offset = pad_token_id + 1`` on: the
+rows before, which RoBERTa never reads, are kept as they are, so that the way back (``export-native``) gives the
+same table, and ``positions_count="real_tokens"`` counts the real tokens as RoBERTa does. The classification head
+(dropout, dense, tanh, dropout, out_proj on the first token) becomes the pooler (with ``pooler_dropout``) and the
+classifier. A folder converted before ``position_offset`` existed (its table without those rows) gets them back
+as zeros.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def config_from_roberta(native: dict) -> MlmSuiteConfig:
     dropout = native.get("classifier_dropout")
     return MlmSuiteConfig(
         **{**fields, "max_position_embeddings": positions},
+        position_offset=pad + 1,
         positions_count="real_tokens",
         pooler_dropout=native["hidden_dropout_prob"] if dropout is None else dropout,
     )
@@ -89,9 +91,7 @@ def convert_roberta_state_dict(state: dict[str, torch.Tensor], config: MlmSuiteC
         raise UsageError("the weights hold both a pooler and classifier.dense, which mlm_suite's one pooler cannot both be")
     converted: dict[str, torch.Tensor] = {}
     for name, tensor in convert_bert_encoder(state, config.num_hidden_layers, "RoBERTa").items():
-        if name == "embeddings.position_embeddings.weight":
-            converted[name] = tensor[config.pad_token_id + 1 :]  # rows RoBERTa never reads: the pad's and those before
-        elif name == "lm_head.decoder.bias":
+        if name == "lm_head.decoder.bias":
             converted[name] = tensor  # what the forward pass adds; lm_head.bias is the same tensor unless untied
         elif name == "lm_head.bias":
             converted.setdefault(_HEAD_RENAMES[name], tensor)
@@ -108,6 +108,11 @@ def native_roberta_config(config: MlmSuiteConfig) -> dict:
     fields = native_config_fields(config, _CONFIG_FIELDS)
     if config.pad_token_id is not None:  # without one the way back names pad_token_id
         fields["max_position_embeddings"] = config.max_position_embeddings + config.pad_token_id + 1
+        if config.position_offset not in (0, config.pad_token_id + 1):  # (0: converted before the rows were kept)
+            raise UsageError(
+                f"position_offset={config.position_offset}: RoBERTa's positions start at pad_token_id + 1 = "
+                f"{config.pad_token_id + 1}"
+            )
     # RoBERTa always adds a token type: with none (0) it holds one, and the way back names the difference.
     return {**fields, "type_vocab_size": max(config.type_vocab_size, 1)}
 
@@ -116,10 +121,10 @@ def native_roberta_state_dict(
     weights: dict[str, torch.Tensor], config: MlmSuiteConfig, model_class: type
 ) -> dict[str, torch.Tensor]:
     """The way back of :func:`convert_roberta_state_dict`, for the class ``model_class`` converts from; the rows
-    RoBERTa never reads come back as zeros."""
+    RoBERTa never reads come back as they were kept, or as zeros from a folder converted before they were."""
     encoder = native_bert_encoder(weights, config.num_hidden_layers)
     positions = encoder.get("embeddings.position_embeddings.weight")
-    if positions is not None:
+    if positions is not None and config.position_offset == 0:
         unread = positions.new_zeros(config.pad_token_id + 1, positions.shape[1])
         encoder["embeddings.position_embeddings.weight"] = torch.cat([unread, positions])
     native = native_names(encoder, model_class, "roberta", _LM_HEAD, CLASSIFICATION_HEAD)

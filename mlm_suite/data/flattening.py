@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from mlm_suite.model.layout import segment_starts
+from mlm_suite.model.layout import first_real_column, segment_starts
 
 IGNORE_INDEX = -100
 _PER_TOKEN = ("input_ids", "token_type_ids", "labels")
@@ -88,8 +88,8 @@ def flatten_batch(
         positions = position_ids.reshape(-1)[token_index]
     elif document_ids is not None:  # offset within the document, as the padded layout gives
         positions = torch.arange(token_index.numel(), device=input_ids.device) - cu_seq_lens.long()[segment_of_token]
-    else:  # the column, as BERT gives (with left padding it counts the pads)
-        positions = torch.arange(columns, device=input_ids.device).repeat(rows)[token_index]
+    else:  # the column counted from the row's first real token, as the padded layout gives
+        positions = (torch.arange(columns, device=input_ids.device) - first_real_column(real)).reshape(-1)[token_index]
     per_token = [key for key in _PER_TOKEN if key in batch and not (key == "labels" and labels_per_row)]
     flat = {key: batch[key].reshape(-1)[token_index][None] for key in per_token}
     flat.update(position_ids=positions[None], **offsets)

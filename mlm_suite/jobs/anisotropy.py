@@ -28,7 +28,8 @@ from mlm_suite.errors import UsageError
 from mlm_suite.evaluation.plots import plot_anisotropy
 from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder
 from mlm_suite.jobs.arguments import check_at_least, check_model_source, parse_arguments
-from mlm_suite.jobs.model_loading import check_vocabulary, pretrained_config, pretrained_model, pretrained_tokenizer
+from mlm_suite.jobs.model_loading import pretrained_config, pretrained_model, pretrained_tokenizer
+from mlm_suite.model_files import check_vocabulary
 
 
 @dataclass

@@ -7,10 +7,12 @@ docs/command_line.md.
 
 from __future__ import annotations
 
+from mlm_suite.conversion import FAMILY_NAMES
+
 # command → (module with main(argv), one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("mlm_suite.jobs.quickstart", "build a small model, save it, reload it through the Auto classes, compare outputs"),
-    "convert": ("mlm_suite.jobs.convert", "convert a Hugging Face BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA or ModernBERT folder into an mlm_suite folder"),
+    "convert": ("mlm_suite.jobs.convert", f"convert a Hugging Face {FAMILY_NAMES} folder into an mlm_suite folder"),
     "export-native": ("mlm_suite.jobs.export_native", "write an mlm_suite folder as the transformers class (BertFor*, RobertaFor*, ...) that computes the same outputs"),
     "export-onnx": ("mlm_suite.jobs.export_onnx", "export a checkpoint to ONNX and check it against the eager model"),
     "prepare-data": ("mlm_suite.jobs.prepare_data", "tokenise (and pack) a corpus once into Arrow shards for pretrain --prepared_data"),

@@ -1,5 +1,5 @@
-"""``mlm-suite convert``: convert a Hugging Face folder of a BERT-like family (BERT, RoBERTa, XLM-RoBERTa, DistilBERT,
-ELECTRA, ModernBERT: the encoder and its head) into an mlm_suite folder.
+"""``mlm-suite convert``: convert a Hugging Face folder of a BERT-like family (those of
+:data:`mlm_suite.conversion.FAMILIES`: the encoder and its head) into an mlm_suite folder.
 
     mlm-suite convert path/to/roberta-folder path/to/mlm_suite-folder
     mlm-suite convert path/to/sentence-transformers-folder out --classifier_pooling cls
@@ -12,14 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from mlm_suite.conversion import convert_checkpoint
+from mlm_suite.conversion import FAMILY_NAMES, convert_checkpoint
 from mlm_suite.jobs.running import command_prog
 from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder
 
-DESCRIPTION = (
-    "convert a Hugging Face BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA or ModernBERT folder (the encoder and its "
-    "head) into an mlm_suite folder"
-)
+DESCRIPTION = f"convert a Hugging Face {FAMILY_NAMES} folder (the encoder and its head) into an mlm_suite folder"
 
 
 def build_parser() -> argparse.ArgumentParser:

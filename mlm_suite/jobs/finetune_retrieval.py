@@ -294,7 +294,8 @@ def _embedding_fields(config: Any) -> dict[str, str]:
     pooling = {
         "mean": 'mask = batch["attention_mask"][..., None].to(states.dtype)\n'
                 "embeddings = (states * mask).sum(1) / mask.sum(1)",
-        "cls": "embeddings = states[:, 0]",
+        "cls": 'first = batch["attention_mask"].argmax(1)  # the [CLS] token, whichever side the pads are\n'
+               "embeddings = states[torch.arange(len(states)), first]",
         "max": 'embeddings = states.masked_fill(batch["attention_mask"][..., None] == 0, -1e9).amax(1)',
     }[config.sentence_pooling]
     if config.normalize_embeddings:

@@ -15,6 +15,8 @@ import math
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -22,12 +24,12 @@ from typing import Any, Literal
 import torch
 from transformers import AutoConfig, PretrainedConfig, PreTrainedTokenizerBase, TrainingArguments
 
-from mlm_suite.conversion import FAMILIES, convert_checkpoint, converted_minilm_dir
+from mlm_suite.conversion import FAMILIES, FAMILY_NAMES, convert_checkpoint, converted_minilm_dir
 from mlm_suite.conversion.checkpoint import TOKENIZER_FILES
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import HubArguments, check_at_least, check_model_source
 from mlm_suite.model import MlmSuiteConfig
-from mlm_suite.model_files import check_config_file, check_tokenizer_files, check_weights_files
+from mlm_suite.model_files import check_config_file, check_tokenizer_files, check_vocabulary, check_weights_files
 from mlm_suite.training.freezing import freeze_encoder
 
 
@@ -38,8 +40,8 @@ class ModelArguments(HubArguments):
     model_name_or_path: str | None = field(
         default=None,
         metadata={
-            "help": "Model folder: mlm_suite, or BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA or ModernBERT (converted "
-            "to mlm_suite first, with its head). Default: all-MiniLM-L6-v2 converted to mlm_suite."
+            "help": f"Model folder or Hub id: mlm_suite, or {FAMILY_NAMES} (converted to mlm_suite first, with its "
+            "head). Default: all-MiniLM-L6-v2 converted to mlm_suite."
         },
     )
     config_name: str | None = field(
@@ -92,11 +94,33 @@ def resolve_model_path(model_name_or_path: str | None, training_args: TrainingAr
         return str(converted_minilm_dir())
 
 
+@contextmanager
+def from_the_hub(source: str, revision: str | None = "main", cache_dir: str | None = None, **ignored: Any) -> Iterator[None]:
+    """Within the block, a Hub id that cannot be resolved (no such repository or revision, or not in the cache while
+    offline) is a one-line :class:`~mlm_suite.errors.UsageError` naming the id and the revision; a local folder's
+    errors pass unchanged. ``ignored``: the other ``from_pretrained`` keywords."""
+    try:
+        yield
+    except OSError as error:
+        if Path(source).exists():
+            raise
+        import huggingface_hub
+
+        where = f"revision {revision or 'main'!r} of {source!r}"
+        if huggingface_hub.constants.HF_HUB_OFFLINE:
+            cache = cache_dir or huggingface_hub.constants.HF_HUB_CACHE
+            raise UsageError(f"{where} is not in the Hub cache ({cache}) and the Hub is offline (HF_HUB_OFFLINE): "
+                             "fetch it once online, or give a local folder") from None
+        reason = " ".join(str(error).split())
+        raise UsageError(f"{where} could not be loaded from the Hub: {reason}") from None
+
+
 def pretrained_config(source: str, **pretrained: Any) -> PretrainedConfig:
     """``AutoConfig.from_pretrained(source, **pretrained)``; a local folder's ``config.json`` is checked first."""
     if Path(source).is_dir():
         check_config_file(Path(source))
-    return AutoConfig.from_pretrained(source, **pretrained)
+    with from_the_hub(source, **pretrained):
+        return AutoConfig.from_pretrained(source, **pretrained)
 
 
 def pretrained_tokenizer(source: str, **pretrained: Any) -> Any:
@@ -108,14 +132,16 @@ def pretrained_tokenizer(source: str, **pretrained: Any) -> Any:
         check_tokenizer_files(folder)
         if (folder / "config.json").is_file():  # AutoTokenizer reads it too, for the tokenizer's class
             check_config_file(folder)
-    return AutoTokenizer.from_pretrained(source, **pretrained)
+    with from_the_hub(source, **pretrained):
+        return AutoTokenizer.from_pretrained(source, **pretrained)
 
 
 def pretrained_model(model_class: Any, path: str, **kwargs: Any) -> Any:
     """``model_class.from_pretrained(path, **kwargs)``; a local folder's weights are checked first."""
     if Path(path).is_dir():
         check_weights_files(Path(path))
-    return model_class.from_pretrained(path, **kwargs)
+    with from_the_hub(path, **kwargs):
+        return model_class.from_pretrained(path, **kwargs)
 
 
 def load_model(model_class: Any, path: str, config: Any, model_args: ModelArguments) -> Any:
@@ -158,24 +184,9 @@ def load_tokenizer(model_path: str, model_args: ModelArguments, config: Pretrain
     return tokenizer
 
 
-def check_vocabulary(tokenizer: Any, config: PretrainedConfig, tokenizer_source: str, model_source: str) -> None:
-    """Every id of ``tokenizer`` must have a word embedding in the model of ``config``: an id past them would stop
-    training at the first batch holding it (``IndexError: index out of range in self``).
-
-    Raises:
-        UsageError: naming both sizes and where they come from.
-    """
-    if len(tokenizer) > config.vocab_size:
-        raise UsageError(
-            f"the tokenizer ({tokenizer_source}) has {len(tokenizer)} tokens but the model ({model_source}) has "
-            f"vocab_size {config.vocab_size}, so ids from {config.vocab_size} on have no embedding: use the "
-            f"tokenizer the model was trained with, or a model with vocab_size {len(tokenizer)} or more"
-        )
-
-
 def mlm_suite_checkpoint(model_name_or_path: str, **pretrained: Any) -> str:
     """An mlm_suite folder holding ``model_name_or_path``: the folder itself (its weights checked), or a folder of a
-    family mlm_suite converts (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA, ModernBERT) converted. Every job that
+    family mlm_suite converts (:data:`~mlm_suite.conversion.FAMILIES`) converted. Every job that
     trains a model starts from it, so that each trains mlm_suite's padding-free encoder.
 
     Such a checkpoint (a folder, or a Hub id: :func:`hub_snapshot`) is converted with
@@ -226,9 +237,10 @@ def hub_snapshot(repo_id: str, cache_dir: str | None = None, revision: str = "ma
     from huggingface_hub import snapshot_download
 
     fetch = {"repo_id": repo_id, "revision": revision, "cache_dir": cache_dir, "token": token}
-    folder = Path(snapshot_download(**fetch, allow_patterns=["*.json", "*.safetensors", *TOKENIZER_FILES]))
-    if not any(folder.glob("*.safetensors")):
-        folder = Path(snapshot_download(**fetch, allow_patterns=["pytorch_model.bin"]))
+    with from_the_hub(repo_id, revision, cache_dir):
+        folder = Path(snapshot_download(**fetch, allow_patterns=["*.json", "*.safetensors", *TOKENIZER_FILES]))
+        if not any(folder.glob("*.safetensors")):
+            folder = Path(snapshot_download(**fetch, allow_patterns=["pytorch_model.bin"]))
     return folder
 
 
@@ -374,7 +386,6 @@ __all__ = [
     "apply_config_overrides",
     "apply_freezing",
     "check_max_seq_length",
-    "check_vocabulary",
     "describe_new_weights",
     "extend_context",
     "hub_snapshot",

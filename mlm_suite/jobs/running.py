@@ -98,7 +98,10 @@ def _default_sigterm_in_child() -> None:
     # must die of it. Python's own handler, inherited, would lose a SIGTERM that comes before the child first runs:
     # the interpreter clears the signals caught before its after-fork set-up, and the pool's parent then waits for
     # the worker forever. Blocked across the fork, the signal stays pending until the default action is back.
+    # Ctrl-C reaches the terminal's whole process group: the worker ignores it (its parent stops it), so that the
+    # job's one line is all that is printed, not each worker's KeyboardInterrupt traceback.
     if _terminated_raiser is not None and _terminated_raiser != os.getpid():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
@@ -112,7 +115,7 @@ def _sigterm_raises_terminated() -> Iterator[None]:
     """Within the block, SIGTERM raises :class:`Terminated` in this process's main thread; outside the main thread
     (where no handler can be set) nothing changes. A process forked meanwhile (a ``datasets`` or data-loader
     worker) gets SIGTERM's default action back, so it dies of SIGTERM at once, as its parent stops it that way,
-    even when the signal comes before it first ran."""
+    even when the signal comes before it first ran, and ignores Ctrl-C, which its parent handles."""
     global _terminated_raiser
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -56,6 +56,7 @@ FAMILY_OPTIONS = {
     "ffn_output_dropout": None,
     "pooler_norm": False,
     "token_head_transform": False,
+    "position_offset": 0,
 }
 
 
@@ -94,8 +95,12 @@ class MlmSuiteConfig(PreTrainedConfig):
 
     Options of the other BERT-like families (:data:`FAMILY_OPTIONS`; config.json holds them only when set):
 
-    - ``positions_count``: ``"columns"`` (BERT: a token's position is its column, pads included) or
-      ``"real_tokens"`` (RoBERTa: positions count the real tokens, so a left-padded row starts at 0 too).
+    - ``positions_count``: ``"columns"`` (BERT: a token's position is its column, counted from the row's first real
+      token, so that a left-padded row starts at 0 as it does alone) or ``"real_tokens"`` (RoBERTa: positions count
+      the real tokens, which differs only in a row whose mask has holes).
+    - ``position_offset``: rows at the start of the position table that no position reads (RoBERTa's first
+      ``pad_token_id + 1``: its positions start after the padding id); position ``p`` reads row ``p + position_offset``,
+      and the table holds ``max_position_embeddings + position_offset`` rows.
     - ``embedding_size``: the width of the embeddings when it is not ``hidden_size`` (ELECTRA): a linear layer
       projects them to ``hidden_size``, and the MLM head maps back to it before the tied decoder.
     - ``attention_output_dropout``: dropout on the attention block's output before its residual add (default:
@@ -170,6 +175,7 @@ class MlmSuiteConfig(PreTrainedConfig):
         ffn_output_dropout: float | None = None,
         pooler_norm: bool = False,
         token_head_transform: bool = False,
+        position_offset: int = 0,
         **kwargs,
     ):
         for name, value in (
@@ -235,6 +241,7 @@ class MlmSuiteConfig(PreTrainedConfig):
         self.ffn_output_dropout = ffn_output_dropout
         self.pooler_norm = pooler_norm
         self.token_head_transform = token_head_transform
+        self.position_offset = position_offset
         super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
 
     def to_dict(self) -> dict:
@@ -274,6 +281,9 @@ class MlmSuiteConfig(PreTrainedConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be a whole number of at least {low}, got {value!r}")
+        offset = self.position_offset
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"position_offset must be a whole number of at least 0, got {offset!r}")
         size = self.embedding_size
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
             raise ValueError(f"embedding_size must be a whole number of at least 1 or None, got {size!r}")

@@ -12,6 +12,12 @@ import torch
 import torch.nn.functional as F
 
 
+def first_real_column(real: torch.Tensor) -> torch.Tensor:
+    """``(batch, seq)`` bool → ``(batch, 1)``: the column of each row's first real token (0 for a row of pads), where a
+    left-padded row begins."""
+    return real.to(torch.uint8).argmax(dim=1, keepdim=True)
+
+
 def segment_starts(
     real: torch.Tensor, position_ids: torch.Tensor | None, document_ids: torch.Tensor | None
 ) -> torch.Tensor:
@@ -67,7 +73,8 @@ class SequenceLayout:
 
         Segments start at the first real token of each row, wherever ``position_ids`` returns to 0
         (packed rows) and wherever ``document_ids`` changes. Without explicit ``position_ids``,
-        tokens take their column index as position (as BERT does), or their offset within their
+        tokens take their column counted from the row's first real token as position (BERT's column,
+        which a left-padded row would otherwise start past its pads with), or their offset within their
         document when ``document_ids`` is given, or with ``count_real_tokens`` their offset within their
         segment (as RoBERTa counts the tokens that are not pads).
         """
@@ -90,7 +97,7 @@ class SequenceLayout:
         elif document_ids is not None or count_real_tokens:
             positions = None  # the offsets within the segments, computed below
         else:
-            positions = columns.reshape(-1)[token_index]
+            positions = (columns - first_real_column(real)).reshape(-1)[token_index]
         return cls._from_lengths(
             batch_size, seq_len, segment_lengths, max_segment_len, positions, token_index, segment_of_token
         )
@@ -179,7 +186,9 @@ class SequenceLayout:
         real = torch.ones(shape, dtype=torch.bool, device=device) if attention_mask is None else attention_mask.bool()
         if position_ids is None and document_ids is None:
             allowed = None if attention_mask is None else real[:, None, None, :]  # (batch, 1, 1, seq)
-            positions = (real.cumsum(dim=1) - 1).clamp(min=0) if count_real_tokens else columns
+            # Pad cells before a row's first real token get position 0: computed, never read.
+            positions = (real.cumsum(dim=1) - 1) if count_real_tokens else columns - first_real_column(real)
+            positions = positions.clamp(min=0)
         else:
             starts = segment_starts(real, position_ids, document_ids)
             segment = starts.cumsum(dim=1)  # (batch, seq): segment number within the row, 1-based at real tokens
@@ -339,4 +348,4 @@ class SequenceLayout:
         return out
 
 
-__all__ = ["SequenceLayout", "segment_starts"]
+__all__ = ["SequenceLayout", "first_real_column", "segment_starts"]

@@ -33,7 +33,7 @@ from transformers.utils import ModelOutput, can_return_tuple, logging
 from .attention import MlmSuiteSelfAttention
 from .configuration_mlm_suite import MlmSuiteConfig
 from .crf import ConditionalRandomField, allowed_transitions
-from .layout import SequenceLayout
+from .layout import SequenceLayout, first_real_column
 
 IGNORE_INDEX = -100
 
@@ -60,7 +60,9 @@ class MlmSuiteEmbeddings(nn.Module):
         width = config.embedding_width
         self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
         if config.position_embedding_type == "absolute":
-            self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
+            # A converted RoBERTa's table keeps the rows before its first position, which nothing reads.
+            self.position_offset = config.position_offset
+            self.position_embeddings = nn.Embedding(config.max_position_embeddings + self.position_offset, width)
         if config.type_vocab_size > 0:
             self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
         self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps, bias=config.use_bias)
@@ -80,7 +82,8 @@ class MlmSuiteEmbeddings(nn.Module):
             inputs_embeds = self.word_embeddings(input_ids)  # (batch, seq, hidden)
         embeddings = layout.unpad(inputs_embeds)  # (total, hidden): real tokens only from here on
         if hasattr(self, "position_embeddings"):
-            embeddings = embeddings + self.position_embeddings(layout.positions)
+            positions = layout.positions + self.position_offset if self.position_offset else layout.positions
+            embeddings = embeddings + self.position_embeddings(positions)
         if hasattr(self, "token_type_embeddings"):
             if token_type_ids is None:
                 embeddings = embeddings + self.token_type_embeddings.weight[0]
@@ -197,8 +200,8 @@ def pool_sequences(
         return reduce(hidden)
     padded = layout.pad(hidden)  # (batch, seq, hidden)
     real = torch.ones_like(padded[..., 0], dtype=torch.bool) if attention_mask is None else attention_mask.bool()
-    if mode == "cls":
-        return padded[:, 0]
+    if mode == "cls":  # the row's first real token: column 0 only when the row is padded on the right
+        return padded[torch.arange(padded.shape[0], device=padded.device), first_real_column(real)[:, 0]]
     if mode == "max":
         return padded.masked_fill(~real[..., None], torch.finfo(padded.dtype).min).amax(dim=1)
     weights = real.to(padded.dtype)[..., None]
@@ -349,7 +352,8 @@ def _check_inputs(
         largest = int(position_ids.max())
         if largest >= config.max_position_embeddings:
             raise ValueError(f"position id {largest} exceeds max_position_embeddings={config.max_position_embeddings}")
-    if token_type_ids is not None and token_type_ids.numel():
+    # Without segment embeddings (DistilBERT, ModernBERT) token types are ignored, as those classes ignore them.
+    if token_type_ids is not None and token_type_ids.numel() and config.type_vocab_size > 0:
         for extreme in (int(token_type_ids.max()), int(token_type_ids.min())):
             if not 0 <= extreme < config.type_vocab_size:
                 raise ValueError(f"token type id {extreme} is out of range for type_vocab_size={config.type_vocab_size}")

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 import transformers
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from transformers import TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.training_args import ParallelMode
@@ -35,7 +35,7 @@ from transformers.utils import (
     is_torch_xla_available,
 )
 
-from mlm_suite.model_files import staged_model_folder
+from mlm_suite.model_files import save_tensors, staged_model_folder
 
 __all__ = [
     "MODEL_TENSORS",
@@ -239,7 +239,7 @@ class PickleFreeCheckpointsMixin:
             optimizer = fsdp2_optimizer_state(self.model_wrapped, self.optimizer)
             if self.args.should_save:
                 tensors, data = optimizer
-                save_file(tensors, os.path.join(output_dir, OPTIMIZER_TENSORS), metadata={"format": "pt"})
+                save_tensors(tensors, os.path.join(output_dir, OPTIMIZER_TENSORS), metadata={"format": "pt"})
                 write_json(os.path.join(output_dir, OPTIMIZER_JSON), data)
                 write_json(os.path.join(output_dir, SCHEDULER_JSON), self.lr_scheduler.state_dict())
             return None
@@ -253,10 +253,10 @@ class PickleFreeCheckpointsMixin:
             return super()._save_optimizer_and_scheduler(output_dir)
         tensors, data = optimizer
         try:
-            save_file(tensors, os.path.join(output_dir, OPTIMIZER_TENSORS), metadata={"format": "pt"})
+            save_tensors(tensors, os.path.join(output_dir, OPTIMIZER_TENSORS), metadata={"format": "pt"})
         except RuntimeError:  # safetensors refuses tensors sharing memory (an optimizer keeping flat buffers)
             tensors = {key: value.clone() for key, value in tensors.items()}
-            save_file(tensors, os.path.join(output_dir, OPTIMIZER_TENSORS), metadata={"format": "pt"})
+            save_tensors(tensors, os.path.join(output_dir, OPTIMIZER_TENSORS), metadata={"format": "pt"})
         write_json(os.path.join(output_dir, OPTIMIZER_JSON), data)
         write_json(os.path.join(output_dir, SCHEDULER_JSON), scheduler)
         return None
@@ -329,7 +329,7 @@ class PickleFreeCheckpointsMixin:
                 tensors["cuda"] = torch.cuda.random.get_rng_state()
         os.makedirs(output_dir, exist_ok=True)  # a process may get here before process 0 saved the model
         stem = os.path.join(output_dir, per_process("rng_state", self.args))
-        save_file({key: value.contiguous() for key, value in tensors.items()}, stem + ".safetensors")
+        save_tensors({key: value.contiguous() for key, value in tensors.items()}, stem + ".safetensors")
         write_json(stem + ".json", data)
         return None
 

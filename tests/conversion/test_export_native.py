@@ -126,14 +126,36 @@ def test_a_converted_folder_exports_back_to_its_class_config_weights_and_outputs
     assert config_fields(exported) == config_fields(reference)  # labels, problem_type, layer types, RoPE bases, ...
     theirs, ours = reference.state_dict(), exported.state_dict()
     assert ours.keys() == theirs.keys()
-    unread = native.config.pad_token_id + 1 if family in ("roberta", "xlm-roberta") else 0
-    for name, tensor in theirs.items():
-        if name.endswith("position_embeddings.weight"):
-            assert not ours[name][:unread].any()  # rows RoBERTa never reads
-            tensor, ours[name] = tensor[unread:], ours[name][unread:]
+    for name, tensor in theirs.items():  # bit for bit, RoBERTa's position rows before its first position included
         assert torch.equal(ours[name], tensor), name
     names = NAMES[head] if reference is native else ()
     assert_same_outputs(exported, reference, native_batch(native.config.pad_token_id), names)
+
+
+def test_a_roberta_converted_before_its_unread_position_rows_were_kept_exports_them_as_zeros(tmp_path, capsys):
+    """A folder converted by an earlier mlm_suite holds the position table without RoBERTa's first ``pad_token_id + 1``
+    rows (and no ``position_offset``): it exports with those rows as zeros, the outputs unchanged."""
+    from safetensors.torch import load_file, save_file
+
+    native = native_model("roberta", "ForMaskedLM")
+    native.save_pretrained(tmp_path / "native")
+    assert run_cli(["convert", str(tmp_path / "native"), str(tmp_path / "ours")], capsys)[0] == 0
+    config_path, weights_path = tmp_path / "ours" / "config.json", tmp_path / "ours" / "model.safetensors"
+    config = json.loads(config_path.read_text())
+    unread = config.pop("position_offset")
+    assert unread == native.config.pad_token_id + 1
+    config_path.write_text(json.dumps(config))
+    weights = load_file(weights_path)
+    name = "encoder.embeddings.position_embeddings.weight"
+    weights[name] = weights[name][unread:].contiguous()
+    save_file(weights, weights_path, metadata={"format": "pt"})
+
+    status, _, err = run_cli(["export-native", str(tmp_path / "ours"), str(tmp_path / "exported")], capsys)
+    assert status == 0, err
+    exported = load_native(tmp_path / "exported", "ForMaskedLM")
+    table, original = exported.roberta.embeddings.position_embeddings.weight, native.roberta.embeddings.position_embeddings.weight
+    assert not table[:unread].any() and torch.equal(table[unread:], original[unread:])
+    assert_same_outputs(exported, native, native_batch(native.config.pad_token_id), NAMES["ForMaskedLM"])
 
 
 # mlm_suite's heads of BERT's options and the Auto class of the Bert* class each exports to

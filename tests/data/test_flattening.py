@@ -32,7 +32,8 @@ def test_flatten_batch_keeps_the_padded_positions_with_left_padding():
     batch = padded_batch(left=True)
     flat = flatten_batch(batch)
     layout = SequenceLayout.from_inputs(tuple(batch["input_ids"].shape), torch.device("cpu"), batch["attention_mask"])
-    assert torch.equal(flat["position_ids"][0], layout.positions)  # BERT counts the left pads
+    assert torch.equal(flat["position_ids"][0], layout.positions)
+    assert flat["position_ids"][0].tolist() == [*range(11), *range(6), *range(9), *range(3)]  # from each row's start
 
 
 def test_flatten_batch_makes_each_packed_document_a_sequence():

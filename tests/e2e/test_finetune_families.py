@@ -118,7 +118,9 @@ def test_a_hub_id_of_a_native_classifier_is_fetched_as_from_pretrained_fetches_i
         assert (ours(**batch).logits - native(**batch).logits).abs().max().item() <= 1e-5
 
     refused = run_command([*command, "--model_revision", "v2", "--output_dir", tmp_path / "other"], capsys)
-    assert refused.status == 2 and len(refused.err.strip().splitlines()) == 1, refused.err[-3000:]
+    assert_refused(refused, "finetune-cls", "revision 'v2' of 'someone/tiny-roberta' is not in the Hub cache "
+                   f"({cache}) and the Hub is offline")
+    assert len(refused.err.strip().splitlines()) == 1, refused.err[-3000:]
     assert not (tmp_path / "other").exists()
 
 

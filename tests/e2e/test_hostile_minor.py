@@ -106,7 +106,7 @@ def test_a_sigterm_during_prepare_data_removes_its_staging_folder(tmp_path, tiny
     process = warm_python.start(argv)
     try:
         deadline = time.monotonic() + 120
-        while not list(tmp_path.glob(".prepared*")):  # its staging folder, beside the output folder
+        while not list(output_dir.glob(".partial-*")):  # its staging folder, inside the output folder
             assert process.poll() is None, "prepare-data ended before it could be stopped"
             assert time.monotonic() < deadline
             time.sleep(0.01)

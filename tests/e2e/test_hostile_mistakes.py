@@ -70,13 +70,14 @@ def test_a_tokenizer_larger_than_the_model_s_vocabulary_is_refused(
 def test_a_tokenizer_larger_than_a_roberta_s_vocabulary_is_refused(command, converted, tmp_path, tiny_model,
                                                                       data_files, capsys):
     """A RoBERTa folder of 1000 word embeddings with the MiniLM tokenizer of 30522 tokens, as given (every job that
-    trains converts it on the fly) or converted first: one line naming both sizes and the folder given, no output
-    folder."""
+    trains converts it on the fly) or converted first (``convert`` refuses that tokenizer: it joins the converted
+    folder afterwards, as in a folder an earlier mlm_suite converted): one line naming both sizes and the folder
+    given, no output folder."""
     model = tmp_path / "roberta"
     make_native_model("roberta", "ForMaskedLM", vocab_size=1000).save_pretrained(model)
-    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(model)
     if converted:
         model = convert_checkpoint(model, tmp_path / "converted")
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(model)
     output_dir = tmp_path / "out"
     outcome = run_command([*command_line(command, model, data_files), "--output_dir", output_dir], capsys)
     assert_refused(outcome, command, "30522 tokens", f"the model ({model}) has vocab_size 1000")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.model_loading import check_vocabulary
+from mlm_suite.model_files import check_vocabulary
 from mlm_suite.model import MlmSuiteConfig
 
 

@@ -82,20 +82,6 @@ def test_padded_batch_equals_each_sequence_alone(variant):
         assert torch.isfinite(h).all()
 
 
-def test_real_token_positions_make_a_left_padded_row_equal_the_sequence_alone():
-    """``positions_count="real_tokens"`` (RoBERTa's): positions count from a row's first real token, so a left-padded
-    row computes what the sequence alone does, as a right-padded one does with column positions (BERT's)."""
-    batch = make_random_batch(lengths=(7, 4, 9, 1), seq_len=11)
-    left = {name: torch.stack([row.roll(int(11 - length)) for row, length in zip(value, batch["attention_mask"].sum(1))])
-            for name, value in batch.items()}
-    model = build_model(positions_count="real_tokens")
-    padded, columns = run(model, **left), run(build_model(), **left)
-    for row, length in enumerate(batch["attention_mask"].sum(1).tolist()):
-        alone = run(model, **{name: value[row : row + 1, -length:] for name, value in left.items() if name != "attention_mask"})
-        torch.testing.assert_close(padded.last_hidden_state[row, -length:], alone.last_hidden_state[0], atol=1e-5, rtol=0)
-    assert not torch.allclose(columns.last_hidden_state[0, -7:], padded.last_hidden_state[0, -7:], atol=1e-3)
-
-
 def test_family_options_reach_config_json_only_when_set(tmp_path):
     """A config that sets none of them saves as before the options existed; one that sets them reloads them."""
     from mlm_suite.model.configuration_mlm_suite import FAMILY_OPTIONS
@@ -106,7 +92,7 @@ def test_family_options_reach_config_json_only_when_set(tmp_path):
                "classifier_activation": "relu", "pooler_dropout": 0.2, "qa_dropout": 0.1,
                "layer_types": ["full_attention", "sliding_attention"] * 6, "local_attention": 8,
                "local_rope_theta": 500.0, "first_attention_norm": False, "ffn_inner_dropout": 0.1,
-               "ffn_output_dropout": 0.0, "pooler_norm": True, "token_head_transform": True}
+               "ffn_output_dropout": 0.0, "pooler_norm": True, "token_head_transform": True, "position_offset": 2}
     assert options.keys() == FAMILY_OPTIONS.keys()
     MlmSuiteConfig(norm_position="pre", **options).save_pretrained(tmp_path / "families")
     reloaded = MlmSuiteConfig.from_pretrained(tmp_path / "families")

@@ -36,7 +36,7 @@ from transformers import PreTrainedTokenizerBase
 
 from mlm_suite.data.pretraining.documents import documents_dataset, hold_out
 from mlm_suite.data.pretraining.rows import document_rows, most_frequent_token
-from mlm_suite.errors import UsageError, staging_folder, writing
+from mlm_suite.errors import PARTIAL_PREFIX, UsageError, staging_folder, writing
 
 __all__ = [
     "METADATA_FILE",
@@ -103,8 +103,8 @@ def prepare_data(
 
     Without ``validation_file``, ``validation_split_percentage`` of the documents are held out with
     ``split_seed`` (the job's seeded split: the same documents as in memory). Everything is written into a
-    temporary folder beside ``output_dir`` and moved there at the end, so an interrupted or failed run leaves
-    no half-written folder; a write that fails there (a full disk, a file-size limit) raises
+    temporary folder inside ``output_dir`` (:data:`~mlm_suite.errors.PARTIAL_PREFIX`: the folder's parent may be
+    read-only) and moved into place at the end, so an interrupted or failed run leaves no half-written data; a write that fails there (a full disk, a file-size limit) raises
     :class:`~mlm_suite.errors.WriteError` naming ``output_dir``. ``output_dir`` must not exist, or hold nothing but
     the job's lock. ``max_train_samples`` keeps only the first training rows (as the pretraining job's
     ``--max_train_samples`` keeps them in memory).
@@ -114,8 +114,8 @@ def prepare_data(
     """
     started = time.time()
     output_dir = Path(output_dir)
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    with staging_folder(output_dir.parent, f".{output_dir.name}.partial-") as work:
+    output_dir.mkdir(parents=True, exist_ok=True)  # empty but for the job's lock (checked by the caller)
+    with staging_folder(output_dir, PARTIAL_PREFIX) as work:
         cache = str(work / "cache")
         documents = documents_dataset(train_files, text_column, num_proc, cache)
         if validation_file is not None:
@@ -162,7 +162,6 @@ def prepare_data(
             }
             (folder / METADATA_FILE).write_text(json.dumps(metadata, indent=1) + "\n", encoding="utf-8")
             # Moved in part by part, the metadata last: a folder cut short without it is refused by load_prepared.
-            output_dir.mkdir(exist_ok=True)  # empty but for the job's lock (checked by the caller)
             for part in sorted(folder.iterdir(), key=lambda part: part.name == METADATA_FILE):
                 os.replace(part, output_dir / part.name)
         return metadata
