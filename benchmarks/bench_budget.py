@@ -41,7 +41,8 @@ from mlm_suite.evaluation.masked_lm import (
     probe_sentences,
 )
 from mlm_suite.training.controls import UNBOUNDED_STEPS, TimeBudgetCallback
-from mlm_suite.training.pretraining import PretrainingTrainer, evaluation_collator
+from mlm_suite.training.pretraining import evaluation_collator
+from mlm_suite.training.trainer import JobTrainer, standard_features
 
 HF_INPUTS = ("input_ids", "attention_mask", "special_tokens_mask")
 
@@ -104,7 +105,7 @@ def run_hf(output_dir: Path, tokenizer_dir: Path, minutes: float, job_args: list
         remove_unused_columns=False,
         include_for_metrics=["inputs"],
     )
-    trainer = PretrainingTrainer(
+    trainer = JobTrainer(
         model=model,
         args=training_args,
         data_collator=lambda features: hf_collator([{key: row[key] for key in HF_INPUTS} for row in features]),
@@ -115,6 +116,7 @@ def run_hf(output_dir: Path, tokenizer_dir: Path, minutes: float, job_args: list
         compute_metrics=make_mlm_compute_metrics(tokenizer.mask_token_id, baseline_token_id),
         preprocess_logits_for_metrics=preprocess_logits_for_mlm_metrics,
         callbacks=[TimeBudgetCallback(60.0 * minutes)],
+        features=standard_features(mfu=True),  # the pretraining job's reports
     )
     train_metrics = trainer.train().metrics
     results = {**train_metrics, **trainer.evaluate()}

@@ -67,6 +67,7 @@ from mlm_suite.data.padding import DataCollatorForPadding, DataCollatorForTokenL
 from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, finetune_retrieval, pretrain
 from mlm_suite.data.pretraining.vocabulary import train_wordpiece_tokenizer
 from mlm_suite.training.worker_batches import OneBufferCollator
+from mlm_suite.training.throughput import Throughput
 from mlm_suite.training.trainer import JobTrainer
 from mlm_suite.training.controls import rows_per_step
 
@@ -191,7 +192,7 @@ def capture_trainer(clock: Callable[[], float] = time.perf_counter):
     steady step rate is timed on ``clock``."""
 
     def keep(trainer: JobTrainer) -> JobTrainer:
-        trainer.step_rate.clock = clock
+        trainer.feature(Throughput).step_rate.clock = clock
         return trainer
 
     return before_each_job_training(keep)
@@ -264,7 +265,7 @@ def job_against_bare_loop(
     with tempfile.TemporaryDirectory() as output, capture_trainer(clock) as trainers:
         module.main(["--output_dir", output, "--max_steps", str(steps + warmup), *QUIET, *flags])
         trainer = trainers[-1]
-        job = trainer.step_rate.steps_per_second()
+        job = trainer.feature(Throughput).step_rate.steps_per_second()
         bare = bare_loop_steps_per_second(trainer, steps, warmup, clock)
     return dict(job=name, device=trainer.args.device.type, rows_per_step=rows_per_step(trainer.args), workers=trainer.args.dataloader_num_workers,
                 job_steps=job, bare_steps=bare, ratio=job / bare)  # fmt: skip

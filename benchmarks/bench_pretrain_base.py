@@ -41,7 +41,7 @@ from bench_job_throughput import QUIET, bare_loop_steps_per_second, before_each_
 
 from mlm_suite.data.inputs import downloads  # noqa: E402
 from mlm_suite.jobs import pretrain  # noqa: E402
-from mlm_suite.training.throughput import peak_tflops  # noqa: E402
+from mlm_suite.training.throughput import Throughput, peak_tflops  # noqa: E402
 from mlm_suite.training.trainer import JobTrainer  # noqa: E402
 
 SHORTEST, LONGEST = 16, 128
@@ -114,7 +114,7 @@ def job_tokens_per_second(flags: list[str], steps: int, warmup: int) -> dict:
         pretrain.main(["--output_dir", output, "--max_steps", str(steps + warmup), *QUIET, *flags])
         reported = json.loads((Path(output) / "all_results.json").read_text(encoding="utf-8"))
         trainer = trainers[-1]
-        job = trainer.step_rate.steps_per_second()
+        job = trainer.feature(Throughput).step_rate.steps_per_second()
         parameters = non_embedding_parameters(trainer.model)
         if trainer.args.torch_compile:
             # The bare loop steps the model the job compiled (its graphs are built), not the eager one.

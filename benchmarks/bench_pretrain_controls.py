@@ -50,7 +50,8 @@ from mlm_suite.jobs import pretrain
 from mlm_suite.evaluation.intervals import mean_interval
 from mlm_suite.evaluation.masked_lm import make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics
 from mlm_suite.data.pretraining.vocabulary import train_wordpiece_tokenizer
-from mlm_suite.training.pretraining import PretrainingTrainer, evaluation_collator
+from mlm_suite.training.pretraining import evaluation_collator
+from mlm_suite.training.trainer import JobTrainer
 
 TODAY = "today's recipe"
 COMBINED = "best combination"
@@ -117,7 +118,7 @@ def evaluate_at_job_rows(folder: Path, job_args: list[str]) -> dict:
         remove_unused_columns=False, include_for_metrics=["inputs"],
         dataloader_pin_memory=job_training_args.dataloader_pin_memory,  # the job's for this device: none on CPU
     )  # fmt: skip
-    trainer = PretrainingTrainer(
+    trainer = JobTrainer(
         model=MlmSuiteForMaskedLM.from_pretrained(folder),
         args=training_args,
         eval_data_collator=evaluation_collator(tokenizer, args.eval_mlm_probability, args.masking),

@@ -93,27 +93,28 @@ def write_predictions(
 
 
 def write_confusion_matrices(
-    trainer: Any, label_list: Sequence[str], scored_splits: Mapping[str, Any]
+    output_dir: str | Path, kept: Mapping[str, Any], label_list: Sequence[str], scored_splits: Mapping[str, Any],
+    write: bool = True,
 ) -> list[tuple[str, Path]]:
-    """``confusion_matrix_<split>.png`` for the validation and test splits the final model was scored on
-    (``eval``/``test`` in ``scored_splits``, the results of
-    :func:`~mlm_suite.jobs.finetune_training.run_trainer`).
+    """``confusion_matrix_<split>.png`` in ``output_dir`` for the validation and test splits the final model was scored
+    on (``eval``/``test`` in ``scored_splits``, the results of :func:`~mlm_suite.jobs.finetune_training.run_trainer`).
 
-    Drawn from the predictions the trainer kept (``keep_predictions``), so nothing is predicted again; the
-    main process writes the files. Returns ``(caption, path)`` per picture, for the card.
+    Drawn from the predictions the trainer kept (``kept``, by metric prefix:
+    :class:`~mlm_suite.training.job_outputs.KeptPredictions`), so nothing is predicted again; ``write``: whether this
+    process writes the files (the main one). Returns ``(caption, path)`` per picture, for the card.
     """
-    output_dir = Path(trainer.args.output_dir)
+    output_dir = Path(output_dir)
     figures = []
     for prefix, split in (("eval", "validation"), ("test", "test")):
         if prefix not in scored_splits:
             continue
-        scored = trainer.kept_predictions[prefix]
+        scored = kept[prefix]
         logits = scored.predictions[0] if isinstance(scored.predictions, tuple) else scored.predictions
         matrix = confusion_matrix(scored.label_ids, np.asarray(logits).argmax(axis=-1), len(label_list))
         caption = (f"{output_dir.name}: confusion matrix on the {split} split ({matrix.sum()} examples, "
                    f"accuracy {np.trace(matrix) / matrix.sum():.4f})")
         path = output_dir / f"confusion_matrix_{split}.png"
-        if trainer.is_world_process_zero():
+        if write:
             plot_confusion_matrix(matrix, label_list, path, caption)
         figures.append((caption, path))
     return figures

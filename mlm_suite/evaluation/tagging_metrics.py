@@ -9,7 +9,8 @@ scored. See docs/finetuning.md.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from mlm_suite.evaluation.entities import (
     tag_sequences,
 )
 from mlm_suite.evaluation.plots import plot_label_scores
+from mlm_suite.training.features import TrainerFeature
 
 #: Scores that exist only for entity schemes (never reported for scheme none).
 ENTITY_METRICS = ("f1", "precision", "recall", "conlleval_f1", "strict_f1", "gold_entities")
@@ -79,6 +81,31 @@ class PredictionMemory(TrainerCallback):
 def sentence_windows(dataset: Any) -> SentenceWindows:
     """How the windows (rows) of an evaluation split make up its sentences, from its :data:`WINDOW_COLUMNS`."""
     return SentenceWindows(dataset["example_id"], dataset["word_ids"])
+
+
+class SentenceScoring(TrainerFeature):
+    """Scores whole sentences, however many windows hold them, a feature of the jobs' Trainer: an evaluated or
+    predicted split keeps its :data:`WINDOW_COLUMNS` (``finetune_ner``'s encoded scored splits); while the Trainer
+    reads it (:meth:`evaluating`, the rows without those columns), :meth:`compute_metrics` scores with
+    ``score_sentences(eval_pred, windows)`` (:func:`ner_compute_metrics`), which merges the windows' predictions into
+    one per word first, as transformers' question-answering Trainer of ``run_qa.py`` turns its windows back into
+    examples. Predictions returned stay per window."""
+
+    def __init__(self, score_sentences: Any) -> None:
+        self.score_sentences = score_sentences
+        self._windows: SentenceWindows | None = None
+
+    @contextlib.contextmanager
+    def evaluating(self, dataset: Any) -> Iterator[Any]:
+        self._windows = sentence_windows(dataset)
+        try:
+            yield dataset.remove_columns(list(WINDOW_COLUMNS))
+        finally:
+            self._windows = None
+
+    def compute_metrics(self, eval_pred: Any) -> dict[str, float]:
+        """The Trainer's ``compute_metrics``: the sentences of the split being scored."""
+        return self.score_sentences(eval_pred, self._windows)
 
 
 def sentence_tags(

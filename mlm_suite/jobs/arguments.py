@@ -231,12 +231,13 @@ class JobTrainingArguments(TrainingArguments):
                              "which --overwrite_output_dir deletes: give one of the two")
 
 
-#: The flags that decide what a run trains on: where its training data come from, how they become rows, its tokenizer
-#: and its seeds (each job has some of them).
+#: The flags that decide what a run trains on: where its training data come from, how they become rows and labels,
+#: its tokenizer and its seeds (each job has some of them).
 DATA_FLAGS = (
     "train_file", "dataset_name", "dataset_config_name", "prepared_data", "text_column_name", "label_column_name",
     "sentence1_column", "sentence2_column", "query_column", "document_column", "tokenizer_name", "max_seq_length",
-    "packing", "objective", "masking", "max_train_samples", "seed", "data_seed",
+    "packing", "objective", "masking", "max_train_samples", "seed", "data_seed", "task_type", "label_list",
+    "tagging_scheme", "convert_to", "label_strategy",
 )  # fmt: skip
 # The data flags that name local files or folders (or Hub ids): recorded resolved, another spelling is the same data.
 _PATH_FLAGS = ("train_file", "dataset_name", "prepared_data", "tokenizer_name")

@@ -1,9 +1,10 @@
 """Where a job's training starts: ``--resume_from_checkpoint``, ``--overwrite_output_dir`` and the checkpoints
 already in ``--output_dir``, detected as transformers' ``run_*.py`` scripts detect them (docs/command_line.md).
 
-Every job that trains calls :func:`resume_checkpoint` once, before its Trainer creates the output folder; a
-second training run of a job in a folder of its own (``hf_baseline/``, ``intermediate/``) uses
-:func:`stage_checkpoint`.
+Every job that trains calls :func:`resume_checkpoint` once, before it claims its output folder (so that a refused
+continuation leaves the folder as it was); a second training run of a job in a folder of its own (``hf_baseline/``,
+``intermediate/``) uses :func:`stage_checkpoint`. What a checkpoint may continue (the data it was trained on, the end
+of its run) is checked there (:func:`~mlm_suite.training.resuming.check_resumed_run`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from transformers import TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
@@ -18,6 +20,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.arguments import LAST_CHECKPOINT
 from mlm_suite.training.checkpoint_format import TRAINER_STATE_JSON
+from mlm_suite.training.resuming import check_resumed_run
 
 
 
@@ -53,17 +56,17 @@ def resume_checkpoint(
                 f"--resume_from_checkpoint {requested}: --output_dir {args.output_dir} holds no checkpoint-* folder "
                 "to resume from"
             )
-        _announce(args, found, "the last checkpoint")
-        return found
+        return _continued(args, found, "the last checkpoint", rerun_of=f"--output_dir {args.output_dir}")
     if requested:
         if not os.path.isdir(requested):
             raise UsageError(f"--resume_from_checkpoint {requested}: no such checkpoint folder")
-        return requested
+        inside = Path(requested).resolve().is_relative_to(Path(args.output_dir).resolve())
+        return _continued(args, requested, "", rerun_of=f"--output_dir {args.output_dir}" if inside else None)
     if getattr(args, "overwrite_output_dir", False):
         return None
     found = _complete(last_checkpoint(args.output_dir))
-    _announce(args, found, "a checkpoint was found in --output_dir; pass --overwrite_output_dir to train from scratch")
-    return found
+    return _continued(args, found, "a checkpoint was found in --output_dir; pass --overwrite_output_dir to train from "
+                      "scratch", rerun_of=f"--output_dir {args.output_dir}")
 
 
 def stage_checkpoint(stage_args: TrainingArguments) -> str | None:
@@ -74,8 +77,7 @@ def stage_checkpoint(stage_args: TrainingArguments) -> str | None:
     if getattr(stage_args, "overwrite_output_dir", False):
         return None
     found = _complete(last_checkpoint(stage_args.output_dir))
-    _announce(stage_args, found, f"the last checkpoint in {stage_args.output_dir}")
-    return found
+    return _continued(stage_args, found, f"the last checkpoint in {stage_args.output_dir}", rerun_of=None)
 
 
 def _complete(checkpoint: str | None) -> str | None:
@@ -88,9 +90,15 @@ def _complete(checkpoint: str | None) -> str | None:
     return checkpoint
 
 
-def _announce(args: TrainingArguments, checkpoint: str | None, why: str) -> None:
-    if checkpoint is not None and args.process_index == 0:
+def _continued(args: TrainingArguments, checkpoint: str | None, why: str, rerun_of: str | None) -> str | None:
+    """``checkpoint``, once what it may continue is checked (:func:`~mlm_suite.training.resuming.check_resumed_run`:
+    ``rerun_of``, the output folder it was found in, refuses other data) and announced (``why``: how it was found)."""
+    if checkpoint is None:
+        return None
+    if why and args.process_index == 0:
         print(f"resuming training from {checkpoint} ({why})", file=sys.stderr)
+    check_resumed_run(checkpoint, args, rerun_of=rerun_of)
+    return checkpoint
 
 
 __all__ = [

@@ -13,14 +13,13 @@ accuracy and per-tag scores, all at the word level and over whole sentences, how
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mlm_suite.data.inputs import downloads
-from mlm_suite.data.finetuning.alignment import SentenceWindows, tokenize_and_align, window_stride
+from mlm_suite.data.finetuning.alignment import tokenize_and_align, window_stride
 from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
 from mlm_suite.data.finetuning.labels import has_placeholder_labels, hub_tag_sequences, label_maps, resolve_label_list
 from mlm_suite.data.mapping import map_options
@@ -69,14 +68,14 @@ from mlm_suite.data.finetuning.tagging import NO_SCHEME, check_tags_in, scheme_l
 from mlm_suite.evaluation.baseline import compare_with_hf_baseline
 from mlm_suite.evaluation.plots import figures_section
 from mlm_suite.evaluation.tagging_metrics import (
-    WINDOW_COLUMNS, PredictionMemory, check_best_model_metric, main_metric, make_preprocess_logits,
-    ner_compute_metrics, plot_scores_per_split, sentence_windows,
+    WINDOW_COLUMNS, PredictionMemory, SentenceScoring, check_best_model_metric, main_metric, make_preprocess_logits,
+    ner_compute_metrics, plot_scores_per_split,
 )
 from mlm_suite.cards import (
     CardDataset, FinetunedCard, card_base_model, card_scores, markdown_table, ner_card_score_names, ner_labels_section,
     ner_metrics_section, ner_summary, ner_task_description,
 )
-from mlm_suite.training.trainer import JobTrainer
+from mlm_suite.training.trainer import JobTrainer, standard_features
 
 #: The built-in corpus read when no data flag names the data (``--builtin_dataset`` picks another).
 DEFAULT_CORPUS = "wnut16"
@@ -229,7 +228,7 @@ def encode(
     A sentence longer than ``max_length`` sub-tokens is split into windows. Training windows follow one another;
     the windows of a ``scored`` split (validation, test) overlap by a quarter (:func:`window_stride`), so that each
     word is scored from a window where it has context on both sides, and keep the :data:`WINDOW_COLUMNS` that
-    place them in their sentence: the job scores whole sentences (:class:`TaggingTrainer`).
+    place them in their sentence: the job scores whole sentences (:class:`SentenceScoring`).
     """
     from datasets import Dataset
 
@@ -245,7 +244,7 @@ def encode(
         **map_options(raw, num_proc),
     )
     # Bookkeeping columns the collator cannot pad (word_ids holds None); the window columns a scored split keeps
-    # are read, and taken off before the collator, by TaggingTrainer.
+    # are read, and taken off before the collator, by SentenceScoring.
     kept = WINDOW_COLUMNS if scored else ()
     return encoded.remove_columns([name for name in ("word_ids", "example_id", "num_words") if name not in kept])
 
@@ -265,46 +264,10 @@ def encode_splits(sentences: Mapping[str, Sequence[Sentence]], tokenizer: Any, l
 # --------------------------------------------------------------------------------------------
 # The job
 # --------------------------------------------------------------------------------------------
-class TaggingTrainer(JobTrainer):
-    """A :class:`JobTrainer` that scores whole sentences, however many windows hold them.
-
-    Its validation and test datasets keep the :data:`WINDOW_COLUMNS` (:func:`encode` of a scored split).
-    :meth:`evaluate` and :meth:`predict` read them (:class:`SentenceWindows`), give the Trainer the windows without
-    them, and score with ``score_sentences(eval_pred, windows)`` (:func:`ner_compute_metrics`), which merges the
-    windows' predictions into one per word first; transformers' question-answering Trainer of ``run_qa.py`` turns
-    its windows back into examples the same way. Predictions returned stay per window.
-    """
-
-    def __init__(self, *args: Any, score_sentences: Any, **kwargs: Any) -> None:
-        self.score_sentences = score_sentences
-        self._windows: SentenceWindows | None = None
-        super().__init__(*args, compute_metrics=self._compute_metrics, **kwargs)
-
-    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
-                 metric_key_prefix: str = "eval") -> dict[str, float]:
-        with self._sentences_of(self.eval_dataset if eval_dataset is None else eval_dataset) as rows:
-            return super().evaluate(rows, ignore_keys, metric_key_prefix)
-
-    def predict(self, test_dataset: Any, ignore_keys: list[str] | None = None, metric_key_prefix: str = "test"):
-        with self._sentences_of(test_dataset) as rows:
-            return super().predict(rows, ignore_keys, metric_key_prefix)
-
-    @contextlib.contextmanager
-    def _sentences_of(self, dataset: Any) -> Iterator[Any]:
-        """Score the sentences of ``dataset`` inside the block, which gets its rows without the window columns."""
-        self._windows = sentence_windows(dataset)
-        try:
-            yield dataset.remove_columns(list(WINDOW_COLUMNS))
-        finally:
-            self._windows = None
-
-    def _compute_metrics(self, eval_pred: Any) -> dict[str, float]:
-        return self.score_sentences(eval_pred, self._windows)
-
-
 def build_trainer(model, args, tokenizer, datasets: Mapping[str, Any], scheme: str, mode: str):
-    """A :class:`TaggingTrainer` for token classification scored by :func:`ner_compute_metrics` (entities in
-    ``mode``); early stopping (if asked for) watches the validation score of the ``scheme`` (:func:`main_metric`).
+    """A :class:`JobTrainer` for token classification that scores whole sentences (:class:`SentenceScoring`) with
+    :func:`ner_compute_metrics` (entities in ``mode``); early stopping (if asked for) watches the validation score of
+    the ``scheme`` (:func:`main_metric`).
 
     Its ``prediction_memory`` (:class:`PredictionMemory`) keeps the predicted tags of the final evaluations.
     """
@@ -312,8 +275,9 @@ def build_trainer(model, args, tokenizer, datasets: Mapping[str, Any], scheme: s
 
     id2label = {int(i): label for i, label in model.config.id2label.items()}
     memory = PredictionMemory()
+    scoring = SentenceScoring(ner_compute_metrics(id2label, scheme, mode, memory))
     args, callbacks = early_stopping(args, main_metric(scheme))
-    trainer = TaggingTrainer(
+    trainer = JobTrainer(
         model=model,
         args=args,
         train_dataset=datasets.get("train"),
@@ -321,9 +285,10 @@ def build_trainer(model, args, tokenizer, datasets: Mapping[str, Any], scheme: s
         processing_class=tokenizer,
         data_collator=DataCollatorForTokenLabels(tokenizer, flatten=trains_flattened(model, args)),
         eval_data_collator=DataCollatorForTokenLabels(tokenizer),  # DataCollatorForTokenClassification's batches, faster
-        score_sentences=ner_compute_metrics(id2label, scheme, mode, memory),
+        compute_metrics=scoring.compute_metrics,
         preprocess_logits_for_metrics=make_preprocess_logits(model),
         callbacks=callbacks + [memory],
+        features=(*standard_features(), scoring),
     )
     trainer.prediction_memory = memory
     return trainer
@@ -337,11 +302,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_args, data_args, training_args = parse_arguments((NerModelArguments, NerDataArguments, NerTrainingArguments), argv)
     if model_args.use_crf and training_args.flatten_batches and "flatten_batches" in training_args.flags_given:
         raise UsageError("--flatten_batches cannot be combined with --use_crf: the CRF scores each sequence as a whole")
-    claim_output_folder(training_args.output_dir, {**model_args.sources(), **paths_read(data_args)},
-                        overwrite=training_args.overwrite_output_dir)
     # Everything that can fail on bad input happens before the Trainer creates the output folder.
-    # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run in --output_dir
-    checkpoint = resume_checkpoint(training_args, trains=training_args.do_train)
+    # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run in --output_dir (checked
+    # against this run before the folder rule removes the earlier results)
+    checkpoint = claim_output_folder(training_args.output_dir, {**model_args.sources(), **paths_read(data_args)},
+                                     overwrite=training_args.overwrite_output_dir,
+                                     resume=lambda: resume_checkpoint(training_args, trains=training_args.do_train))
     embedded = not (data_args.train_file or data_args.dataset_name)
     compare_hf = embedded if model_args.compare_hf is None else model_args.compare_hf
 

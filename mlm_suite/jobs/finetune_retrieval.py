@@ -166,17 +166,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     from transformers import set_seed
 
     from mlm_suite import MlmSuiteForSentenceEmbedding
-    from mlm_suite.training.retrieval import RetrievalCollator, RetrievalTrainer, write_sentence_transformers_files
+    from mlm_suite.training.retrieval import (
+        EmbeddingPrediction, GradientCaching, RetrievalCollator, write_sentence_transformers_files,
+    )  # fmt: skip
+    from mlm_suite.training.trainer import JobTrainer, standard_features
     from mlm_suite.evaluation.retrieval import RetrievalMetrics, retrieval_eval_dataset, tokenize_texts
 
     model_args, data_args, training_args = parse_arguments(
         (RetrievalModelArguments, RetrievalDataArguments, RetrievalTrainingArguments), argv
     )
-    claim_output_folder(training_args.output_dir, {**model_args.sources(), **paths_read(data_args)},
-                        overwrite=training_args.overwrite_output_dir)
-
-    # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run in --output_dir
-    checkpoint = resume_checkpoint(training_args, trains=training_args.do_train)
+    # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run in --output_dir (checked
+    # against this run before the folder rule removes the earlier results)
+    checkpoint = claim_output_folder(training_args.output_dir, {**model_args.sources(), **paths_read(data_args)},
+                                     overwrite=training_args.overwrite_output_dir,
+                                     resume=lambda: resume_checkpoint(training_args, trains=training_args.do_train))
 
     # Data
     pairs, splits, description = load_data(data_args, training_args.seed)
@@ -218,7 +221,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     trainer_args, callbacks = early_stopping(
         derived_training_arguments(training_args, dataloader_drop_last=True) if lone_pair else training_args, "mrr@10"
     )
-    trainer = RetrievalTrainer(
+    features = [*standard_features(), EmbeddingPrediction()]
+    if model_args.mini_batch_size is not None:
+        features.append(GradientCaching(model_args.mini_batch_size))
+    trainer = JobTrainer(
         model=model,
         args=trainer_args,
         train_dataset=datasets["train"],
@@ -227,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data_collator=RetrievalCollator(),
         compute_metrics=metrics_of.get("validation"),
         callbacks=callbacks,
-        mini_batch_size=model_args.mini_batch_size,
+        features=features,
     )
 
     def score(split: str, prefix: str) -> dict[str, float]:

@@ -23,7 +23,7 @@ import re
 import shutil
 import socket
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,11 +150,15 @@ def claim_output_folder(
     inputs: Mapping[str, str | os.PathLike | None] | None = None,
     flag: str = "--output_dir",
     overwrite: bool = False,
-) -> None:
+    resume: Callable[[], str | None] | None = None,
+) -> str | None:
     """Check that ``output_dir`` overlaps none of the folders the job reads, lock it for this run, and make it hold
     this run alone (the folder rule, :func:`_start_run`; ``overwrite``: the job's ``--overwrite_output_dir``).
 
-    ``inputs``: the job's flags that name what it reads, flag → value (:func:`check_no_overlap`). Only the main
+    ``inputs``: the job's flags that name what it reads, flag → value (:func:`check_no_overlap`). ``resume``: the job's
+    resolution of the checkpoint it continues (:func:`~mlm_suite.jobs.common.checkpoints.resume_checkpoint`), called
+    once the folder is checked and locked and before an earlier run's files are removed, so that its refusal (a
+    checkpoint of other data) leaves the folder as it was; what it returns is returned. Only the main
     process locks and removes files (see :func:`is_main_process`); every process applies the rule, so all refuse
     alike. Re-entrant: a folder this process already holds, or one inside it (``mlm-suite seeds`` runs its jobs in
     subfolders), is not locked again, but the rule applies to it.
@@ -165,13 +169,13 @@ def claim_output_folder(
     inputs = inputs or {}
     check_no_overlap(output_dir, inputs, flag)
     folder = Path(output_dir).expanduser().resolve()
+    resume = resume or (lambda: None)
     if not is_main_process() or _held_by_this_process(folder):
-        _start_run(folder, output_dir, flag, overwrite, inputs, remove=is_main_process())
-        return
+        return _start_run(folder, output_dir, flag, overwrite, inputs, resume, remove=is_main_process())
     _lock(folder, output_dir, flag)
     try:
         _remove_staging_left(folder)
-        _start_run(folder, output_dir, flag, overwrite, inputs)
+        return _start_run(folder, output_dir, flag, overwrite, inputs, resume)
     except BaseException:
         release_output_folder(folder)
         raise
@@ -249,7 +253,8 @@ def _names(entries: list[Path], shown: int = 3) -> str:
 
 
 def _start_run(folder: Path, output_dir: str | os.PathLike, flag: str, overwrite: bool,
-               inputs: Mapping[str, str | os.PathLike | None], remove: bool = True) -> None:
+               inputs: Mapping[str, str | os.PathLike | None], resume: Callable[[], str | None],
+               remove: bool = True) -> str | None:
     """The folder rule: a run's folder holds that run alone.
 
     * empty or new: the run starts;
@@ -260,11 +265,12 @@ def _start_run(folder: Path, output_dir: str | os.PathLike, flag: str, overwrite
     * any other earlier file: refused, naming it, before anything is written.
 
     Nothing that the run reads (``inputs``) is ever removed: a file or folder of it inside the folder is refused.
-    ``remove=False`` (processes other than the main one) applies the rule without touching the folder.
+    ``remove=False`` (processes other than the main one) applies the rule without touching the folder. ``resume``
+    resolves the checkpoint the run continues once the rule accepted the folder, before anything is removed.
     """
     earlier = _earlier_files(folder)
     if not earlier:
-        return
+        return resume()
     continues = not overwrite and _holds_checkpoints(earlier)
     if not overwrite and not continues:
         raise UsageError(
@@ -282,8 +288,9 @@ def _start_run(folder: Path, output_dir: str | os.PathLike, flag: str, overwrite
         if source is not None and source.exists() and any(source.is_relative_to(entry.resolve()) for entry in doomed):
             raise UsageError(f"{input_flag} {value} lies inside {flag} {output_dir}, whose earlier files this run "
                              f"removes: move it out, or choose another {flag}")
+    checkpoint = resume()
     if not remove or not doomed:
-        return
+        return checkpoint
     for entry in doomed:
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
@@ -291,6 +298,7 @@ def _start_run(folder: Path, output_dir: str | os.PathLike, flag: str, overwrite
             entry.unlink()
     why = "--overwrite_output_dir" if overwrite else "this run continues from its checkpoints and writes its own"
     print(f"mlm_suite: removed the earlier run's {_names(doomed)} from {flag} {output_dir} ({why})", file=sys.stderr)
+    return checkpoint
 
 
 def _remove_empty(folders: list[Path]) -> None:

@@ -44,9 +44,11 @@ from mlm_suite.evaluation.masked_lm import (
 from mlm_suite.evaluation.plots import figures_section, plot_pretraining_curves
 from mlm_suite.training.controls import DECAY_TYPES, early_stopping_callback, rows_per_step, time_budget_callback
 from mlm_suite.training.pretraining import (
-    PretrainingTrainer, describe_evaluation, evaluate_pretraining, evaluation_collator, training_collator,
+    HeadWarmup, describe_evaluation, evaluate_pretraining, evaluation_collator, training_collator,
 )  # fmt: skip
-from mlm_suite.training.schedules import row_schedule
+from mlm_suite.training.schedules import ScheduledRows, row_schedule
+from mlm_suite.training.stream_position import StreamPosition
+from mlm_suite.training.trainer import JobTrainer, standard_features
 from mlm_suite.jobs import arguments
 from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
 from mlm_suite.jobs.arguments import (
@@ -663,7 +665,19 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
     probes = probe_sentences(corpus.validation["text"], tokenizer, args.fill_mask_probes, max_length=args.max_seq_length)
     if training_args.process_index == 0:  # after every check of the input, whose errors stay one line
         print(plan.describe(controls), file=sys.stderr)
-    trainer = PretrainingTrainer(
+    # What the training adds to the stock Trainer's, in the order it runs: the losses and the throughput (with the
+    # MFU), a stream's or a schedule's own loader, the heads trained alone first.
+    features = [*standard_features(mfu=True)]
+    if args.streaming:
+        features.append(StreamPosition())
+    schedule = row_schedule(
+        plan.mask_schedule, plan.batch_size_warmup, budget, training_args.max_steps, args.max_tokens_per_batch
+    )
+    if schedule is not None:
+        features.append(ScheduledRows(schedule))
+    if args.head_warmup_steps:
+        features.append(HeadWarmup(args.head_warmup_steps))
+    trainer = JobTrainer(
         model=model,
         args=training_args,
         data_collator=train_collator,
@@ -674,11 +688,7 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
         compute_metrics=make_mlm_compute_metrics(tokenizer.mask_token_id, baseline_token_id),
         preprocess_logits_for_metrics=preprocess_logits_for_mlm_metrics,
         callbacks=callbacks,
-        head_warmup_steps=args.head_warmup_steps,
-        row_schedule=row_schedule(
-            plan.mask_schedule, plan.batch_size_warmup, budget, training_args.max_steps, args.max_tokens_per_batch
-        ),
-        peak_tflops=training_args.peak_tflops,
+        features=features,
     )
     train_result = trainer.train(resume_from_checkpoint=plan.resume_from_checkpoint)
     rows_read = trainer.state.global_step * rows_per_step(training_args)

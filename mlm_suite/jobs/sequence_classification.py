@@ -71,7 +71,8 @@ from mlm_suite.jobs.model_loading import (
 )
 from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
 from mlm_suite.cards import CardDataset, FinetunedCard, card_base_model, card_scores, label_table, markdown_table
-from mlm_suite.training.trainer import JobTrainer
+from mlm_suite.training.job_outputs import KeptPredictions
+from mlm_suite.training.trainer import JobTrainer, standard_features
 
 INTERMEDIATE_DIR = "intermediate"  # under --output_dir: the intermediate stage's checkpoints
 #: The headline scores in the card's metadata per task type: metric key → (metric type, name as the card says it).
@@ -299,7 +300,7 @@ def build_trainer(
         eval_data_collator=DataCollatorForPadding(tokenizer),  # DataCollatorWithPadding's batches, faster
         compute_metrics=regression_metrics if task_type == "regression" else classification_metrics,
         callbacks=callbacks,
-        keep_predictions=True,  # for the confusion matrices
+        features=(*standard_features(), KeptPredictions()),  # the predictions kept for the confusion matrices
     )
 
 
@@ -371,7 +372,8 @@ def write_card_and_summary(
     else:
         labels_text = label_table(config.id2label)
         metric_note = "Accuracy and macro-averaged F1 over the classes."
-        figures = write_confusion_matrices(trainer, label_list, scored_splits=metrics)
+        figures = write_confusion_matrices(trainer.args.output_dir, trainer.feature(KeptPredictions).by_prefix,
+                                           label_list, scored_splits=metrics, write=trainer.is_world_process_zero())
     unlabelled_note = "".join(
         f"\n\nThe {split} split has no labels: its {len(splits[split]):,} examples "
         f"were only predicted, not scored; the predictions are in `{path.name}`." for split, path in predicted.items()
@@ -421,13 +423,14 @@ def finetune_sequence_classifier(
     from transformers import set_seed
 
     model_args, data_args, training_args = parse_arguments((ModelArguments, data_arguments, training_arguments), argv)
-    claim_output_folder(training_args.output_dir, {**model_args.sources(), **paths_read(data_args)},
-                        overwrite=training_args.overwrite_output_dir)
-
-    # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run (before the Trainer
-    # creates the output folder)
+    # Detecting last checkpoint: --resume_from_checkpoint, or the last one of a stopped run (checked against this run
+    # before the folder rule removes the earlier results)
     stage_dirs = [os.path.join(training_args.output_dir, INTERMEDIATE_DIR)] if data_args.intermediate_train_file else []
-    checkpoint = resume_checkpoint(training_args, stage_dirs, trains=training_args.do_train)
+    checkpoint = claim_output_folder(
+        training_args.output_dir, {**model_args.sources(), **paths_read(data_args)},
+        overwrite=training_args.overwrite_output_dir,
+        resume=lambda: resume_checkpoint(training_args, stage_dirs, trains=training_args.do_train),
+    )
 
     # Data
     text_columns = data_args.text_columns()

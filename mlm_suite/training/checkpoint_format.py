@@ -1,17 +1,17 @@
 """What the jobs' checkpoints and model folders hold: JSON and safetensors where the stock ``Trainer`` writes pickles.
 
 Loading a pickle runs whatever code it names, so a checkpoint from elsewhere could not be resumed safely; these
-files hold only tensors and plain data. :class:`PickleFreeCheckpointsMixin` writes ``training_args.json`` (for
-``training_args.bin``), ``optimizer.safetensors`` + ``optimizer.json``, ``scheduler.json``, ``scaler.json`` and
+files hold only tensors and plain data. :class:`CheckpointFormat` writes ``training_args.json`` (for
+``training_args.bin``, :func:`training_arguments_as_json`), ``optimizer.safetensors`` + ``optimizer.json``, ``scheduler.json``, ``scaler.json`` and
 ``rng_state.safetensors`` + ``rng_state.json`` (gathered FSDP2 states likewise), and resumes from them exactly; a
 state the files cannot hold (DeepSpeed, sharded FSDP, XLA, an optimizer keeping other objects) is left to the stock
-code. Which checkpoints are resumed at all is :mod:`mlm_suite.training.resuming`'s.
+code. Which checkpoints are resumed at all is :mod:`mlm_suite.training.resuming`'s; the Trainer calls
+:class:`CheckpointFormat` where it would save or load one of those states (docs/trainer.md).
 """
 
 from __future__ import annotations
 
 import contextlib
-import glob
 import json
 import os
 import random
@@ -21,13 +21,10 @@ from typing import Any
 
 import numpy as np
 import torch
-import transformers
 from safetensors.torch import load_file
 from transformers import TrainingArguments
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.training_args import ParallelMode
 from transformers.utils import (
-    is_sagemaker_mp_enabled,
     is_torch_hpu_available,
     is_torch_mlu_available,
     is_torch_musa_available,
@@ -35,19 +32,18 @@ from transformers.utils import (
     is_torch_xla_available,
 )
 
-from mlm_suite.model_files import save_tensors, staged_model_folder
+from mlm_suite.model_files import save_tensors
 
 __all__ = [
     "MODEL_TENSORS",
     "MODEL_TENSORS_INDEX",
     "OPTIMIZER_JSON",
     "OPTIMIZER_TENSORS",
-    "PickleFreeCheckpointsMixin",
+    "CheckpointFormat",
     "SCALER_JSON",
     "SCHEDULER_JSON",
     "TRAINER_STATE_JSON",
     "TRAINING_ARGS_JSON",
-    "checkpoint_folder",
     "fsdp2_optimizer_state",
     "join_optimizer_state",
     "load_fsdp2_model_state",
@@ -117,11 +113,6 @@ def _is_json(value: Any) -> bool:
 def per_process(stem: str, args: TrainingArguments) -> str:
     """The name of a file each process writes for itself: ``stem`` alone, ``stem_<rank>`` with several processes."""
     return stem if args.world_size <= 1 else f"{stem}_{args.process_index}"
-
-
-def checkpoint_folder(trainer: transformers.Trainer, trial: Any) -> str:
-    """The folder the Trainer saves the checkpoint of its current step to (``<output_dir>/checkpoint-<step>``)."""
-    return os.path.join(trainer._get_output_dir(trial), f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
 
 
 # ---- optimizer states ------------------------------------------------------------------------
@@ -202,107 +193,82 @@ def load_fsdp2_model_state(model: torch.nn.Module, folder: str | os.PathLike) ->
     set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=False))
 
 
-class PickleFreeCheckpointsMixin:
-    """A ``transformers.Trainer`` mix-in writing and reading the files of the module docstring instead of pickles."""
+class CheckpointFormat:
+    """The files of the module docstring instead of pickles: what :class:`~mlm_suite.training.trainer.JobTrainer`
+    saves and loads a checkpoint's optimizer, schedule, scaler and random number generators with, and its weights
+    under FSDP2. Each method gets the objects it saves or loads and returns whether it did (False: the Trainer's own
+    code handles a state these files cannot hold).
 
-    # ---- model folders -----------------------------------------------------------------------
-    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
-        """The stock save, staged (:func:`~mlm_suite.model_files.staged_model_folder`): a checkpoint's or the final
-        model's folder never holds a ``config.json`` without its weights, and a write failure names the folder."""
-        output_dir = output_dir if output_dir is not None else self.args.output_dir
-        with training_arguments_as_json():
-            if not self.args.should_save:  # a process that only joins the gathers of a model sharded at load time
-                return super()._save(output_dir, state_dict=state_dict)
-            with staged_model_folder(output_dir) as staging:
-                super()._save(str(staging), state_dict=state_dict)
-
-    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
-        with training_arguments_as_json():
-            super()._push_from_checkpoint(checkpoint_folder)
+    ``plain``: single-device or DDP training, whose states are plain tensors and numbers (not DeepSpeed, FSDP, XLA or
+    SageMaker MP); ``fsdp2_model``: the wrapped model when FSDP2 saves full state dicts (its gathered states are
+    written pickle-free too), else None. The Trainer reads both off its accelerator (:meth:`JobTrainer.parallelism`).
+    """
 
     # ---- optimizer and learning-rate schedule ---------------------------------------------------
-    def _fsdp2_full_state(self) -> bool:
-        """FSDP2 saving full state dicts: checkpoints hold the gathered weights and optimizer state, pickle-free."""
-        plugin = getattr(self.accelerator.state, "fsdp_plugin", None) if self.is_fsdp_enabled else None
-        return plugin is not None and plugin.fsdp_version == 2 and "FULL_STATE_DICT" in str(plugin.state_dict_type)
-
-    def _plain_checkpoints(self) -> bool:
-        """Single-device or DDP training, whose states are plain tensors and numbers."""
-        return not (
-            self.is_deepspeed_enabled or self.is_fsdp_enabled or is_torch_xla_available() or is_sagemaker_mp_enabled()
-        )
-
-    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        if self._fsdp2_full_state():
+    def save_optimizer(self, folder: str, optimizer: Any, scheduler: Any, *, plain: bool, should_save: bool,
+                       fsdp2_model: torch.nn.Module | None = None) -> bool:
+        if fsdp2_model is not None:
             # The weights are already in model.safetensors (save_model gathers them); the stock FSDP path would
             # pickle them again (pytorch_model_fsdp.bin) along with the optimizer (optimizer.bin).
-            optimizer = fsdp2_optimizer_state(self.model_wrapped, self.optimizer)
-            if self.args.should_save:
-                tensors, data = optimizer
-                save_tensors(tensors, os.path.join(output_dir, OPTIMIZER_TENSORS), metadata={"format": "pt"})
-                write_json(os.path.join(output_dir, OPTIMIZER_JSON), data)
-                write_json(os.path.join(output_dir, SCHEDULER_JSON), self.lr_scheduler.state_dict())
-            return None
-        if not self._plain_checkpoints():
-            return super()._save_optimizer_and_scheduler(output_dir)
-        if not self.args.should_save:
-            return None
-        optimizer = split_optimizer_state(self.optimizer.state_dict())
-        scheduler = self.lr_scheduler.state_dict()
-        if optimizer is None or not _is_json(scheduler):
-            return super()._save_optimizer_and_scheduler(output_dir)
-        tensors, data = optimizer
+            state = fsdp2_optimizer_state(fsdp2_model, optimizer)
+            if should_save:
+                tensors, data = state
+                save_tensors(tensors, os.path.join(folder, OPTIMIZER_TENSORS), metadata={"format": "pt"})
+                write_json(os.path.join(folder, OPTIMIZER_JSON), data)
+                write_json(os.path.join(folder, SCHEDULER_JSON), scheduler.state_dict())
+            return True
+        if not plain:
+            return False
+        if not should_save:
+            return True
+        state = split_optimizer_state(optimizer.state_dict())
+        schedule = scheduler.state_dict()
+        if state is None or not _is_json(schedule):
+            return False
+        tensors, data = state
         try:
-            save_tensors(tensors, os.path.join(output_dir, OPTIMIZER_TENSORS), metadata={"format": "pt"})
+            save_tensors(tensors, os.path.join(folder, OPTIMIZER_TENSORS), metadata={"format": "pt"})
         except RuntimeError:  # safetensors refuses tensors sharing memory (an optimizer keeping flat buffers)
             tensors = {key: value.clone() for key, value in tensors.items()}
-            save_tensors(tensors, os.path.join(output_dir, OPTIMIZER_TENSORS), metadata={"format": "pt"})
-        write_json(os.path.join(output_dir, OPTIMIZER_JSON), data)
-        write_json(os.path.join(output_dir, SCHEDULER_JSON), scheduler)
-        return None
+            save_tensors(tensors, os.path.join(folder, OPTIMIZER_TENSORS), metadata={"format": "pt"})
+        write_json(os.path.join(folder, OPTIMIZER_JSON), data)
+        write_json(os.path.join(folder, SCHEDULER_JSON), schedule)
+        return True
 
-    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+    def load_optimizer(self, checkpoint: str | None, optimizer: Any, scheduler: Any, *,
+                       fsdp2_model: torch.nn.Module | None = None) -> bool:
         names = (OPTIMIZER_TENSORS, OPTIMIZER_JSON, SCHEDULER_JSON)
-        if checkpoint is None:
-            return super()._load_optimizer_and_scheduler(checkpoint)
-        if not all(os.path.isfile(os.path.join(checkpoint, name)) for name in names):
+        if checkpoint is None or not all(os.path.isfile(os.path.join(checkpoint, name)) for name in names):
             # A stock or DeepSpeed/FSDP1 checkpoint (an incomplete one of ours: check_resumable_checkpoint)
-            return super()._load_optimizer_and_scheduler(checkpoint)
+            return False
         tensors = load_file(os.path.join(checkpoint, OPTIMIZER_TENSORS), device="cpu")
         data = read_json(os.path.join(checkpoint, OPTIMIZER_JSON))
-        if self._fsdp2_full_state():
-            load_fsdp2_optimizer_state(self.model_wrapped, self.optimizer, tensors, data)
+        if fsdp2_model is not None:
+            load_fsdp2_optimizer_state(fsdp2_model, optimizer, tensors, data)
         else:
-            self.optimizer.load_state_dict(join_optimizer_state(tensors, data, self.optimizer.state_dict()["param_groups"]))
-        self.lr_scheduler.load_state_dict(read_json(os.path.join(checkpoint, SCHEDULER_JSON)))
-        return None
+            optimizer.load_state_dict(join_optimizer_state(tensors, data, optimizer.state_dict()["param_groups"]))
+        scheduler.load_state_dict(read_json(os.path.join(checkpoint, SCHEDULER_JSON)))
+        return True
 
-    # ---- weights -------------------------------------------------------------------------------
-    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
-        if self._fsdp2_full_state() and model is not None and not glob.glob(os.path.join(resume_from_checkpoint, "pytorch_model_fsdp*")):
-            return load_fsdp2_model_state(model, resume_from_checkpoint)
-        return super()._load_from_checkpoint(resume_from_checkpoint, model)
-
-    def _load_best_model(self) -> None:
-        if self._fsdp2_full_state():
-            return load_fsdp2_model_state(self.model_wrapped, self.state.best_model_checkpoint)
-        return super()._load_best_model()
+    # ---- weights under FSDP2 ---------------------------------------------------------------------
+    def load_model(self, folder: str, fsdp2_model: torch.nn.Module) -> bool:
+        """The weights of ``folder`` sharded into a model FSDP2 wraps (the stock loader would look for FSDP's pickles)."""
+        load_fsdp2_model_state(fsdp2_model, folder)
+        return True
 
     # ---- gradient scaler -------------------------------------------------------------------------
-    def _save_scaler(self, output_dir: str) -> None:
-        scaler = getattr(self.accelerator, "scaler", None)
+    def save_scaler(self, folder: str, scaler: Any, *, should_save: bool) -> bool:
         if scaler is None or is_torch_xla_available() or not _is_json(scaler.state_dict()):
-            return super()._save_scaler(output_dir)
-        if self.args.should_save:
-            write_json(os.path.join(output_dir, SCALER_JSON), scaler.state_dict())
-        return None
+            return False
+        if should_save:
+            write_json(os.path.join(folder, SCALER_JSON), scaler.state_dict())
+        return True
 
-    def _load_scaler(self, checkpoint: str | None) -> None:
-        scaler = getattr(self.accelerator, "scaler", None)
+    def load_scaler(self, checkpoint: str | None, scaler: Any) -> bool:
         if checkpoint is None or scaler is None or not os.path.isfile(os.path.join(checkpoint, SCALER_JSON)):
-            return super()._load_scaler(checkpoint)
+            return False
         scaler.load_state_dict(read_json(os.path.join(checkpoint, SCALER_JSON)))
-        return None
+        return True
 
     # ---- random number generators ----------------------------------------------------------------
     @staticmethod
@@ -310,9 +276,9 @@ class PickleFreeCheckpointsMixin:
         other_devices = (is_torch_npu_available, is_torch_hpu_available, is_torch_mlu_available, is_torch_musa_available)
         return not is_torch_xla_available() and not any(available() for available in other_devices)
 
-    def _save_rng_state(self, output_dir: str) -> None:
+    def save_rng(self, folder: str, args: TrainingArguments) -> bool:
         if not self._plain_rng():
-            return super()._save_rng_state(output_dir)
+            return False
         version, internal, gauss = random.getstate()
         name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
         data = {
@@ -321,22 +287,22 @@ class PickleFreeCheckpointsMixin:
         }
         tensors = {"cpu": torch.random.get_rng_state()}
         if torch.cuda.is_available():
-            if self.args.parallel_mode == ParallelMode.DISTRIBUTED:
+            if args.parallel_mode == ParallelMode.DISTRIBUTED:
                 states = torch.cuda.random.get_rng_state_all()
                 tensors.update({f"cuda/{index}": state for index, state in enumerate(states)})
                 data["cuda_devices"] = len(states)
             else:
                 tensors["cuda"] = torch.cuda.random.get_rng_state()
-        os.makedirs(output_dir, exist_ok=True)  # a process may get here before process 0 saved the model
-        stem = os.path.join(output_dir, per_process("rng_state", self.args))
+        os.makedirs(folder, exist_ok=True)  # a process may get here before process 0 saved the model
+        stem = os.path.join(folder, per_process("rng_state", args))
         save_tensors({key: value.contiguous() for key, value in tensors.items()}, stem + ".safetensors")
         write_json(stem + ".json", data)
-        return None
+        return True
 
-    def _load_rng_state(self, checkpoint: str | None) -> None:
-        stem = os.path.join(checkpoint, per_process("rng_state", self.args)) if checkpoint is not None else None
+    def load_rng(self, checkpoint: str | None, args: TrainingArguments) -> bool:
+        stem = os.path.join(checkpoint, per_process("rng_state", args)) if checkpoint is not None else None
         if stem is None or not (os.path.isfile(stem + ".json") and os.path.isfile(stem + ".safetensors")):
-            return super()._load_rng_state(checkpoint)
+            return False
         data = read_json(stem + ".json")
         tensors = load_file(stem + ".safetensors")
         version, internal, gauss = data["python"]
@@ -349,4 +315,4 @@ class PickleFreeCheckpointsMixin:
                 torch.cuda.random.set_rng_state_all([tensors[f"cuda/{i}"] for i in range(data["cuda_devices"])])
             elif "cuda" in tensors:
                 torch.cuda.random.set_rng_state(tensors["cuda"])
-        return None
+        return True

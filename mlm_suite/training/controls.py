@@ -267,21 +267,20 @@ def lr_schedule_summary(
 
 
 class RowProgressCallback(TrainerCallback):
-    """Keeps a scheduled-rows Trainer's sampler (``trainer.row_sampler``, see
-    :class:`~mlm_suite.training.schedules.ScheduledRowsMixin`) on the Trainer's epoch (the per-epoch layout) and,
-    for the stream layout, ``state.epoch`` at the passes over the data made (the Trainer would count the whole run
-    as one epoch)."""
+    """Keeps the sampler of a :class:`~mlm_suite.training.schedules.ScheduledRows` feature (its ``sampler``) on the
+    Trainer's epoch (the per-epoch layout) and, for the stream layout, ``state.epoch`` at the passes over the data
+    made (the Trainer would count the whole run as one epoch)."""
 
-    def __init__(self, trainer: Any) -> None:
-        self.trainer = trainer
+    def __init__(self, rows: Any) -> None:
+        self.rows = rows
 
     def on_epoch_begin(self, args, state, control, **kwargs):
-        sampler = self.trainer.row_sampler
+        sampler = self.rows.sampler
         if sampler is not None and sampler.warmup is None:
             sampler.set_epoch(math.floor(state.epoch or 0.0))
 
     def on_step_end(self, args, state, control, **kwargs):
-        sampler = self.trainer.row_sampler
+        sampler = self.rows.sampler
         if sampler is not None and sampler.warmup is not None:
             state.epoch = sampler.rows_before(state.global_step) / sampler.num_rows
 

@@ -1,7 +1,6 @@
-"""The pretraining job's ``Trainer``, its collators and its final evaluation (``mlm-suite pretrain``).
+"""The pretraining job's training parts, its collators and its final evaluation (``mlm-suite pretrain``).
 
-* :class:`PretrainingTrainer`: evaluates with its own fixed-mask collator, trains only the heads for
-  ``--head_warmup_steps``, follows a row schedule (:mod:`~mlm_suite.training.schedules`) and writes the card;
+* :class:`HeadWarmup`: the feature that trains only the heads for ``--head_warmup_steps``;
 * :func:`training_collator` / :func:`evaluation_collator`: the seeded training masks and the fixed held-out ones;
 * :func:`evaluate_pretraining`: the saved model's held-out metrics (perplexity included) and its fill-mask probe;
 * :func:`describe_evaluation`: those as the job prints them.
@@ -11,16 +10,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+
+import torch
 from transformers import PreTrainedTokenizerBase, Trainer
 
 from mlm_suite.data.pretraining.masking import DataCollatorForMaskedLM
 from mlm_suite.data.pretraining.rows import EVAL_SEED
 from mlm_suite.evaluation.masked_lm import fill_mask_probe
-from mlm_suite.training.schedules import ScheduledRowsMixin
-from mlm_suite.training.trainer import JobTrainer
+from mlm_suite.training.features import TrainerFeature
 
 __all__ = [
-    "PretrainingTrainer",
+    "HeadWarmup",
     "describe_evaluation",
     "evaluate_pretraining",
     "evaluation_collator",
@@ -75,29 +75,20 @@ def evaluation_collator(
     )
 
 
-class PretrainingTrainer(ScheduledRowsMixin, JobTrainer):
-    """A ``Trainer`` that evaluates with its own fixed-mask collator and writes mlm_suite's model card.
+class HeadWarmup(TrainerFeature):
+    """Trains only the heads for the first ``steps`` optimizer steps (``--head_warmup_steps``), a feature of
+    :class:`~mlm_suite.training.trainer.JobTrainer`: the encoder's gradients are dropped after each backward, before
+    clipping and the optimizer step. The optimizer skips a parameter without a gradient entirely (no update, no
+    weight decay, no moment estimates), so the encoder is frozen without rebuilding the optimizer or changing what DDP
+    reduces."""
 
-    ``create_model_card`` (:class:`~mlm_suite.training.trainer.JobTrainer`) is what ``push_to_hub`` calls, so the
-    card uploaded is the one the job hands to ``publish``. It writes no pickle:
-    ``training_args.json``, and checkpoints in safetensors and JSON.
-    """
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
 
-    reports_mfu = True
-
-    def __init__(self, *args, eval_data_collator: DataCollatorForMaskedLM, head_warmup_steps: int = 0, **kwargs):
-        super().__init__(*args, eval_data_collator=eval_data_collator, **kwargs)
-        self.head_warmup_steps = head_warmup_steps
-
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        loss = super().training_step(model, inputs, num_items_in_batch)
-        if self.state.global_step < self.head_warmup_steps:
-            # Head warm-up: drop the encoder's gradients before clipping and the optimizer step. The optimizer
-            # skips a parameter without a gradient entirely (no update, no weight decay, no moment estimates),
-            # so the encoder is frozen without rebuilding the optimizer or changing what DDP reduces.
-            for parameter in self.model.encoder.parameters():
+    def after_backward(self, model: torch.nn.Module, step: int, loss: torch.Tensor) -> None:
+        if step < self.steps:
+            for parameter in model.encoder.parameters():
                 parameter.grad = None
-        return loss
 
 
 def final_evaluation(trainer: Trainer) -> dict[str, float]:

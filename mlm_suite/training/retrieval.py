@@ -3,7 +3,8 @@
 * :class:`RetrievalCollator` lays a batch's queries, positive documents and hard negatives end to
   end in one flattened row (no padding; ``labels`` = each query's positive), the input of the
   model's in-batch-negatives loss; texts to embed are flattened the same way.
-* :class:`RetrievalTrainer` trains it with the HF Trainer. Negatives come from the batch, so
+* :class:`GradientCaching` and :class:`EmbeddingPrediction`, features of the jobs' Trainer, train and embed with
+  it. Negatives come from the batch, so
   gradient accumulation (which the loss supports: ``num_items_in_batch`` counts queries) does not
   enlarge the set of negatives; ``mini_batch_size`` does (gradient caching, Gao et al. 2021): the
   whole batch is embedded without a graph in mini-batches, the loss's gradient with respect to
@@ -27,7 +28,7 @@ from typing import Any
 import torch
 
 from mlm_suite.data.flattening import flatten_sequences, sequence_offsets
-from mlm_suite.training.trainer import JobTrainer
+from mlm_suite.training.features import Run, StepContext, TrainerFeature
 
 # --------------------------------------------------------------------------------------------
 # Batches
@@ -39,7 +40,7 @@ class RetrievalCollator:
     the queries, their positive documents (query ``i``'s is document ``i``), then every hard
     negative, and ``labels`` ``(num_queries,)`` = ``0 .. num_queries - 1``. Texts to embed
     ``{"input_ids": ids, "index": i}``: one sequence (one embedding) per example, and ``indices``
-    (what :meth:`RetrievalTrainer.prediction_step` reports as label ids, to check the order).
+    (what :class:`EmbeddingPrediction` reports as label ids, to check the order).
     """
 
     def __call__(self, examples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -88,75 +89,79 @@ class _RandomState:
             yield
 
 
-class RetrievalTrainer(JobTrainer):
-    """``JobTrainer`` for ``MlmSuiteForSentenceEmbedding`` with optional gradient caching (see the module).
+class GradientCaching(TrainerFeature):
+    """Gradient caching (see the module), a feature of :class:`~mlm_suite.training.trainer.JobTrainer` training
+    ``MlmSuiteForSentenceEmbedding``: a batch of more than ``mini_batch_size`` sequences (queries, documents and
+    negatives together) is embedded with a graph at most that many at a time; a smaller one takes the Trainer's
+    own step."""
 
-    Args:
-        mini_batch_size: embed at most this many sequences (queries, documents and negatives
-            together) with a graph at a time; ``None``: the whole batch at once.
-    """
-
-    def __init__(self, *args: Any, mini_batch_size: int | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if mini_batch_size is not None and mini_batch_size < 1:
+    def __init__(self, mini_batch_size: int) -> None:
+        if mini_batch_size < 1:
             raise ValueError(f"mini_batch_size must be at least 1, got {mini_batch_size}")
-        if mini_batch_size is not None and self.args.world_size > 1 and getattr(self.model, "logit_scale", None) is not None:
-            # The learned temperature's gradient is computed outside DDP's forward, so DDP would not average it.
-            raise ValueError("a learned temperature cannot be trained with mini_batch_size on several processes")
         self.mini_batch_size = mini_batch_size
 
-    def training_step(self, model: torch.nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
+    def start(self, run: Run) -> None:
+        if run.args.world_size > 1 and getattr(run.model, "logit_scale", None) is not None:
+            # The learned temperature's gradient is computed outside DDP's forward, so DDP would not average it.
+            raise ValueError("a learned temperature cannot be trained with mini_batch_size on several processes")
+
+    def training_step(self, step: StepContext, model: torch.nn.Module, inputs: dict[str, Any],
+                      num_items: Any) -> torch.Tensor | None:
         num_sequences = inputs["cu_seq_lens_q"].numel() - 1
-        if self.mini_batch_size is None or num_sequences <= self.mini_batch_size:
-            return super().training_step(model, inputs, num_items_in_batch)
+        if num_sequences <= self.mini_batch_size:
+            return None
         model.train()
-        inputs = self._prepare_inputs(inputs)
+        inputs = step.prepare_inputs(inputs)
         labels = inputs.pop("labels")
         chunks = split_flat_batch(inputs, self.mini_batch_size)
+        accelerator = step.accelerator
 
         # 1. Every embedding, without a graph; the RNG state of each pass is kept to replay its dropout.
         states, pieces = [], []
         with torch.no_grad():
             for chunk in chunks:
-                states.append(_RandomState(self.args.device))
-                with self.compute_loss_context_manager():
+                states.append(_RandomState(step.args.device))
+                with step.compute_loss_context_manager():
                     pieces.append(model(**chunk).embeddings)
         embeddings = torch.cat(pieces).detach().requires_grad_()  # (num_sequences, hidden)
 
         # 2. The loss and its gradient with respect to the embeddings (and a learned temperature).
-        with self.compute_loss_context_manager():
-            loss, _ = self.accelerator.unwrap_model(model).contrastive_loss(embeddings, labels, num_items_in_batch)
-        if num_items_in_batch is None:
-            loss = loss / self.current_gradient_accumulation_steps  # as the Trainer scales a per-batch mean
-        elif self.args.average_tokens_across_devices:
+        with step.compute_loss_context_manager():
+            loss, _ = accelerator.unwrap_model(model).contrastive_loss(embeddings, labels, num_items)
+        if num_items is None:
+            loss = loss / step.current_gradient_accumulation_steps  # as the Trainer scales a per-batch mean
+        elif step.args.average_tokens_across_devices:
             # As compute_loss does: num_items_in_batch counts every process's queries and DDP averages the gradients.
-            loss = loss * self.accelerator.num_processes
-        self.accelerator.backward(loss)
+            loss = loss * accelerator.num_processes
+        accelerator.backward(loss)
 
         # 3. Each mini-batch again, with a graph, back-propagating its rows of that gradient; DDP
         # averages the gradients once, after the last one.
         for index, (chunk, state, gradient) in enumerate(zip(chunks, states, embeddings.grad.split([len(p) for p in pieces]))):
             last = index == len(chunks) - 1
-            with contextlib.nullcontext() if last else self.accelerator.no_sync(model), state.replayed():
-                with self.compute_loss_context_manager():
+            with contextlib.nullcontext() if last else accelerator.no_sync(model), state.replayed():
+                with step.compute_loss_context_manager():
                     piece = model(**chunk).embeddings
                 piece.backward(gradient.to(piece.dtype))
-        self._watch_loss(loss)
         return loss.detach()
 
-    def prediction_step(
-        self, model: torch.nn.Module, inputs: dict[str, Any], prediction_loss_only: bool, ignore_keys: Any = None
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-        """A batch of texts to embed → ``(None, embeddings, indices)``; a training batch → its loss, as the Trainer does.
 
-        The Trainer only calls ``compute_metrics`` with label ids: the texts' positions in the
-        evaluation set serve, and :class:`RetrievalMetrics` checks they arrive in order.
-        """
+class EmbeddingPrediction(TrainerFeature):
+    """Evaluation batches of texts to embed (:class:`RetrievalCollator`'s, with ``indices``) → ``(None, embeddings,
+    indices)``, a feature of :class:`~mlm_suite.training.trainer.JobTrainer`; a training batch is scored as the
+    Trainer scores it.
+
+    The Trainer only calls ``compute_metrics`` with label ids: the texts' positions in the evaluation set serve, and
+    :class:`~mlm_suite.evaluation.retrieval.RetrievalMetrics` checks they arrive in order.
+    """
+
+    def prediction_step(self, step: StepContext, model: torch.nn.Module,
+                        inputs: dict[str, Any]) -> tuple[Any, Any, Any] | None:
         if "indices" not in inputs:
-            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
-        inputs = self._prepare_inputs(inputs)
+            return None
+        inputs = step.prepare_inputs(inputs)
         indices = inputs.pop("indices")
-        with torch.no_grad(), self.compute_loss_context_manager():
+        with torch.no_grad(), step.compute_loss_context_manager():
             embeddings = model(**inputs).embeddings
         return None, embeddings.float(), indices
 
@@ -203,8 +208,9 @@ def write_sentence_transformers_files(folder: str | Path, config: Any, max_seq_l
 
 
 __all__ = [
+    "EmbeddingPrediction",
+    "GradientCaching",
     "RetrievalCollator",
-    "RetrievalTrainer",
     "split_flat_batch",
     "write_sentence_transformers_files",
 ]

@@ -18,8 +18,9 @@ from mlm_suite.data.pretraining.schedules import BatchSizeWarmup, MaskRateSchedu
 from mlm_suite.data.pretraining.token_budget import row_lengths
 from mlm_suite.errors import UsageError
 from mlm_suite.training.controls import RowProgressCallback, TimeBudgetCallback
+from mlm_suite.training.features import LoaderRequest, Progress, TrainerFeature
 
-__all__ = ["RowSchedule", "ScheduledRowsMixin", "check_row_sampling", "row_schedule"]
+__all__ = ["RowSchedule", "ScheduledRows", "check_row_sampling", "row_schedule"]
 
 
 def check_row_sampling(training_args: TrainingArguments) -> None:
@@ -68,46 +69,39 @@ def row_schedule(
     return RowSchedule(mask_schedule if mask_schedule.varies else None, warmup, total, max_tokens_per_batch)
 
 
-class ScheduledRowsMixin:
-    """A :class:`~mlm_suite.training.trainer.JobTrainer` mix-in whose training loader follows a :class:`RowSchedule`
-    (``row_schedule=``).
+class ScheduledRows(TrainerFeature):
+    """A training loader that follows a :class:`RowSchedule`, a feature of :class:`~mlm_suite.training.trainer.JobTrainer`.
 
-    Without one (or with nothing that varies) the Trainer's own loader is used unchanged. With one, the loader reads
-    :class:`~mlm_suite.data.pretraining.schedules.TaggedRows` through a :class:`~mlm_suite.data.pretraining.schedules.ScheduledBatchSampler`
-    built for this process (accelerate does not deal its batches again), and every training log gets the masking
-    rate (``mlm_probability``) and, during a batch-size warmup, the rows (``train_rows_per_step``) of the last step
-    (:meth:`~mlm_suite.training.trainer.JobTrainer.extra_log_values`).
+    The loader reads :class:`~mlm_suite.data.pretraining.schedules.TaggedRows` through a
+    :class:`~mlm_suite.data.pretraining.schedules.ScheduledBatchSampler` built for this process (accelerate does not deal
+    its batches again; :attr:`sampler`), and every training log gets the masking rate (``mlm_probability``) and,
+    during a batch-size warmup, the rows (``train_rows_per_step``) of the last step.
     """
 
-    def __init__(self, *args: Any, row_schedule: RowSchedule | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.row_schedule = row_schedule
-        self.row_sampler: ScheduledBatchSampler | None = None
-        if row_schedule is not None:
-            self.add_callback(RowProgressCallback(self))
+    def __init__(self, schedule: RowSchedule) -> None:
+        self.schedule = schedule
+        self.sampler: ScheduledBatchSampler | None = None
 
-    def get_train_dataloader(self) -> DataLoader:
-        if self.row_schedule is None:
-            return super().get_train_dataloader()
+    def attach(self, args: TrainingArguments) -> list:
+        return [RowProgressCallback(self)]
+
+    def train_dataloader(self, request: LoaderRequest) -> DataLoader:
         from accelerate.data_loader import prepare_data_loader
         from transformers.trainer_utils import seed_worker
 
-        args = self.args
+        args = request.args
         check_row_sampling(args)
-        dataset = self.train_dataset
-        if hasattr(dataset, "column_names") and hasattr(self, "_remove_unused_columns"):
-            dataset = self._remove_unused_columns(dataset, description="training")
-        schedule = self.row_schedule
-        total = schedule.total_steps or (lambda: self.state.max_steps)
-        self.row_sampler = ScheduledBatchSampler(
+        dataset = request.model_columns(request.dataset)
+        schedule = self.schedule
+        self.sampler = ScheduledBatchSampler(
             len(dataset),
-            self._train_batch_size,
+            request.batch_size,
             gradient_accumulation_steps=args.gradient_accumulation_steps,
             num_processes=args.world_size,
             process_index=args.process_index,
             seed=args.data_seed if args.data_seed is not None else torch.random.initial_seed(),
             mask_schedule=schedule.mask_schedule,
-            total_steps=total,
+            total_steps=schedule.total_steps or request.max_steps,
             warmup=schedule.warmup,
             max_steps=args.max_steps,
             drop_last=args.dataloader_drop_last,
@@ -118,8 +112,8 @@ class ScheduledRowsMixin:
         workers = args.dataloader_num_workers
         loader = DataLoader(
             TaggedRows(dataset),
-            batch_sampler=self.row_sampler,
-            collate_fn=self.data_collator,
+            batch_sampler=self.sampler,
+            collate_fn=request.collate_fn,
             num_workers=workers,
             pin_memory=args.dataloader_pin_memory,
             persistent_workers=args.dataloader_persistent_workers if workers else False,
@@ -136,14 +130,13 @@ class ScheduledRowsMixin:
             non_blocking=args.accelerator_config.non_blocking,
         )
 
-    def extra_log_values(self, logs: dict[str, float]) -> dict[str, float]:
-        values = super().extra_log_values(logs)
-        sampler = self.row_sampler
-        if sampler is not None and "loss" in logs:
-            step = max(0, self.state.global_step - 1)  # the step just trained
-            rate = sampler.rate(step)
+    def log_values(self, logs: dict[str, Any], progress: Progress) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        if self.sampler is not None and "loss" in logs:
+            step = max(0, progress.step - 1)  # the step just trained
+            rate = self.sampler.rate(step)
             if rate is not None:
                 values["mlm_probability"] = round(rate, 6)
-            if sampler.warmup is not None:
-                values["train_rows_per_step"] = sampler.rows_per_step(step)
+            if self.sampler.warmup is not None:
+                values["train_rows_per_step"] = self.sampler.rows_per_step(step)
         return values

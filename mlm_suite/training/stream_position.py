@@ -14,12 +14,13 @@ from typing import Any
 
 from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainingArguments
 
 from mlm_suite.data.pretraining.streaming import ProcessStream
-from mlm_suite.training.checkpoint_format import checkpoint_folder, per_process, read_json, write_json
+from mlm_suite.training.checkpoint_format import per_process, read_json, write_json
+from mlm_suite.training.features import LoaderRequest, Progress, TrainerFeature
 
-__all__ = ["DATA_STATE", "StreamPositionMixin", "StreamProgressCallback"]
+__all__ = ["DATA_STATE", "StreamPosition", "StreamProgressCallback"]
 
 DATA_STATE = "data_state"  # data_state.json, or data_state_<rank>.json with several processes
 
@@ -35,78 +36,70 @@ class StreamProgressCallback(TrainerCallback):
         state.epoch = state.global_step / state.max_steps
 
 
-class StreamPositionMixin:
-    """A ``transformers.Trainer`` mix-in that trains on a :class:`ProcessStream` (``train_dataset``) and saves and
-    restores its position; any other training data goes to the stock loader unchanged.
+class StreamPosition(TrainerFeature):
+    """Trains on a :class:`ProcessStream` and saves and restores its position, a feature of
+    :class:`~mlm_suite.training.trainer.JobTrainer`: the training loader reads the stream as this process's own
+    (:meth:`train_dataloader`), each checkpoint holds the loader's position (:meth:`checkpoint`), and a resumed run
+    restores it and asks for the random number generators at its first step (:meth:`restore`). It is given to a
+    Trainer whose ``train_dataset`` is the stream (any other training data goes to the stock loader)."""
 
-    It must come before :class:`~mlm_suite.training.checkpoint_format.PickleFreeCheckpointsMixin` in the class's
-    bases: it defers the RNG states that mix-in restores.
-    """
+    def __init__(self) -> None:
+        self.loader: Any = None  # the training loader it built
+        self._args: TrainingArguments | None = None
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if isinstance(self.train_dataset, ProcessStream):
-            if self.args.accelerator_config.dispatch_batches or not self.args.ignore_data_skip:
-                raise ValueError(
-                    "a ProcessStream is this process's own part of the data and restores its own position: train on "
-                    'it with accelerator_config {"dispatch_batches": false} and ignore_data_skip=True'
-                )
-            self.add_callback(StreamProgressCallback())
-        self._stream_rng_checkpoint: str | None = None  # RNG states a resumed stream run restores at its first step
+    def attach(self, args: TrainingArguments) -> list:
+        if args.accelerator_config.dispatch_batches or not args.ignore_data_skip:
+            raise ValueError(
+                "a ProcessStream is this process's own part of the data and restores its own position: train on "
+                'it with accelerator_config {"dispatch_batches": false} and ignore_data_skip=True'
+            )
+        self._args = args
+        return [StreamProgressCallback()]
 
-    def get_train_dataloader(self) -> DataLoader:
-        if not isinstance(self.train_dataset, ProcessStream):
-            return super().get_train_dataloader()
+    def train_dataloader(self, request: LoaderRequest) -> Any:
+        if not isinstance(request.dataset, ProcessStream):
+            return None
+        args = request.args
         loader = DataLoader(
-            self.train_dataset,
-            batch_size=self._train_batch_size,
-            collate_fn=self.data_collator,
-            num_workers=self.args.dataloader_num_workers,
-            pin_memory=self.args.dataloader_pin_memory,
-            persistent_workers=self.args.dataloader_persistent_workers,
-            prefetch_factor=self.args.dataloader_prefetch_factor,
+            request.dataset,
+            batch_size=request.batch_size,
+            collate_fn=request.collate_fn,
+            num_workers=args.dataloader_num_workers,
+            pin_memory=args.dataloader_pin_memory,
+            persistent_workers=args.dataloader_persistent_workers,
+            prefetch_factor=args.dataloader_prefetch_factor,
         )
         # As one process: accelerate would otherwise split the stream again across the processes. Stateful:
         # torchdata's StatefulDataLoader, whose state after each batch yielded is the stream's position
         # (transformers' AcceleratorConfig has no use_stateful_dataloader, and its Trainer saves no loader state).
-        return prepare_data_loader(
+        self.loader = prepare_data_loader(
             loader,
-            device=self.args.device,
+            device=args.device,
             num_processes=1,
             process_index=0,
             put_on_device=True,
             dispatch_batches=False,
             use_stateful_dataloader=True,
-            non_blocking=self.args.accelerator_config.non_blocking,
+            non_blocking=args.accelerator_config.non_blocking,
         )
+        return self.loader
 
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        super()._save_checkpoint(model, trial)
-        if isinstance(self.train_dataset, ProcessStream):
-            folder = checkpoint_folder(self, trial)
+    def checkpoint(self, folder: str, progress: Progress) -> dict[str, dict[str, Any]]:
+        if self.loader is not None:
             os.makedirs(folder, exist_ok=True)
-            position = self.callback_handler.train_dataloader.state_dict()  # after the last batch trained on
-            write_json(os.path.join(folder, per_process(DATA_STATE, self.args) + ".json"), position)
+            position = self.loader.state_dict()  # after the last batch trained on
+            write_json(os.path.join(folder, per_process(DATA_STATE, self._args) + ".json"), position)
+        return {}
 
-    def _load_rng_state(self, checkpoint: str | None) -> None:
-        if checkpoint is not None and isinstance(self.train_dataset, ProcessStream):
-            # Called where a resumed run starts its first epoch, just before it creates the data iterator. The
-            # stream's position is restored now (a stream run never skips batches, see __init__); the RNGs at the
-            # first training step, where the uninterrupted run had them: creating the iterator draws from torch's
-            # RNG (the loader's base seed), which the uninterrupted run did before its first step.
-            self._load_data_state(checkpoint)
-            self._stream_rng_checkpoint = checkpoint
-            return None
-        return super()._load_rng_state(checkpoint)
-
-    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
-        if self._stream_rng_checkpoint is not None:
-            super()._load_rng_state(self._stream_rng_checkpoint)
-            self._stream_rng_checkpoint = None
-        return super().training_step(model, inputs, num_items_in_batch)
-
-    def _load_data_state(self, checkpoint: str) -> None:
-        path = os.path.join(checkpoint, per_process(DATA_STATE, self.args) + ".json")
+    def restore(self, checkpoint: str) -> bool:
+        """Called where a resumed run starts its first epoch, just before it creates the data iterator. The stream's
+        position is restored now (a stream run never skips batches: ``ignore_data_skip``); the RNGs at the first
+        training step, where the uninterrupted run had them: creating the iterator draws from torch's RNG (the
+        loader's base seed), which the uninterrupted run did before its first step."""
+        if self.loader is None:
+            return False
+        path = os.path.join(checkpoint, per_process(DATA_STATE, self._args) + ".json")
         if not os.path.isfile(path):
             raise ValueError(f"{checkpoint} has no {os.path.basename(path)}: it was not saved by a run on this stream")
-        self.callback_handler.train_dataloader.load_state_dict(read_json(path))
+        self.loader.load_state_dict(read_json(path))
+        return True

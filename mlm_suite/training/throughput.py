@@ -4,24 +4,28 @@ model FLOPs utilisation (MFU) against the device's dense bf16 peak (docs/perform
 The peaks of known GPUs are in :data:`PEAK_BF16_TFLOPS`; a device not in it (a CPU, an unlisted GPU) has no peak,
 and its MFU is reported as ``"unknown"`` rather than guessed. ``--peak_tflops`` overrides the table.
 
-:class:`ThroughputMixin` counts, for a ``Trainer``, the real tokens of the batches it trains on (on the device,
-:class:`~mlm_suite.training.device_tallies.DeviceSum`, read once at the end) and the training FLOPs per token (once,
-where the stock Trainer walks the model at every step), and adds the figures to the end-of-training metrics and the
-card's rows.
+:class:`Throughput`, a feature of :class:`~mlm_suite.training.trainer.JobTrainer`, counts the real tokens of the
+batches it trains on (on the device, :class:`~mlm_suite.training.device_tallies.DeviceSum`, read once at the end)
+and adds the figures to the end-of-training metrics; :func:`throughput_rows` gives the card's rows for them.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
+from transformers import TrainingArguments
 
 from mlm_suite.training.controls import StepRateCallback, rows_per_step
 from mlm_suite.training.device_tallies import DeviceSum
+from mlm_suite.training.features import Progress, Run, TrainerFeature
 
-__all__ = ["PEAK_BF16_TFLOPS", "ThroughputMixin", "UNKNOWN", "model_flops_utilisation", "peak_tflops", "real_tokens"]
+__all__ = [
+    "PEAK_BF16_TFLOPS", "Throughput", "UNKNOWN", "flops_per_token", "model_flops_utilisation", "peak_tflops",
+    "real_tokens", "throughput_rows",
+]  # fmt: skip
 
 UNKNOWN = "unknown"
 
@@ -83,90 +87,83 @@ def model_flops_utilisation(tokens_per_second: float, flops_per_token: float, pe
     return tokens_per_second * flops_per_token / (peak * 1e12 * devices)
 
 
-class ThroughputMixin:
-    """A ``transformers.Trainer`` mix-in reporting what a run delivers: ``train_tokens_per_second``, the real (non-pad)
-    tokens of the steady steps (:class:`~mlm_suite.training.controls.StepRateCallback`), and, for a Trainer whose
-    :attr:`reports_mfu` is set, ``train_mfu`` against ``peak_tflops`` (default: the device's listed peak). The
-    end-of-training metrics get them from :meth:`_add_throughput`, which the Trainer's ``log`` calls
-    (:meth:`mlm_suite.training.trainer.JobTrainer.log`); the card's rows are in :attr:`throughput`.
-    """
+class Throughput(TrainerFeature):
+    """What a run delivers: ``train_tokens_per_second``, the real (non-pad) tokens of the steady steps
+    (:class:`~mlm_suite.training.controls.StepRateCallback`, :attr:`step_rate`), and with ``mfu`` (pretraining)
+    ``train_mfu`` against ``--peak_tflops`` (default: the device's listed peak), added to the end-of-training metrics
+    with the steady step and sample rates. The card's rows are :func:`throughput_rows`."""
 
-    #: Whether the end-of-training metrics include the model FLOPs utilisation (``train_mfu``).
-    reports_mfu: ClassVar[bool] = False
-
-    def __init__(self, *args: Any, peak_tflops: float | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, mfu: bool = False) -> None:
+        self.mfu = mfu
         self.step_rate = StepRateCallback()
-        self.add_callback(self.step_rate)
-        self.peak_tflops = peak_tflops
+        self._args: Any = None
         self._real_tokens = DeviceSum()  # this train() call's, summed on the device: read once, at the end
         self._steps_fetched = 0
-        self._non_embedding_parameters: int | None = None
-        #: The card's throughput rows (name -> value), from the end-of-training metrics.
-        self.throughput: dict[str, str] = {}
+        self._pad_token_id: int | None = None
+        self._flops_per_token = 0
 
-    def flops_per_token(self) -> int:
-        """Training FLOPs per token: 6 × the non-embedding parameters (forward and backward), 0 for a model that
-        cannot count them. The Trainer's FLOP count and the model FLOPs utilisation both use it.
+    def attach(self, args: TrainingArguments) -> list:
+        return [self.step_rate]
 
-        Counted once: the stock Trainer walks every module and parameter of the model at every step to count them,
-        which costs milliseconds of host time per step; the count does not change during training.
-        """
-        if not hasattr(self.model, "num_parameters"):
-            return 0
-        if self._non_embedding_parameters is None:
-            self._non_embedding_parameters = self.model.num_parameters(exclude_embeddings=True)
-        return 6 * self._non_embedding_parameters
-
-    def floating_point_ops(self, inputs: dict[str, Any]) -> int:
-        """The stock count (:meth:`flops_per_token` × the main input's tokens, padding included)."""
-        main_input = getattr(self.model, "main_input_name", "input_ids")
-        if main_input not in inputs:
-            return 0
-        return inputs[main_input].numel() * self.flops_per_token()
-
-    def train(self, *args: Any, **kwargs: Any) -> Any:
+    def start(self, run: Run) -> None:
+        self._args = run.args
         self._real_tokens, self._steps_fetched = DeviceSum(), 0
-        return super().train(*args, **kwargs)
+        self._pad_token_id = getattr(getattr(run.model, "config", None), "pad_token_id", None)  # a torch module has none
+        self._flops_per_token = flops_per_token(run.model) if self.mfu else 0
 
-    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
-        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
-        config = getattr(self.model, "config", None)  # a plain torch module has none
-        pad_token_id = getattr(config, "pad_token_id", None)
-        for batch in batch_samples:
-            self._real_tokens.add(real_tokens(batch, pad_token_id))
+    def batches(self, batches: list[dict[str, Any]], num_items: Any) -> Any:
+        for batch in batches:
+            self._real_tokens.add(real_tokens(batch, self._pad_token_id))
         self._steps_fetched += 1
-        return batch_samples, num_items_in_batch
+        return num_items
 
-    def _add_throughput(self, logs: dict[str, float]) -> None:
-        """Complete the end-of-training metrics ``logs``: the samples per second of a run with ``max_steps``, the
-        steady step and sample rates, and the tokens per second (and MFU) at the steady step rate."""
-        rows = rows_per_step(self.args)
-        if self.args.max_steps > 0:
+    def real_tokens_counted(self) -> float:
+        """The real tokens of the batches this process fetched in the current ``train()`` call (waits for the device)."""
+        return float(self._real_tokens.value())
+
+    def log_values(self, logs: dict[str, Any], progress: Progress) -> dict[str, Any]:
+        """The end-of-training metrics: the samples per second of a run with ``max_steps``, the steady step and sample
+        rates, and the tokens per second (and MFU) at the steady step rate."""
+        if "train_runtime" not in logs:
+            return {}
+        rows = rows_per_step(self._args)
+        values: dict[str, Any] = {}
+        if self._args.max_steps > 0:
             # The Trainer counts max_steps × rows per step as the samples, also when a time budget ended the
             # run long before (and then reports billions per second); its step rate is counted right.
-            logs["train_samples_per_second"] = round(logs["train_steps_per_second"] * rows, 3)
+            values["train_samples_per_second"] = round(logs["train_steps_per_second"] * rows, 3)
         steady = self.step_rate.steps_per_second()
-        if steady is not None:
-            logs["train_steady_steps_per_second"] = round(steady, 3)
-            logs["train_steady_samples_per_second"] = round(steady * rows, 3)
-            logs.update(self._throughput(steady))
-
-    def _throughput(self, steady_steps_per_second: float) -> dict[str, float | str]:
-        """``train_tokens_per_second`` (and ``train_mfu``) at the steady step rate, and the card's rows for them."""
-        if not self._steps_fetched:
-            return {}
+        if steady is None or not self._steps_fetched:
+            return values
+        values["train_steady_steps_per_second"] = round(steady, 3)
+        values["train_steady_samples_per_second"] = round(steady * rows, 3)
         # Every process counts its own batches; the processes' batches are alike, so the run's is world_size times.
-        tokens_per_step = float(self._real_tokens.value()) * self.args.world_size / self._steps_fetched
-        tokens_per_second = round(steady_steps_per_second * tokens_per_step, 1)
-        metrics: dict[str, float | str] = {"train_tokens_per_second": tokens_per_second}
-        self.throughput = {"real (non-pad) tokens per second, steady steps": f"{tokens_per_second:,.0f}"}
-        if self.reports_mfu:
-            peak, source = peak_tflops(self.args.device, self.peak_tflops)
-            mfu = model_flops_utilisation(tokens_per_second, self.flops_per_token(), peak, self.args.world_size)
-            metrics["train_mfu"] = mfu if mfu == UNKNOWN else round(mfu, 4)
-            self.throughput["model FLOPs utilisation"] = (
-                f"unknown (no dense bf16 peak known for {source}; give --peak_tflops)" if mfu == UNKNOWN
-                else f"{mfu:.1%} of {peak:g} TFLOP/s per device ({source}), 6 × non-embedding parameters per token"
-            )
-        return metrics
+        tokens_per_step = self.real_tokens_counted() * self._args.world_size / self._steps_fetched
+        values["train_tokens_per_second"] = round(steady * tokens_per_step, 1)
+        if self.mfu:
+            peak, _ = peak_tflops(self._args.device, getattr(self._args, "peak_tflops", None))
+            mfu = model_flops_utilisation(values["train_tokens_per_second"], self._flops_per_token, peak,
+                                          self._args.world_size)
+            values["train_mfu"] = mfu if mfu == UNKNOWN else round(mfu, 4)
+        return values
+
+
+def flops_per_token(model: torch.nn.Module) -> int:
+    """Training FLOPs per token: 6 × the non-embedding parameters (forward and backward), 0 for a model that cannot
+    count them."""
+    return 6 * model.num_parameters(exclude_embeddings=True) if hasattr(model, "num_parameters") else 0
+
+
+def throughput_rows(metrics: dict[str, Any], args: TrainingArguments) -> dict[str, str]:
+    """The model card's rows for the end-of-training ``metrics`` :class:`Throughput` added (none without them)."""
+    if "train_tokens_per_second" not in metrics:
+        return {}
+    rows = {"real (non-pad) tokens per second, steady steps": f"{metrics['train_tokens_per_second']:,.0f}"}
+    if "train_mfu" in metrics:
+        peak, source = peak_tflops(args.device, getattr(args, "peak_tflops", None))
+        mfu = metrics["train_mfu"]
+        rows["model FLOPs utilisation"] = (
+            f"unknown (no dense bf16 peak known for {source}; give --peak_tflops)" if mfu == UNKNOWN
+            else f"{mfu:.1%} of {peak:g} TFLOP/s per device ({source}), 6 × non-embedding parameters per token"
+        )
+    return rows

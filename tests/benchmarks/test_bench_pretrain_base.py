@@ -10,6 +10,7 @@ import pytest
 from transformers import BertConfig, BertForMaskedLM
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM
+from mlm_suite.training.throughput import Throughput
 from tests.helpers import load_benchmark
 
 
@@ -68,4 +69,4 @@ def test_the_job_counts_the_real_tokens_the_benchmark_counts_in_the_same_batches
         assert pretrain.main(args) == 0
     counted = [int(tokens) for tokens in clocks[-1].tokens]
     assert len(counted) == 6 and len(set(counted)) > 1  # one per step, rows of several lengths
-    assert sum(counted) == trainers[-1]._real_tokens.value()
+    assert sum(counted) == trainers[-1].feature(Throughput).real_tokens_counted()

@@ -30,7 +30,8 @@ from mlm_suite import (
     MlmSuiteForTokenClassification,
 )
 from mlm_suite.jobs.running import end_process_group
-from mlm_suite.training.retrieval import RetrievalCollator, RetrievalTrainer
+from mlm_suite.training.retrieval import EmbeddingPrediction, GradientCaching, RetrievalCollator
+from mlm_suite.training.trainer import standard_features
 from mlm_suite.training.trainer import JobTrainer
 from tests.helpers import make_random_batch, make_tiny_config
 
@@ -44,7 +45,7 @@ class Case:
     model_class: type
     labels: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] | None  # the batch → its label tensors
     config: dict = field(default_factory=dict)
-    mini_batch_size: int | None = None  # sentence embeddings: gradient caching (RetrievalTrainer)
+    mini_batch_size: int | None = None  # sentence embeddings: gradient caching (GradientCaching)
 
 
 def _retrieval_rows() -> list[dict[str, list[int]]]:
@@ -180,8 +181,9 @@ def train_one_step(
     recorder = GradientRecorder(model)
     extra = {}
     if case.model_class is MlmSuiteForSentenceEmbedding:
-        trainer_class = RetrievalTrainer
-        extra = {"data_collator": RetrievalCollator(), "mini_batch_size": case.mini_batch_size}
+        caching = [GradientCaching(case.mini_batch_size)] if case.mini_batch_size is not None else []
+        extra = {"data_collator": RetrievalCollator(),
+                 "features": (*standard_features(), EmbeddingPrediction(), *caching)}
     trainer = trainer_class(model=model, args=args, train_dataset=rows(case), callbacks=[recorder], **extra)
     trainer.train()
     logged = next(entry for entry in trainer.state.log_history if "loss" in entry)

@@ -100,4 +100,39 @@ def test_every_checkpoint_records_the_data_flags_of_its_run(tmp_path):
     JobTrainer(model=ToyRegression(), args=args, train_dataset=toy_data()).train()
     for step in (1, 2):
         state = read_json(tmp_path / f"checkpoint-{step}" / "trainer_state.json")
-        assert state["stateful_callbacks"][DATA_FLAGS_STATE]["attributes"] == {"train_file": "/data/a.txt", "seed": 42}
+        # the flags as given, and the digests of what they name here (no file: none)
+        assert state["stateful_callbacks"][DATA_FLAGS_STATE]["attributes"] == {"train_file": "/data/a.txt", "seed": 42,
+                                                                               "contents": {}}
+
+
+def test_the_data_a_run_trained_on_is_told_apart_by_flag_values_and_file_contents(tmp_path):
+    from mlm_suite.training.resuming import DATA_FLAGS_STATE, data_contents, data_differences, recorded_data
+
+    train, prepared = tmp_path / "train.csv", tmp_path / "prepared"
+    train.write_text("text,label\na,0\n")
+    prepared.mkdir()
+    (prepared / "shard.arrow").write_bytes(b"0" * 10)
+    flags = {"train_file": str(train), "prepared_data": str(prepared), "dataset_name": "user/hub-dataset", "seed": 1}
+    contents = data_contents(flags)
+    assert set(contents) == {"train_file", "prepared_data"}  # a Hub id names no local file
+    state = {"stateful_callbacks": {DATA_FLAGS_STATE: {"args": {}, "attributes": recorded_data(flags)}}}
+    assert data_differences(state, flags) == []
+    assert data_differences({}, {**flags, "seed": 2}) == []  # a checkpoint that records nothing says nothing
+    assert data_differences(state, {**flags, "seed": 2}) == ["--seed 2 (its run: 1)"]
+    train.write_text("text,label\na,7\n")  # the same path, other contents
+    (prepared / "shard.arrow").write_bytes(b"0" * 11)
+    assert data_differences(state, flags) == [f"--train_file {train} (its contents changed since that run)",
+                                              f"--prepared_data {prepared} (its contents changed since that run)"]
+
+
+def test_a_checkpoint_ends_its_run_at_max_steps_or_at_the_last_step_of_as_many_epochs():
+    from types import SimpleNamespace
+
+    from mlm_suite.training.resuming import finished_run
+
+    assert finished_run({"global_step": 4}, SimpleNamespace(max_steps=4, num_train_epochs=3))
+    assert not finished_run({"global_step": 4}, SimpleNamespace(max_steps=6, num_train_epochs=3))
+    epochs = {"global_step": 30, "max_steps": 30, "num_train_epochs": 3}
+    assert finished_run(epochs, SimpleNamespace(max_steps=-1, num_train_epochs=3))
+    assert not finished_run(epochs, SimpleNamespace(max_steps=-1, num_train_epochs=4))
+    assert not finished_run({**epochs, "global_step": 20}, SimpleNamespace(max_steps=-1, num_train_epochs=3))

@@ -25,7 +25,8 @@ from mlm_suite.data.flattening import flatten_sequences
 from mlm_suite.jobs import finetune_retrieval
 from mlm_suite.model.layout import SequenceLayout
 from mlm_suite.model.modeling_mlm_suite import in_batch_negatives_loss, pool_sequences
-from mlm_suite.training.retrieval import RetrievalCollator, RetrievalTrainer, split_flat_batch
+from mlm_suite.training.retrieval import EmbeddingPrediction, GradientCaching, RetrievalCollator, split_flat_batch
+from mlm_suite.training.trainer import JobTrainer, standard_features
 from mlm_suite.evaluation.retrieval import RetrievalMetrics, embed_texts, evaluate_retrieval, rerank, retrieval_metrics
 from tests.helpers import (
     RETRIEVAL_WORDS,
@@ -188,10 +189,12 @@ def test_model_loss_uses_queries_first_then_documents_and_the_learned_scale():
 # --------------------------------------------------------------------------------------------
 # Gradient caching
 # --------------------------------------------------------------------------------------------
-def trainer_for(model, tmp_path, mini_batch_size) -> RetrievalTrainer:
+def trainer_for(model, tmp_path, mini_batch_size) -> JobTrainer:
     args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], label_names=["labels"],
                              remove_unused_columns=False)
-    trainer = RetrievalTrainer(model=model, args=args, data_collator=RetrievalCollator(), mini_batch_size=mini_batch_size)
+    caching = [GradientCaching(mini_batch_size)] if mini_batch_size is not None else []
+    trainer = JobTrainer(model=model, args=args, data_collator=RetrievalCollator(),
+                         features=(*standard_features(), EmbeddingPrediction(), *caching))
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop, which these tests call into
     return trainer
 

@@ -27,7 +27,8 @@ from mlm_suite.jobs.pretrain import main, open_corpus, plan_run
 from mlm_suite.jobs.output_folder import output_folders_released
 from mlm_suite.training import pretraining
 from mlm_suite.data.pretraining.vocabulary import train_wordpiece_tokenizer
-from mlm_suite.training.trainer import JobTrainer
+from mlm_suite.training.stream_position import StreamPosition
+from mlm_suite.training.trainer import JobTrainer, standard_features
 from tests.helpers import (
     TINY_MODEL,
     job_args,
@@ -290,10 +291,11 @@ def test_a_stream_is_refused_with_rank_0_dispatch_or_batch_skipping(tmp_path, to
         args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=1, report_to="none", use_cpu=True,
                                  accelerator_config={"dispatch_batches": dispatch_batches}, ignore_data_skip=ignore_data_skip)  # fmt: skip
         with pytest.raises(ValueError, match='accelerator_config {"dispatch_batches": false} and ignore_data_skip=True'):
-            JobTrainer(model=model, args=args, train_dataset=stream)
+            JobTrainer(model=model, args=args, train_dataset=stream, features=(*standard_features(), StreamPosition()))
     args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=1, report_to="none", use_cpu=True,
                              accelerator_config={"dispatch_batches": False}, ignore_data_skip=True)  # fmt: skip
-    trainer = JobTrainer(model=model, args=args, train_dataset=stream, data_collator=list)
+    trainer = JobTrainer(model=model, args=args, train_dataset=stream, data_collator=list,
+                         features=(*standard_features(), StreamPosition()))
     loader = trainer.get_train_dataloader()
     assert type(loader.base_dataloader).__name__ == "StatefulDataLoader" and loader.state_dict()["_num_yielded"] == 0
     assert [row["input_ids"] for row in next(iter(loader))] == [tokenizer("one doc")["input_ids"]] * 8

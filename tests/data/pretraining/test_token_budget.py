@@ -128,7 +128,7 @@ def budget_run(output_dir: Path, corpus: Path, *extra: str) -> Path:
 @pytest.mark.slow  # over 10 s on 2 cores
 def test_compiled_token_budget_epoch_makes_a_handful_of_graphs(tmp_path, corpus, monkeypatch):
     graphs = {}
-    train = pretrain.PretrainingTrainer.train
+    train = pretrain.JobTrainer.train
 
     def counted_train(self, *args, **kwargs):  # the graphs of training alone, not of the final evaluation
         torch._dynamo.reset()
@@ -137,7 +137,7 @@ def test_compiled_token_budget_epoch_makes_a_handful_of_graphs(tmp_path, corpus,
         graphs["training"] = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         return result
 
-    monkeypatch.setattr(pretrain.PretrainingTrainer, "train", counted_train)
+    monkeypatch.setattr(pretrain.JobTrainer, "train", counted_train)
     output = budget_run(tmp_path / "budget", corpus, "--max_tokens_per_batch", str(BUDGET), "--max_steps", "-1",
                         "--num_train_epochs", "1", "--torch_compile", "--torch_compile_backend", "eager")  # fmt: skip
     steps = read_json(output / "trainer_state.json")["global_step"]
