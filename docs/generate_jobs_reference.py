@@ -46,7 +46,7 @@ def job_main(command: str) -> Callable[[list[str]], Any]:
 
 def capture_parser(command: str) -> argparse.ArgumentParser:
     """The argument parser ``mlm-suite <command>`` builds, taken at its first parse call (nothing else runs)."""
-    from mlm_suite.jobs.running import running_as
+    from mlm_suite.jobs.common.running import running_as
 
     main = job_main(command)
 

@@ -4,7 +4,7 @@
     accelerate launch examples/finetune_pair.py [flags]
 """
 
-from mlm_suite.jobs.running import run_job
+from mlm_suite.jobs.common.running import run_job
 from mlm_suite.jobs.finetune_pair import main
 
 raise SystemExit(run_job(main))

@@ -4,7 +4,7 @@
     python examples/pretrain_mlm.py --help
 """
 
-from mlm_suite.jobs.running import run_job
+from mlm_suite.jobs.common.running import run_job
 from mlm_suite.jobs.pretrain import main
 
 raise SystemExit(run_job(main))

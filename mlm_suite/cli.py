@@ -2,7 +2,7 @@
 
 Each subcommand forwards its remaining arguments to a ``main(argv)`` function, imported only
 when that subcommand runs so ``mlm-suite --help`` stays fast (the table of commands:
-:mod:`mlm_suite.jobs.commands`).
+:mod:`mlm_suite.jobs.common.commands`).
 
 Options before the subcommand: ``--version``, ``--help`` and ``--debug`` (show the full traceback
 of user errors, as ``MLM_SUITE_DEBUG=1`` does; see :mod:`mlm_suite.errors`). ``--debug`` after the
@@ -15,8 +15,8 @@ import importlib
 import sys
 from importlib import metadata
 
-from mlm_suite.jobs.commands import SUBCOMMANDS
-from mlm_suite.jobs.running import run_job
+from mlm_suite.jobs.common.commands import SUBCOMMANDS
+from mlm_suite.jobs.common.running import run_job
 
 
 

@@ -1,7 +1,7 @@
 """Errors the command line reports in one line, and which errors count as the user's.
 
 ``mlm-suite <command>``, ``python -m mlm_suite.jobs.<job>`` and ``examples/*.py`` all run their job
-through :func:`mlm_suite.jobs.running.run_job`, which sorts what the job raises:
+through :func:`mlm_suite.jobs.common.running.run_job`, which sorts what the job raises:
 
 * **user errors** — :data:`USER_ERRORS`: mlm_suite's own :class:`MlmSuiteError` (a flag value the
   model cannot take, a missing data file, a package that could not be fetched), any ``ValueError``
@@ -103,7 +103,7 @@ def writing(path: str | os.PathLike) -> Iterator[None]:
 
 
 #: How an output folder names the staging folder a job builds its contents in (:func:`staging_folder`); one that a killed
-#: run left is removed by the next run that claims the folder (:mod:`mlm_suite.jobs.output_folder`).
+#: run left is removed by the next run that claims the folder (:mod:`mlm_suite.jobs.common.output_folder`).
 PARTIAL_PREFIX = ".partial-"
 
 
@@ -114,7 +114,7 @@ def staging_folder(parent: str | os.PathLike, prefix: str) -> Iterator[Path]:
     way an output is built beside where it goes and moved in whole, so that a failed or interrupted write leaves
     nothing half-made (a prepared data folder, a cached download, an ONNX export).
 
-    SIGTERM raises in a job's main thread (:class:`mlm_suite.jobs.running.Terminated`) at whatever bytecode it comes,
+    SIGTERM raises in a job's main thread (:class:`mlm_suite.jobs.common.running.Terminated`) at whatever bytecode it comes,
     so the name is chosen before the folder is made, and the ``mkdir`` runs inside the block that removes it
     (``tempfile.mkdtemp`` returns the name only after making the folder: a signal just after it leaves the folder).
     """

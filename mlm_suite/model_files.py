@@ -4,7 +4,7 @@ A truncated download, an interrupted copy or a file of another kind would otherw
 deep inside safetensors, tokenizers or transformers, or as a model that loads with the wrong weights. Each check
 reads only the files' structure (JSON, a safetensors header against the file's size, a zip archive's directory,
 never the weights) and raises :class:`~mlm_suite.errors.UsageError` naming the file and what is wrong. The jobs
-call them through :mod:`mlm_suite.jobs.model_loading`.
+call them through :mod:`mlm_suite.jobs.common.model_loading`.
 
 Every model folder a job writes (a checkpoint's, the final model, ``quickstart``'s, ``convert``'s) is saved
 through :func:`staged_model_folder`, so that it never holds a ``config.json`` without the weights saved with it.

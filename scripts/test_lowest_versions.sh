@@ -41,10 +41,10 @@ tests=(
     tests/data/pretraining/test_masking.py tests/data/pretraining/test_vocabulary.py tests/data/finetuning/test_alignment.py
     tests/data/pretraining/test_streaming.py
     tests/model/test_modeling_mlm_suite.py tests/model/test_heads.py tests/e2e/test_pretrain.py
-    tests/e2e/test_finetune.py tests/jobs/test_checkpoints.py tests/conformance/test_training_semantics.py
+    tests/e2e/test_finetune.py tests/jobs/common/test_checkpoints.py tests/conformance/test_training_semantics.py
     tests/data/pretraining/test_schedules.py tests/evaluation/test_metric_modules.py tests/evaluation/test_plots.py
     tests/evaluation/test_classification.py tests/evaluation/test_intervals.py tests/cards/test_metadata.py
-    tests/jobs/test_commands.py tests/conformance/test_package_layout.py tests/training/test_trainer.py
+    tests/jobs/common/test_commands.py tests/conformance/test_package_layout.py tests/training/test_trainer.py
     tests/training/test_checkpoint_format.py tests/training/test_resuming.py
     tests/e2e/test_hostile_minor.py tests/e2e/test_hostile_writes.py tests/e2e/test_hostile_reruns.py
 )
@@ -89,6 +89,6 @@ echo "== lowest versions installed in $((SECONDS - start)) s; running the smoke 
 
 # Resumed mid-epoch under transformers 5.1's Trainer, the pair job's run ends ~4e-5 away from the
 # uninterrupted one (to 1e-6 on the versions the main suite installs); a known difference of that version.
-known_differences=(--deselect tests/jobs/test_checkpoints.py::test_pair_resumes_the_last_checkpoint_with_true)
+known_differences=(--deselect tests/jobs/common/test_checkpoints.py::test_pair_resumes_the_last_checkpoint_with_true)
 "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not slow" --durations=10 "${known_differences[@]}" "${tests[@]}"
 echo "== lowest versions: passed in $((SECONDS - start)) s"

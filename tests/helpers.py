@@ -60,7 +60,7 @@ from mlm_suite import (
 from mlm_suite.cli import main
 from mlm_suite.data.inputs import downloads
 from mlm_suite.data.pretraining import WORD_ID_SENTINEL, DataCollatorForMaskedLM
-from mlm_suite.jobs.output_folder import lock_path
+from mlm_suite.jobs.common.output_folder import lock_path
 
 
 @dataclass
@@ -847,8 +847,8 @@ class _Captured(Exception):
 
 def job_dataclasses(module) -> tuple:
     """The dataclasses a job's ``main`` parses its flags into (what it gives
-    :func:`mlm_suite.jobs.arguments.argument_parser`), taken before anything else runs."""
-    from mlm_suite.jobs import arguments
+    :func:`mlm_suite.jobs.common.arguments.argument_parser`), taken before anything else runs."""
+    from mlm_suite.jobs.common import arguments
 
     captured = []
 

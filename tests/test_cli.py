@@ -27,10 +27,10 @@ import pytest
 from mlm_suite.data.inputs import downloads
 from mlm_suite.cli import SUBCOMMANDS, main
 from mlm_suite.errors import FetchError, UsageError, is_user_error
-from mlm_suite.jobs.running import command_prog, run_job
-from mlm_suite.jobs.output_folder import LOCK_NAME, claim_output_folder, lock_path, release_output_folder
+from mlm_suite.jobs.common.running import command_prog, run_job
+from mlm_suite.jobs.common.output_folder import LOCK_NAME, claim_output_folder, lock_path, release_output_folder
 from tests.helpers import assert_one_line_error, job_dataclasses, launch_two_processes, run_cli
-from mlm_suite.jobs import arguments
+from mlm_suite.jobs.common import arguments
 
 
 # --------------------------------------------------------------------------------------------
@@ -497,7 +497,7 @@ import torch
 import torch.distributed as dist
 from accelerate import PartialState
 
-from mlm_suite.jobs.running import run_job
+from mlm_suite.jobs.common.running import run_job
 
 state = PartialState(cpu=True)  # a gloo group of the launched processes, as the Trainer sets up
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mlm_suite.jobs.running import Terminated
+from mlm_suite.jobs.common.running import Terminated
 from mlm_suite.errors import staging_folder
 
 

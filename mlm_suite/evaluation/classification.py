@@ -97,7 +97,7 @@ def write_confusion_matrices(
     write: bool = True,
 ) -> list[tuple[str, Path]]:
     """``confusion_matrix_<split>.png`` in ``output_dir`` for the validation and test splits the final model was scored
-    on (``eval``/``test`` in ``scored_splits``, the results of :func:`~mlm_suite.jobs.finetune_training.run_trainer`).
+    on (``eval``/``test`` in ``scored_splits``, the results of :func:`~mlm_suite.jobs.common.finetune_training.run_trainer`).
 
     Drawn from the predictions the trainer kept (``kept``, by metric prefix:
     :class:`~mlm_suite.training.job_outputs.KeptPredictions`), so nothing is predicted again; ``write``: whether this

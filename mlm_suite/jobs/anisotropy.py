@@ -26,9 +26,9 @@ from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
 from mlm_suite.data.words import split_words
 from mlm_suite.errors import UsageError
 from mlm_suite.evaluation.plots import plot_anisotropy
-from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder
-from mlm_suite.jobs.arguments import check_at_least, check_model_source, parse_arguments
-from mlm_suite.jobs.model_loading import pretrained_config, pretrained_model, pretrained_tokenizer
+from mlm_suite.jobs.common.output_folder import OVERWRITE_HELP, claim_output_folder
+from mlm_suite.jobs.common.arguments import check_at_least, check_model_source, parse_arguments
+from mlm_suite.jobs.common.model_loading import pretrained_config, pretrained_model, pretrained_tokenizer
 from mlm_suite.model_files import check_vocabulary
 
 
@@ -92,6 +92,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.running import run_job
+    from mlm_suite.jobs.common.running import run_job
 
     run_job(main)

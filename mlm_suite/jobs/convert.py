@@ -13,8 +13,8 @@ import argparse
 import json
 
 from mlm_suite.conversion import FAMILY_NAMES, convert_checkpoint
-from mlm_suite.jobs.running import command_prog
-from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder
+from mlm_suite.jobs.common.running import command_prog
+from mlm_suite.jobs.common.output_folder import OVERWRITE_HELP, claim_output_folder
 
 DESCRIPTION = f"convert a Hugging Face {FAMILY_NAMES} folder (the encoder and its head) into an mlm_suite folder"
 
@@ -42,6 +42,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.running import run_job
+    from mlm_suite.jobs.common.running import run_job
 
     run_job(main)

@@ -16,8 +16,8 @@ import json
 
 from mlm_suite.conversion import FAMILIES, export_native_checkpoint
 from mlm_suite.conversion.export_native import TRIED_FAMILIES
-from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder
-from mlm_suite.jobs.running import command_prog
+from mlm_suite.jobs.common.output_folder import OVERWRITE_HELP, claim_output_folder
+from mlm_suite.jobs.common.running import command_prog
 
 DESCRIPTION = (
     "write an mlm_suite folder as the folder of the transformers class (BertFor*, RobertaFor*, XLMRobertaFor*, "
@@ -49,6 +49,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.running import run_job
+    from mlm_suite.jobs.common.running import run_job
 
     run_job(main)

@@ -23,7 +23,7 @@ from mlm_suite.export import OPSET_VERSIONS, export_onnx, onnx_difference
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mlm_suite.jobs.running import command_prog
+    from mlm_suite.jobs.common.running import command_prog
 
     parser = argparse.ArgumentParser(prog=command_prog(), description="export an mlm_suite checkpoint to ONNX")
     parser.add_argument("--model_name_or_path", required=True, help="an mlm_suite checkpoint folder (any head)")
@@ -52,7 +52,7 @@ def check_flags(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> float:
-    from mlm_suite.jobs.model_loading import pretrained_config, pretrained_model
+    from mlm_suite.jobs.common.model_loading import pretrained_config, pretrained_model
 
     args = build_parser().parse_args(argv)
     check_flags(args)
@@ -98,6 +98,6 @@ def main(argv: list[str] | None = None) -> float:
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.running import run_job
+    from mlm_suite.jobs.common.running import run_job
 
     run_job(main)

@@ -4,7 +4,7 @@ Data: CSV/TSV or JSON lines with a text and a label column, or a Hub dataset; wi
 sentence polarity from the converted all-MiniLM-L6-v2. An unlabelled split is predicted
 (``predict_results_<split>.txt``), not scored; ``--intermediate_train_file`` trains an intermediate task first. The
 job itself, which the sentence-pair job runs too, is
-:func:`mlm_suite.jobs.sequence_classification.finetune_sequence_classifier`. See docs/finetuning.md::
+:func:`mlm_suite.jobs.common.sequence_classification.finetune_sequence_classifier`. See docs/finetuning.md::
 
     mlm-suite finetune-cls --output_dir outputs/sentiment
     python examples/finetune_cls.py --train_file train.csv --validation_file dev.csv
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
 from mlm_suite.data.inputs.readers import Example
-from mlm_suite.jobs.sequence_classification import (
+from mlm_suite.jobs.common.sequence_classification import (
     SequenceClassificationTrainingArguments,
     TextDataArguments,
     finetune_sequence_classifier,
@@ -51,6 +51,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.running import run_job
+    from mlm_suite.jobs.common.running import run_job
 
     raise SystemExit(run_job(main))

@@ -34,7 +34,7 @@ from mlm_suite.data.inputs.readers import (
     split_description,
 )
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.arguments import (
+from mlm_suite.jobs.common.arguments import (
     check_at_least,
     check_file,
     parse_arguments,
@@ -42,8 +42,8 @@ from mlm_suite.jobs.arguments import (
     test_split_name_field,
     validation_split_name_field,
 )
-from mlm_suite.jobs.checkpoints import resume_checkpoint, stage_checkpoint
-from mlm_suite.jobs.finetune_training import (
+from mlm_suite.jobs.common.checkpoints import resume_checkpoint, stage_checkpoint
+from mlm_suite.jobs.common.finetune_training import (
     FinetuneTrainingArguments,
     card_training_summary,
     early_stopping,
@@ -53,7 +53,7 @@ from mlm_suite.jobs.finetune_training import (
     save_metrics,
     trains_flattened,
 )
-from mlm_suite.jobs.model_loading import (
+from mlm_suite.jobs.common.model_loading import (
     ModelArguments,
     apply_freezing,
     check_max_seq_length,
@@ -63,7 +63,7 @@ from mlm_suite.jobs.model_loading import (
     mlm_suite_checkpoint,
     resolve_model_path,
 )
-from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
+from mlm_suite.jobs.common.output_folder import claim_output_folder, paths_read
 from mlm_suite.data.finetuning.tagging import NO_SCHEME, check_tags_in, scheme_labels, settle_scheme
 from mlm_suite.evaluation.baseline import compare_with_hf_baseline
 from mlm_suite.evaluation.plots import figures_section
@@ -418,6 +418,6 @@ def card_dataset(args: NerDataArguments) -> CardDataset | None:
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.running import run_job
+    from mlm_suite.jobs.common.running import run_job
 
     raise SystemExit(run_job(main))

@@ -3,7 +3,7 @@
 Inputs are ``[CLS] A [SEP] B [SEP]`` with segment ids 0/1 (``MlmSuiteForPairClassification``); files name
 ``--sentence1_column`` and ``--sentence2_column``, Hub datasets work as in ``run_glue.py``. Without data flags it
 trains discourse coherence on the Pang & Lee reviews (does B follow A?). The job itself, which the single-text job
-runs too, is :func:`mlm_suite.jobs.sequence_classification.finetune_sequence_classifier`. See docs/finetuning.md::
+runs too, is :func:`mlm_suite.jobs.common.sequence_classification.finetune_sequence_classifier`. See docs/finetuning.md::
 
     mlm-suite finetune-pair --output_dir outputs/coherence
     accelerate launch examples/finetune_pair.py --train_file sts.jsonl --task_type regression
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
 from mlm_suite.data.inputs.readers import Example
-from mlm_suite.jobs.arguments import check_at_least
-from mlm_suite.jobs.sequence_classification import (
+from mlm_suite.jobs.common.arguments import check_at_least
+from mlm_suite.jobs.common.sequence_classification import (
     SequenceClassificationTrainingArguments,
     TextDataArguments,
     finetune_sequence_classifier,
@@ -64,6 +64,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.running import run_job
+    from mlm_suite.jobs.common.running import run_job
 
     raise SystemExit(run_job(main))

@@ -20,13 +20,13 @@ from typing import Any, Literal
 from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
 from mlm_suite.data.inputs.readers import Pair, RetrievalSplit, first_n, read_retrieval_split, read_training_pairs
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.arguments import (
+from mlm_suite.jobs.common.arguments import (
     check_at_least, check_file, check_positive, derived_training_arguments, parse_arguments,
 )  # fmt: skip
-from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
-from mlm_suite.jobs.checkpoints import resume_checkpoint
-from mlm_suite.jobs.finetune_training import FinetuneTrainingArguments, card_training_summary, early_stopping, run_trainer, save_everything
-from mlm_suite.jobs.model_loading import (
+from mlm_suite.jobs.common.output_folder import claim_output_folder, paths_read
+from mlm_suite.jobs.common.checkpoints import resume_checkpoint
+from mlm_suite.jobs.common.finetune_training import FinetuneTrainingArguments, card_training_summary, early_stopping, run_trainer, save_everything
+from mlm_suite.jobs.common.model_loading import (
     ModelArguments,
     apply_freezing,
     check_max_seq_length,
@@ -321,6 +321,6 @@ def _loss_text(config: Any) -> str:
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.running import run_job
+    from mlm_suite.jobs.common.running import run_job
 
     raise SystemExit(run_job(main))

@@ -20,10 +20,10 @@ from mlm_suite.data.pretraining.masking import check_mlm_tokenizer
 from mlm_suite.data.pretraining.packing import MIN_PACKING_LENGTH, check_row_layout
 from mlm_suite.data.pretraining.prepared import prepare_data
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs import arguments
-from mlm_suite.jobs.arguments import HubArguments, check_at_least, check_file, check_model_source, check_within
-from mlm_suite.jobs.model_loading import pretrained_tokenizer
-from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder, paths_read
+from mlm_suite.jobs.common import arguments
+from mlm_suite.jobs.common.arguments import HubArguments, check_at_least, check_file, check_model_source, check_within
+from mlm_suite.jobs.common.model_loading import pretrained_tokenizer
+from mlm_suite.jobs.common.output_folder import OVERWRITE_HELP, claim_output_folder, paths_read
 
 @dataclass
 class PrepareDataArguments:
@@ -102,6 +102,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.running import run_job
+    from mlm_suite.jobs.common.running import run_job
 
     raise SystemExit(run_job(main))

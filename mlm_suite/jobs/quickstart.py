@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import argparse
 
-from mlm_suite.jobs.running import command_prog
+from mlm_suite.jobs.common.running import command_prog
 from mlm_suite.model import PRESETS
-from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder
+from mlm_suite.jobs.common.output_folder import OVERWRITE_HELP, claim_output_folder
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +45,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.running import run_job
+    from mlm_suite.jobs.common.running import run_job
 
     raise SystemExit(run_job(main))

@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mlm_suite.cards import seed_summary_card
-from mlm_suite.jobs.commands import SUBCOMMANDS
+from mlm_suite.jobs.common.commands import SUBCOMMANDS
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.running import command_prog, running_as
-from mlm_suite.jobs.output_folder import claim_output_folder
+from mlm_suite.jobs.common.running import command_prog, running_as
+from mlm_suite.jobs.common.output_folder import claim_output_folder
 from mlm_suite.evaluation.plots import figures_section, plot_seed_scores
 from mlm_suite.training.trainer import JobTrainer
 
@@ -124,6 +124,6 @@ def write_summary_card(
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.running import run_job
+    from mlm_suite.jobs.common.running import run_job
 
     raise SystemExit(run_job(main))

@@ -23,9 +23,9 @@ from transformers import AutoModel
 from mlm_suite.analysis.embeddings import ContextualEmbedder, save_json
 from mlm_suite.conversion import converted_minilm_dir
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.output_folder import OVERWRITE_HELP, claim_output_folder, paths_read
-from mlm_suite.jobs.arguments import check_at_least, check_file, check_model_source, check_within, parse_arguments
-from mlm_suite.jobs.model_loading import pretrained_config, pretrained_model, pretrained_tokenizer
+from mlm_suite.jobs.common.output_folder import OVERWRITE_HELP, claim_output_folder, paths_read
+from mlm_suite.jobs.common.arguments import check_at_least, check_file, check_model_source, check_within, parse_arguments
+from mlm_suite.jobs.common.model_loading import pretrained_config, pretrained_model, pretrained_tokenizer
 from mlm_suite.model_files import check_vocabulary
 from mlm_suite.analysis.wordnet import WSDSplit, evaluate_wsd, limit_lemmas, read_jsonl, wordnet_wsd_dataset
 
@@ -144,6 +144,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    from mlm_suite.jobs.running import run_job
+    from mlm_suite.jobs.common.running import run_job
 
     run_job(main)

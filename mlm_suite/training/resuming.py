@@ -40,7 +40,7 @@ __all__ = [
 ]  # fmt: skip
 
 #: The values of the flags that decided what a checkpoint's run trained on (an entry of trainer_state.json's
-#: ``stateful_callbacks``, from the job's ``args.data_flags``: :data:`mlm_suite.jobs.arguments.DATA_FLAGS`), so that
+#: ``stateful_callbacks``, from the job's ``args.data_flags``: :data:`mlm_suite.jobs.common.arguments.DATA_FLAGS`), so that
 #: a run resumed with other values says so.
 DATA_FLAGS_STATE = "DataFlags"
 

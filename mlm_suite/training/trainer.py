@@ -298,7 +298,7 @@ class JobTrainer(transformers.Trainer):
     # ---- checkpoints -------------------------------------------------------------------------------
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         """The stock save, whole or not at all: the features' states recorded in ``trainer_state.json`` with the run's
-        data flags (``args.data_flags``: :data:`mlm_suite.jobs.arguments.DATA_FLAGS`), and a checkpoint cut short by
+        data flags (``args.data_flags``: :data:`mlm_suite.jobs.common.arguments.DATA_FLAGS`), and a checkpoint cut short by
         a write failure removed, so that the next run resumes from the last whole one (the earlier checkpoints are
         intact: the rotation runs after a save only)."""
         for feature in self.features:

@@ -29,7 +29,7 @@ from mlm_suite import (
     MlmSuiteForSequenceClassification,
     MlmSuiteForTokenClassification,
 )
-from mlm_suite.jobs.running import end_process_group
+from mlm_suite.jobs.common.running import end_process_group
 from mlm_suite.training.retrieval import EmbeddingPrediction, GradientCaching, RetrievalCollator
 from mlm_suite.training.trainer import standard_features
 from mlm_suite.training.trainer import JobTrainer
@@ -214,5 +214,5 @@ if __name__ == "__main__":  # under accelerate launch: every case, 4 rows per pr
         if torch.distributed.get_rank() == 0:
             save_file({key: value.contiguous() for key, value in result.items()}, str(out / f"{case_name}.safetensors"))
     # The jobs' ending (a kept barrier, then the group destroyed): a gloo group left to interpreter exit can abort a
-    # process after it finished ("terminate called without an active exception", see mlm_suite/jobs/running.py).
+    # process after it finished ("terminate called without an active exception", see mlm_suite/jobs/common/running.py).
     end_process_group()

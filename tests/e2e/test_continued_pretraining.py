@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining, convert_checkpoint
-from mlm_suite.jobs.model_loading import mlm_suite_checkpoint
+from mlm_suite.jobs.common.model_loading import mlm_suite_checkpoint
 from mlm_suite.jobs.pretrain import build_config, build_model, main, plan_run
 from mlm_suite.training.pretraining import evaluation_collator
 from mlm_suite.cards.rendering import table_cell
@@ -62,8 +62,8 @@ def corpus(tmp_path_factory) -> Path:
 
 def load_for_pretraining(path: Path, tokenizer, objective: str = "mlm"):
     plan = plan_run(["--output_dir", "unused", "--model_name_or_path", str(path), "--objective", objective])
-    checkpoint = mlm_suite_checkpoint(str(path))
-    return build_model(plan, build_config(plan, tokenizer, checkpoint)[0], checkpoint)
+    assert plan.model_source == mlm_suite_checkpoint(str(path))  # converted once, by the plan
+    return build_model(plan, build_config(plan, tokenizer)[0])
 
 
 def continued_args(output_dir: Path, checkpoint: Path, corpus: Path, *extra: str) -> list[str]:

@@ -234,7 +234,7 @@ def check_retrieval_evaluation(tmp_path: Path) -> None:
 def check_every_process_left_after_the_last_one_finished(ended: Path) -> None:
     """``run_job`` holds each process until all of them finished ``main``, then destroys the group, and the
     processes exit cleanly (the launch's exit status). Without ``end_process_group``, about half the runs abort
-    while exiting ("terminate called without an active exception", see mlm_suite/jobs/running.py), and
+    while exiting ("terminate called without an active exception", see mlm_suite/jobs/common/running.py), and
     without its barrier process 1 leaves about 2 s before the main process finished."""
     main_finished = float((ended / "main_finished").read_text())
     for index in (0, 1):

@@ -27,7 +27,7 @@ from mlm_suite.data.inputs.builtin import review_coherence_splits
 from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, seeds
 from mlm_suite.data.finetuning.labels import infer_task_type
 from mlm_suite.data.inputs.readers import TaggedSentences, read_conll, split_80_10_10
-from mlm_suite.jobs.finetune_training import save_everything
+from mlm_suite.jobs.common.finetune_training import save_everything
 from mlm_suite.data.finetuning.tagging import InvalidTagSequenceError, settle_scheme, validate_tags
 from tests.helpers import (
     FAST,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import assert_refused, finished_process_id, folder_files, held_by_another_process, run_command
-from mlm_suite.jobs.output_folder import claim_output_folder, lock_path, release_output_folder
+from mlm_suite.jobs.common.output_folder import claim_output_folder, lock_path, release_output_folder
 
 FAST = ["--max_steps", "2", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "2",
         "--report_to", "none"]

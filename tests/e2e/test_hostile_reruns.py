@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mlm_suite.jobs.output_folder import LOCK_NAME, claim_output_folder, release_output_folder
+from mlm_suite.jobs.common.output_folder import LOCK_NAME, claim_output_folder, release_output_folder
 from tests.helpers import assert_refused, folder_files, run_command, write_csv
 
 FAST = ["--max_steps", "2", "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "2",
@@ -223,8 +223,8 @@ def test_an_onnx_output_that_is_a_folder_is_one_line(tmp_path, tiny_model, capsy
 def test_a_sigterm_just_after_the_lock_was_taken_leaves_no_lock_nor_folder(tmp_path, monkeypatch):
     """SIGTERM raises in the main thread at whatever bytecode it comes: just after the link that made the lock this
     run's, before the run recorded it, the lock and the folders made for it are still removed."""
-    from mlm_suite.jobs import output_folder
-    from mlm_suite.jobs.running import Terminated
+    from mlm_suite.jobs.common import output_folder
+    from mlm_suite.jobs.common.running import Terminated
 
     real_link = os.link
 

@@ -21,7 +21,7 @@ from transformers import AutoTokenizer
 from mlm_suite import MlmSuiteForMaskedLM, MlmSuiteForPreTraining
 from mlm_suite.cards.rendering import table_cell
 from mlm_suite.jobs.pretrain import main
-from mlm_suite.jobs.output_folder import output_folders_released
+from mlm_suite.jobs.common.output_folder import output_folders_released
 from mlm_suite.model import AUTO_CLASSES
 from tests.helpers import (
     BERT_ARCHITECTURE,

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from mlm_suite.data.pretraining.masking import DataCollatorForMaskedLM
 from mlm_suite.data.pretraining.rows import EVAL_SEED
-from mlm_suite.jobs.running import run_job
+from mlm_suite.jobs.common.running import run_job
 
 record_folder: str | None = None  # the running job's ``record`` folder
 collate = DataCollatorForMaskedLM.__call__

@@ -17,7 +17,7 @@ from mlm_suite.data.inputs import downloads
 from mlm_suite.data.finetuning.alignment import SentenceWindows
 from mlm_suite.evaluation.tagging_metrics import ner_compute_metrics
 from mlm_suite.jobs import finetune_ner
-from mlm_suite.jobs.output_folder import release_output_folder
+from mlm_suite.jobs.common.output_folder import release_output_folder
 from mlm_suite.data.inputs.readers import read_conll, read_ner_file
 from mlm_suite.evaluation.entities import entity_scores, make_compute_metrics, paired_bootstrap, tag_scores
 from mlm_suite.data.finetuning.tagging import (

@@ -40,7 +40,7 @@ from torch.distributed.fsdp import FSDPModule
 from types import SimpleNamespace
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM
-from mlm_suite.jobs.running import end_process_group
+from mlm_suite.jobs.common.running import end_process_group
 from mlm_suite.training.checkpoint_format import fsdp2_optimizer_state, load_fsdp2_model_state, load_fsdp2_optimizer_state
 
 state = PartialState(cpu=True)  # the gloo group of the launched processes

@@ -9,7 +9,7 @@ from transformers import BertForTokenClassification, Trainer, TrainingArguments
 
 from mlm_suite import MlmSuiteForSequenceClassification, MlmSuiteForTokenClassification
 from mlm_suite.training.freezing import freeze_encoder
-from mlm_suite.jobs.model_loading import apply_freezing
+from mlm_suite.jobs.common.model_loading import apply_freezing
 
 BIO = {0: "O", 1: "B-PER", 2: "I-PER"}
 

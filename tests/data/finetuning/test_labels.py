@@ -15,7 +15,7 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs import finetune_cls, finetune_pair
-from mlm_suite.jobs.running import run_job
+from mlm_suite.jobs.common.running import run_job
 from mlm_suite.data.finetuning.labels import hub_split_labels, hub_tag_sequences
 from mlm_suite.data.inputs.readers import read_examples
 

@@ -23,9 +23,9 @@ from mlm_suite.data.pretraining.schedules import (
 )  # fmt: skip
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.pretrain import main
-from mlm_suite.jobs.output_folder import output_folders_released
+from mlm_suite.jobs.common.output_folder import output_folders_released
 from mlm_suite.data.pretraining.vocabulary import train_wordpiece_tokenizer
-from mlm_suite.jobs.model_loading import extend_context
+from mlm_suite.jobs.common.model_loading import position_changes
 from mlm_suite.training.controls import WsdTimeBudgetCallback, time_budget_callback
 from tests.helpers import (
     AdvanceClock,
@@ -390,22 +390,41 @@ def test_context_extension_continues_a_rotary_checkpoint_at_longer_rows(tmp_path
     assert before > 0.4 and after > before - 0.05
 
 
-def test_extend_context_checks_and_updates_in_place(tmp_path):
-    from types import SimpleNamespace
-
+def test_position_changes_check_and_leave_the_config_as_it_is():
     from mlm_suite import MlmSuiteConfig
 
-    tokenizer = SimpleNamespace(model_max_length=32)
     config = MlmSuiteConfig(position_embedding_type="rotary", max_position_embeddings=32)
-    change = extend_context(config, tokenizer, 80000.0, 128, continued=True)
-    assert (config.rope_theta, config.max_position_embeddings, tokenizer.model_max_length) == (80000.0, 128, 128)
+    fields, change = position_changes(config, 80000.0, 128, continued=True)
+    assert fields == {"rope_theta": 80000.0, "max_position_embeddings": 128}
+    assert (config.rope_theta, config.max_position_embeddings) == (10000.0, 32)  # not changed in place
     assert "max_position_embeddings 32 → 128" in change and change.endswith("(rows of 128 tokens)")
-    new_model = MlmSuiteConfig(position_embedding_type="rotary", max_position_embeddings=32)
-    extend_context(new_model, SimpleNamespace(model_max_length=32), 80000.0, 128, continued=False)
-    assert (new_model.rope_theta, new_model.max_position_embeddings) == (80000.0, 32)  # a new model's checks stand
-    assert extend_context(new_model, tokenizer, None, 32, continued=False) is None
+    fields, _ = position_changes(config, 80000.0, 128, continued=False)
+    assert fields == {"rope_theta": 80000.0}  # a new model's positions stand
+    assert position_changes(config, None, 32, continued=False) == ({}, None)
     with pytest.raises(UsageError, match="rotary positions"):
-        extend_context(MlmSuiteConfig(position_embedding_type="absolute"), tokenizer, 80000.0, 128, continued=False)
+        position_changes(MlmSuiteConfig(position_embedding_type="absolute"), 80000.0, 128, continued=False)
+
+
+def test_a_context_extension_gives_the_model_and_a_copy_of_the_tokenizer_the_longer_rows(tmp_path):
+    """The plan decides the change (a control row, printed and in the card); building the config applies it to a new
+    config and a copy of the tokenizer, whose ``model_max_length`` follows the rows."""
+    from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM
+    from mlm_suite.jobs.pretrain import build_config, plan_run
+
+    tokenizer = train_wordpiece_tokenizer(["one two three four five six"] * 20, vocab_size=60)
+    tokenizer.model_max_length = 32
+    folder = tmp_path / "rotary"
+    config = MlmSuiteConfig.preset("tiny", vocab_size=len(tokenizer), max_position_embeddings=32,
+                                   position_embedding_type="rotary")
+    MlmSuiteForMaskedLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    plan = plan_run(["--output_dir", str(tmp_path / "out"), "--model_name_or_path", str(folder), "--max_seq_length",
+                     "64", "--rope_theta", "40000"])
+    assert dict(plan.position_changes) == {"rope_theta": 40000.0, "max_position_embeddings": 64}
+    assert plan.controls["context extension"].startswith("RoPE base 10000 → 40000, max_position_embeddings 32 → 64")
+    built, longer = build_config(plan, tokenizer)
+    assert (built.rope_theta, built.max_position_embeddings, longer.model_max_length) == (40000.0, 64, 64)
+    assert longer is not tokenizer and tokenizer.model_max_length == 32
 
 
 def test_time_budget_callback_follows_the_learning_rate_schedule_and_the_clock():

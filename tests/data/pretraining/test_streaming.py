@@ -24,7 +24,7 @@ from mlm_suite.data.pretraining.prepared import load_prepared, tokenizer_fingerp
 from mlm_suite.data.pretraining.streaming import ProcessStream, split_for_processes, stream_rows
 from mlm_suite.data.pretraining.rows import EVAL_SEED, most_frequent_row_token, pretraining_rows_function
 from mlm_suite.jobs.pretrain import main, open_corpus, plan_run
-from mlm_suite.jobs.output_folder import output_folders_released
+from mlm_suite.jobs.common.output_folder import output_folders_released
 from mlm_suite.training import pretraining
 from mlm_suite.data.pretraining.vocabulary import train_wordpiece_tokenizer
 from mlm_suite.training.stream_position import StreamPosition

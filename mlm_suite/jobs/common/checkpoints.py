@@ -18,7 +18,7 @@ from transformers import TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.arguments import LAST_CHECKPOINT
+from mlm_suite.jobs.common.arguments import LAST_CHECKPOINT
 from mlm_suite.training.checkpoint_format import TRAINER_STATE_JSON
 from mlm_suite.training.resuming import check_resumed_run
 

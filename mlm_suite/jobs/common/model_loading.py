@@ -1,7 +1,7 @@
 """The model a job starts from: its flags (:class:`ModelArguments`), the default start (all-MiniLM-L6-v2 converted
 once), a folder's config, tokenizer and weights loaded with the Hub flags, a BERT-like checkpoint converted on the fly,
-``--max_seq_length`` checked against the model and the layers frozen; a config changed by ``--config_overrides`` or
-a context extension. See docs/finetuning.md.
+``--max_seq_length`` checked against the model and the layers frozen; a copy of a config changed by
+``--config_overrides``, and the fields a context extension changes. See docs/finetuning.md.
 
 Every job loads a model, config or tokenizer from a folder through :func:`pretrained_config`,
 :func:`pretrained_tokenizer` and :func:`pretrained_model`, which check the folder's files first
@@ -10,6 +10,7 @@ Every job loads a model, config or tokenizer from a folder through :func:`pretra
 from __future__ import annotations
 
 import atexit
+import copy
 import difflib
 import math
 import shutil
@@ -22,12 +23,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from transformers import AutoConfig, PretrainedConfig, PreTrainedTokenizerBase, TrainingArguments
+from transformers import AutoConfig, PretrainedConfig, TrainingArguments
 
 from mlm_suite.conversion import FAMILIES, FAMILY_NAMES, convert_checkpoint, converted_minilm_dir
 from mlm_suite.conversion.checkpoint import TOKENIZER_FILES
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.arguments import HubArguments, check_at_least, check_model_source
+from mlm_suite.jobs.common.arguments import HubArguments, check_at_least, check_model_source
 from mlm_suite.model import MlmSuiteConfig
 from mlm_suite.model_files import check_config_file, check_tokenizer_files, check_vocabulary, check_weights_files
 from mlm_suite.training.freezing import freeze_encoder
@@ -193,7 +194,7 @@ def mlm_suite_checkpoint(model_name_or_path: str, **pretrained: Any) -> str:
     :func:`~mlm_suite.conversion.convert_checkpoint` into a temporary folder,
     removed when the process exits; its head comes along (a sequence or token classifier with its labels), and a
     folder without one converts to the bare encoder or masked LM, which the job gives a new head.
-    ``pretrained`` (the Hub flags, :meth:`~mlm_suite.jobs.arguments.HubArguments.pretrained_kwargs`) go to
+    ``pretrained`` (the Hub flags, :meth:`~mlm_suite.jobs.common.arguments.HubArguments.pretrained_kwargs`) go to
     ``AutoConfig.from_pretrained``.
     """
     config = pretrained_config(model_name_or_path, **pretrained)
@@ -318,6 +319,7 @@ def apply_config_overrides(config: MlmSuiteConfig, overrides: str) -> MlmSuiteCo
         UsageError: an item that is not ``name=value``, a name the config has not, a value not of the field's type,
             or values the config's own checks refuse (``num_attention_heads=0``).
     """
+    config = copy.deepcopy(config)  # the caller's config stays as it was
     fields = config.to_dict()
     for item in overrides.split(","):
         name, separator, text = (part.strip() for part in item.partition("="))
@@ -341,20 +343,18 @@ def apply_config_overrides(config: MlmSuiteConfig, overrides: str) -> MlmSuiteCo
     return config
 
 
-def extend_context(
-    config: MlmSuiteConfig, tokenizer: PreTrainedTokenizerBase, rope_theta: float | None, max_seq_length: int,
-    continued: bool,
-) -> str | None:
-    """A new RoPE base (``rope_theta``) and, for a ``continued`` rotary checkpoint at longer rows, a
-    ``max_position_embeddings`` (and ``tokenizer.model_max_length``) that follows ``max_seq_length`` (rotary
-    positions have no table to outgrow). Changes ``config`` and ``tokenizer`` in place; returns the change in words
-    (None: nothing changed).
+def position_changes(
+    config: MlmSuiteConfig, rope_theta: float | None, max_seq_length: int, continued: bool
+) -> tuple[dict[str, Any], str | None]:
+    """The config fields that a new RoPE base (``rope_theta``) and, for a ``continued`` rotary checkpoint at longer
+    rows, a ``max_position_embeddings`` that follows ``max_seq_length`` change (rotary positions have no table to
+    outgrow), and the change in words (None: nothing changes). ``config`` is not changed.
 
     Raises:
         UsageError: ``rope_theta`` for a model with absolute positions.
     """
     rotary = config.position_embedding_type == "rotary"
-    changes = []
+    fields, changes = {}, []
     if rope_theta is not None:
         if not rotary:
             raise UsageError(
@@ -362,13 +362,11 @@ def extend_context(
             )
         if rope_theta != config.rope_theta:
             changes.append(f"RoPE base {config.rope_theta:g} → {rope_theta:g}")
-            config.rope_theta = float(rope_theta)
+            fields["rope_theta"] = float(rope_theta)
     if continued and rotary and max_seq_length > config.max_position_embeddings:
         changes.append(f"max_position_embeddings {config.max_position_embeddings} → {max_seq_length}")
-        config.max_position_embeddings = max_seq_length
-        if tokenizer.model_max_length < max_seq_length:
-            tokenizer.model_max_length = max_seq_length
-    return ", ".join(changes) + f" (rows of {max_seq_length} tokens)" if changes else None
+        fields["max_position_embeddings"] = max_seq_length
+    return fields, (", ".join(changes) + f" (rows of {max_seq_length} tokens)" if changes else None)
 
 
 def describe_new_weights(checkpoint_name: str, model: torch.nn.Module, new_weights: list[str]) -> str:
@@ -387,12 +385,13 @@ __all__ = [
     "apply_freezing",
     "check_max_seq_length",
     "describe_new_weights",
-    "extend_context",
+    "from_the_hub",
     "hub_snapshot",
     "load_config",
     "load_model",
     "load_tokenizer",
     "mlm_suite_checkpoint",
+    "position_changes",
     "pretrained_config",
     "pretrained_model",
     "pretrained_tokenizer",

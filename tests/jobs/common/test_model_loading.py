@@ -1,4 +1,4 @@
-"""The checks of what a job loads (mlm_suite/jobs/model_loading.py): a tokenizer against the model's vocabulary."""
+"""The checks of what a job loads (mlm_suite/jobs/common/model_loading.py): a tokenizer against the model's vocabulary."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_a_native_folder_is_converted_once_per_process_until_its_files_change(tm
     (one temporary copy of the weights, not one per seed); a folder whose files changed is converted again."""
     from transformers import RobertaConfig, RobertaForMaskedLM
 
-    from mlm_suite.jobs.model_loading import mlm_suite_checkpoint
+    from mlm_suite.jobs.common.model_loading import mlm_suite_checkpoint
 
     source = tmp_path / "roberta"
     config = RobertaConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,

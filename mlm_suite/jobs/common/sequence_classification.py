@@ -39,7 +39,7 @@ from mlm_suite.evaluation.classification import (
     write_predictions,
 )
 from mlm_suite.evaluation.plots import figures_section
-from mlm_suite.jobs.arguments import (
+from mlm_suite.jobs.common.arguments import (
     check_at_least,
     check_file,
     check_positive,
@@ -50,8 +50,8 @@ from mlm_suite.jobs.arguments import (
     test_split_name_field,
     validation_split_name_field,
 )
-from mlm_suite.jobs.checkpoints import resume_checkpoint, stage_checkpoint
-from mlm_suite.jobs.finetune_training import (
+from mlm_suite.jobs.common.checkpoints import resume_checkpoint, stage_checkpoint
+from mlm_suite.jobs.common.finetune_training import (
     FinetuneTrainingArguments,
     card_training_summary,
     early_stopping,
@@ -59,7 +59,7 @@ from mlm_suite.jobs.finetune_training import (
     save_everything,
     trains_flattened,
 )
-from mlm_suite.jobs.model_loading import (
+from mlm_suite.jobs.common.model_loading import (
     ModelArguments,
     apply_freezing,
     check_max_seq_length,
@@ -69,7 +69,7 @@ from mlm_suite.jobs.model_loading import (
     mlm_suite_checkpoint,
     resolve_model_path,
 )
-from mlm_suite.jobs.output_folder import claim_output_folder, paths_read
+from mlm_suite.jobs.common.output_folder import claim_output_folder, paths_read
 from mlm_suite.cards import CardDataset, FinetunedCard, card_base_model, card_scores, label_table, markdown_table
 from mlm_suite.training.job_outputs import KeptPredictions
 from mlm_suite.training.trainer import JobTrainer, standard_features

@@ -13,7 +13,9 @@
    from a checkpoint);
 5. the corpus: a prepared folder is opened and checked against the flags (its tokenizer, row length and packing);
 6. the tokenizer: given, the checkpoint's, the prepared folder's, or one trained on the corpus;
-7. the checkpoint the training continues from (``--resume_from_checkpoint``, a stopped run's, or the decayed one).
+7. the checkpoint the training continues from (``--resume_from_checkpoint``, a stopped run's, or the decayed one);
+8. the model: the checkpoint it continues (converted when of another family) and the change of its positions
+   (``--rope_theta``, a context extension).
 
 The plan holds the flags as this run uses them (:attr:`~PretrainingPlan.args`, :attr:`~PretrainingPlan.training_args`:
 copies, the Trainer's among them) and what they imply; the corpus opener, the tokenizer, config and model
@@ -29,38 +31,32 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mlm_suite.cards import PretrainingRecipe, default_source
 from mlm_suite.data.pretraining.prepared import PreparedData, load_prepared
 from mlm_suite.data.pretraining.schedules import BatchSizeWarmup, MaskRateSchedule
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.arguments import GIVEN, derived_training_arguments
-from mlm_suite.jobs.checkpoints import resume_checkpoint
+from mlm_suite.jobs.common.arguments import GIVEN, derived_training_arguments
+from mlm_suite.jobs.common.checkpoints import resume_checkpoint
+from mlm_suite.jobs.common.model_loading import (
+    apply_config_overrides, mlm_suite_checkpoint, position_changes, pretrained_config,
+)  # fmt: skip
+from mlm_suite.model import MlmSuiteConfig
+from mlm_suite.jobs.common.pretraining_arguments import PretrainingArguments, PretrainTrainingArguments, check_token_budget
 from mlm_suite.training.controls import (
     DEFAULT_LR_DECAY, UNBOUNDED_STEPS, WSD, early_stopping_arguments, lr_schedule_summary, rows_per_step,
 )  # fmt: skip
 from mlm_suite.training.schedules import check_row_sampling
 
-if TYPE_CHECKING:
-    from mlm_suite.jobs.pretrain import PretrainingArguments, PretrainTrainingArguments
 
-__all__ = ["CONTINUED", "FROM_SCRATCH", "NEW_MODEL_OPTIONS", "PretrainingPlan", "check_token_budget"]
+__all__ = ["CONTINUED", "FROM_SCRATCH", "NEW_MODEL_OPTIONS", "PretrainingPlan", "model_config"]
 
 # Where a mode-dependent value came from (PretrainingPlan.value_sources).
 CONTINUED = "continued-pretraining default"
 FROM_SCRATCH = "from-scratch default"
 # Options that build a new model: a checkpoint brings its own architecture, so they do not apply to it.
 NEW_MODEL_OPTIONS = ("config_preset", "norm_position", "position_embedding_type")
-
-
-def check_token_budget(max_tokens_per_batch: int, max_seq_length: int) -> None:
-    """Raise UsageError unless a batch of ``max_tokens_per_batch`` tokens holds the longest row."""
-    if max_tokens_per_batch < max_seq_length:
-        raise UsageError(
-            f"--max_tokens_per_batch {max_tokens_per_batch} is below --max_seq_length {max_seq_length}: a batch must "
-            "hold the longest row"
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +78,12 @@ class PretrainingPlan:
         trains_tokenizer: a WordPiece vocabulary is trained on the corpus.
         tokenizer_flag: the flag naming a fixed tokenizer ("" when none names it: MiniLM's, or a trained one).
         resume_from_checkpoint: the checkpoint the training continues from (None: from the start).
+        model_source: the mlm_suite folder whose weights the model starts from: ``--model_name_or_path``, converted
+            when it is of another family (None: new weights).
+        config_source: the folder the configuration comes from when no ``--config_name`` gives it: the model source,
+            or the checkpoint a decay run continues (None: a preset).
+        position_changes: the configuration fields ``--rope_theta`` and a context extension change (also a row of
+            ``controls``).
     """
 
     args: PretrainingArguments
@@ -95,6 +97,9 @@ class PretrainingPlan:
     trains_tokenizer: bool
     tokenizer_flag: str
     resume_from_checkpoint: str | None
+    model_source: str | None
+    config_source: str | None
+    position_changes: Mapping[str, Any]
 
     @classmethod
     def resolve(
@@ -221,6 +226,16 @@ class PretrainingPlan:
         resumed = resume_checkpoint(training_args) or args.decay_from_checkpoint
         training["resume_from_checkpoint"] = resumed
 
+        # 8. The model: the checkpoint continued (converted from its family), and how its positions change.
+        model_source = mlm_suite_checkpoint(args.model_name_or_path, **args.pretrained_kwargs()) if args.model_name_or_path else None
+        config_source = model_source or args.decay_from_checkpoint
+        resolved = dataclasses.replace(args, **changes)
+        position_fields, position_text = position_changes(
+            model_config(resolved, config_source), args.rope_theta, resolved.max_seq_length, continued=bool(config_source)
+        )
+        if position_text:  # --rope_theta; a rotary checkpoint's positions follow longer rows
+            controls["context extension" if config_source else "positions"] = position_text
+
         run = derived_training_arguments(training_args, **training)
         lr_schedule = lr_schedule_summary(
             run, time_budget=args.max_train_minutes is not None,
@@ -229,7 +244,7 @@ class PretrainingPlan:
         if run.lr_scheduler_type == WSD:
             controls["learning-rate schedule"] = lr_schedule
         return cls(
-            args=dataclasses.replace(args, **changes),
+            args=resolved,
             training_args=run,
             value_sources=MappingProxyType(sources),
             mask_schedule=mask_schedule,
@@ -240,6 +255,9 @@ class PretrainingPlan:
             trains_tokenizer=trains_tokenizer,
             tokenizer_flag=tokenizer_flag,
             resume_from_checkpoint=resumed,
+            model_source=model_source,
+            config_source=config_source,
+            position_changes=MappingProxyType(position_fields),
         )
 
     # --------------------------------------------------------------------------------------------------------------
@@ -253,10 +271,10 @@ class PretrainingPlan:
         micro_batches = training_args.world_size * training_args.gradient_accumulation_steps
         return f"{micro_batches} x {args.max_tokens_per_batch:,} tokens (token budget)"
 
-    def describe(self, controls: Mapping[str, str]) -> str:
+    def describe(self) -> str:
         """The configuration as the job prints it at the start: the values that depend on whether a checkpoint is
-        continued, each with where it came from, then the shared ones, then ``controls`` when any is on."""
-        args, training_args = self.args, self.training_args
+        continued, each with where it came from, then the shared ones, then the controls that are on."""
+        args, training_args, controls = self.args, self.training_args, self.controls
         new_model = f"config {args.config_name}" if args.config_name else f"preset {args.config_preset}"
         mode = f"continuing {args.model_name_or_path}" if args.model_name_or_path else f"from scratch, {new_model}"
         lines = [f"pretraining configuration ({mode}; flags given on the command line win):"]
@@ -283,9 +301,9 @@ class PretrainingPlan:
             lines += ["pretraining controls:", *(f"  {name}: {value}" for name, value in controls.items())]
         return "\n".join(lines)
 
-    def recipe(self, controls: Mapping[str, str]) -> PretrainingRecipe:
-        """How the model was trained, as the card says it (``controls``: the controls that are on)."""
-        args, training_args = self.args, self.training_args
+    def recipe(self) -> PretrainingRecipe:
+        """How the model was trained, as the card says it."""
+        args, training_args, controls = self.args, self.training_args, self.controls
         return PretrainingRecipe(
             base_model=args.model_name_or_path, config_name=args.config_name, config_preset=args.config_preset,
             dataset_name=args.dataset_name, dataset_config_name=args.dataset_config_name,
@@ -299,6 +317,33 @@ class PretrainingPlan:
             seed=training_args.seed, max_train_minutes=args.max_train_minutes, head_warmup_steps=args.head_warmup_steps,
             controls=controls,
         )  # fmt: skip
+
+
+def model_config(args: PretrainingArguments, source: str | None, tokenizer: Any = None) -> MlmSuiteConfig:
+    """The model's configuration before its positions change: ``--config_name``'s, else ``source``'s (an mlm_suite
+    folder), else a preset sized to ``tokenizer`` (without one, of BERT's vocabulary: what the plan decides from it does
+    not depend on the vocabulary); with ``--config_overrides`` applied (a copy)."""
+    if args.config_name:
+        config = pretrained_config(args.config_name, **args.pretrained_kwargs())
+        if not isinstance(config, MlmSuiteConfig):
+            raise ValueError(
+                f"--config_name {args.config_name} holds a {config.model_type!r} config; pretraining builds mlm_suite "
+                "models (a BERT model: pass its folder as --model_name_or_path)"
+            )
+    elif source:
+        config = pretrained_config(source, **args.pretrained_kwargs())
+    else:
+        sized = {} if tokenizer is None else {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
+        config = MlmSuiteConfig.preset(
+            args.config_preset,
+            **sized,
+            norm_position=args.norm_position,
+            position_embedding_type=args.position_embedding_type,
+            # MLM alone never trains [CLS] (no loss reads it; NSP's does): a classifier fine-tuned from this model
+            # reads the mean of the states MLM trained (docs/results.md: why the main job's encoder does not help sentiment).
+            classifier_pooling="mean" if args.objective == "mlm" else "cls",
+        )
+    return apply_config_overrides(config, args.config_overrides) if args.config_overrides else config
 
 
 def _named_tokenizer(tokenizer_name: str | None, model_name_or_path: str | None) -> str:

@@ -1,4 +1,4 @@
-"""Resuming every training job (``mlm_suite.jobs.checkpoints``): a run stopped after a checkpoint and continued
+"""Resuming every training job (``mlm_suite.jobs.common.checkpoints``): a run stopped after a checkpoint and continued
 ends where the uninterrupted run ends.
 
 A stop is simulated in-process: the Trainer raises just after it saved ``checkpoint-2`` (what a process killed
@@ -23,8 +23,8 @@ from transformers import TrainingArguments
 
 from mlm_suite import cli
 from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, finetune_retrieval, pretrain
-from mlm_suite.jobs.arguments import JobTrainingArguments
-from mlm_suite.jobs.checkpoints import resume_checkpoint, stage_checkpoint
+from mlm_suite.jobs.common.arguments import JobTrainingArguments
+from mlm_suite.jobs.common.checkpoints import resume_checkpoint, stage_checkpoint
 from mlm_suite.training.trainer import JobTrainer
 from tests.helpers import SENTENCES, assert_no_pickle, polarity_rows, write_conll, write_jsonl, write_pairs
 from tests.helpers import job_args as pretrain_args

@@ -19,7 +19,7 @@ from typing import Any
 from transformers import HfArgumentParser, TrainingArguments
 
 from mlm_suite.errors import UsageError
-from mlm_suite.jobs.output_folder import OVERWRITE_HELP
+from mlm_suite.jobs.common.output_folder import OVERWRITE_HELP
 
 #: ``--resume_from_checkpoint`` values (any case) meaning the last checkpoint of ``--output_dir``.
 LAST_CHECKPOINT = ("true",)
@@ -278,12 +278,12 @@ def given_flags(parser: HfArgumentParser, argv: Sequence[str]) -> frozenset[str]
 def argument_parser(dataclass_types: Sequence[type], **kwargs: Any) -> HfArgumentParser:
     """An ``HfArgumentParser`` named after the command that runs the job.
 
-    Its ``prog`` is :func:`~mlm_suite.jobs.running.command_prog` (``mlm-suite finetune-ner``,
+    Its ``prog`` is :func:`~mlm_suite.jobs.common.running.command_prog` (``mlm-suite finetune-ner``,
     ``python -m mlm_suite.jobs.finetune_ner``, or the script's name). On a bad flag it prints a
     one-line usage and the error instead of the hundred-odd flags of ``TrainingArguments``
     (``--help`` still lists them all).
     """
-    from mlm_suite.jobs.running import command_prog
+    from mlm_suite.jobs.common.running import command_prog
 
     parser = HfArgumentParser(dataclass_types, prog=command_prog(), **kwargs)
     parser.format_usage = lambda: f"usage: {parser.prog} [options]  ({parser.prog} --help lists them)\n"

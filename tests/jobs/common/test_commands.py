@@ -19,20 +19,13 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features, List, Value, lo
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
 
 from mlm_suite.data.inputs import readers
-from mlm_suite.jobs import (
-    arguments,
-    finetune_cls,
-    finetune_ner,
-    finetune_pair,
-    finetune_retrieval,
-    model_loading,
-    prepare_data,
-    pretrain,
-)
+from mlm_suite.jobs import finetune_cls, finetune_ner, finetune_pair, finetune_retrieval, prepare_data, pretrain
+from mlm_suite.jobs.common import arguments, model_loading
 from mlm_suite.data.pretraining.documents import DocumentOrigin, load_pretraining_documents
 from mlm_suite.data.pretraining.rows import document_rows
-from mlm_suite.jobs.arguments import JobTrainingArguments
-from mlm_suite.jobs.running import run_job
+from mlm_suite.jobs.common.arguments import JobTrainingArguments
+from mlm_suite.jobs.common.pretraining_arguments import PretrainingArguments
+from mlm_suite.jobs.common.running import run_job
 from tests.helpers import FAST, job_dataclasses, make_documents, write_text
 from tests.helpers import job_args as pretrain_args
 
@@ -64,7 +57,7 @@ def parse(job: str, argv: list[str]) -> tuple:
 
 def parser_of(job: str) -> argparse.ArgumentParser:
     if job == "pretrain":
-        return arguments.argument_parser((pretrain.PretrainingArguments, JobTrainingArguments))
+        return arguments.argument_parser((PretrainingArguments, JobTrainingArguments))
     if job == "prepare-data":
         return arguments.argument_parser([prepare_data.PrepareDataArguments, prepare_data.HubArguments])
     return arguments.argument_parser(job_dataclasses(FINETUNING[job]))
@@ -382,8 +375,7 @@ def test_pretrain_builds_the_model_of_config_name(tiny_model, tmp_path, minilm_d
     plan = pretrain.plan_run(["--config_name", str(tiny_model), "--config_preset", "mini"])
     config, _ = pretrain.build_config(plan, tokenizer)
     assert (config.num_hidden_layers, config.hidden_size) == (2, 32)  # tiny_model's, not the preset's
-    described = plan.describe({})
+    described = plan.describe()
     assert f"from scratch, config {tiny_model}" in described and "ignored: --config_preset" in described
-    plan = pretrain.plan_run(["--config_name", str(minilm_dir)])
-    with pytest.raises(ValueError, match="holds a 'bert' config"):
-        pretrain.build_config(plan, tokenizer)
+    with pytest.raises(ValueError, match="holds a 'bert' config"):  # refused by the plan, before the output folder
+        pretrain.plan_run(["--config_name", str(minilm_dir)])

@@ -5,7 +5,7 @@
 needs); :func:`run_trainer` trains, evaluates and predicts as the flags ask, :func:`early_stopping` watches the
 validation score, and :func:`save_everything` writes the model, tokenizer and metrics through
 :class:`~mlm_suite.training.trainer.JobTrainer`, which writes no pickle (``training_args.json``). The model a job
-starts from is :mod:`mlm_suite.jobs.model_loading`'s concern. The model card's hyper-parameter table is
+starts from is :mod:`mlm_suite.jobs.common.model_loading`'s concern. The model card's hyper-parameter table is
 :func:`card_training_summary`. See docs/finetuning.md.
 """
 
@@ -19,14 +19,14 @@ from typing import Any
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from mlm_suite.cards import initialisation, training_summary
-from mlm_suite.jobs.arguments import (
+from mlm_suite.jobs.common.arguments import (
     JobTrainingArguments,
     check_at_least,
     check_non_negative,
     derived_training_arguments,
     flatten_batches_field,
 )
-from mlm_suite.jobs.model_loading import ModelArguments
+from mlm_suite.jobs.common.model_loading import ModelArguments
 from mlm_suite.training.checkpoint_format import training_arguments_as_json
 from mlm_suite.training.controls import early_stopping_arguments, early_stopping_callback
 
@@ -93,7 +93,7 @@ def run_trainer(
     """Train, evaluate and predict as the flags of ``args`` ask; return metrics per split name (``prefix`` + split).
 
     Training continues from ``checkpoint``, which the job resolved when it started
-    (:func:`~mlm_suite.jobs.checkpoints.resume_checkpoint`, :func:`~mlm_suite.jobs.checkpoints.stage_checkpoint`).
+    (:func:`~mlm_suite.jobs.common.checkpoints.resume_checkpoint`, :func:`~mlm_suite.jobs.common.checkpoints.stage_checkpoint`).
     """
     metrics: dict[str, dict[str, float]] = {}
     if args.do_train:
@@ -164,7 +164,7 @@ def card_training_summary(
 def replace_output_dir(args: TrainingArguments, output_dir: str) -> TrainingArguments:
     """A copy of ``args`` writing to ``output_dir`` (for a second model trained in the same run), without the job's
     ``--resume_from_checkpoint``: that run continues from the last checkpoint in ``output_dir``
-    (:func:`~mlm_suite.jobs.checkpoints.stage_checkpoint`)."""
+    (:func:`~mlm_suite.jobs.common.checkpoints.stage_checkpoint`)."""
     return dataclasses.replace(args, output_dir=output_dir, resume_from_checkpoint=None)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch.distributed as dist
 
 from mlm_suite.errors import ONLY_WRITES_FAIL_WITH, WriteError, debug_enabled, error_line, is_user_error, write_error
-from mlm_suite.jobs.output_folder import output_folders_released
+from mlm_suite.jobs.common.output_folder import output_folders_released
 
 # The job's final barrier, freed with this module when the interpreter exits (see above).
 _final_barrier: dist.Work | None = None
@@ -174,7 +174,7 @@ def run_job(
     ``<prog>: terminated`` and 143 (:class:`Terminated`); other exceptions propagate with their traceback, and so
     does every exception with ``debug`` (default: ``$MLM_SUITE_DEBUG``). ``SystemExit`` (argparse's
     errors and ``--help``) passes through. The output folders ``main`` claimed
-    (:func:`~mlm_suite.jobs.output_folder.claim_output_folder`) are released however it ends.
+    (:func:`~mlm_suite.jobs.common.output_folder.claim_output_folder`) are released however it ends.
 
     The barrier runs only after success: when ``main`` fails in one process, the launcher stops the
     others, and a barrier here would wait for a process that never arrives.

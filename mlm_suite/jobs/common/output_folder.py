@@ -4,7 +4,7 @@ that run alone.
 A job calls :func:`claim_output_folder` once its flags are checked, before it writes anything. The claim is a lock
 file inside the folder, ``_mlm_suite.lock`` (the folder is made for it and removed again if the run leaves it empty,
 so a refused run leaves the folder as it was; names starting with ``_`` are left out of the Trainer's Hub uploads),
-holding the owner's pid and host; :func:`~mlm_suite.jobs.running.run_job` removes it when the job ends, however
+holding the owner's pid and host; :func:`~mlm_suite.jobs.common.running.run_job` removes it when the job ends, however
 it ends, and interpreter exit removes what is left. A lock whose process no longer runs on this host is taken over
 with a printed line.
 
@@ -259,7 +259,7 @@ def _start_run(folder: Path, output_dir: str | os.PathLike, flag: str, overwrite
 
     * empty or new: the run starts;
     * ``overwrite`` (``--overwrite_output_dir``): everything an earlier run left is removed, and the run starts anew;
-    * a stopped run's ``checkpoint-*`` folders (which the job continues: :mod:`mlm_suite.jobs.checkpoints`): the
+    * a stopped run's ``checkpoint-*`` folders (which the job continues: :mod:`mlm_suite.jobs.common.checkpoints`): the
       files at the top of the folder (the earlier results, final model, card and plots) are removed, the
       checkpoints and stage folders stay;
     * any other earlier file: refused, naming it, before anything is written.

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from mlm_suite.jobs.arguments import feed_the_device, gpu_loader_workers
+from mlm_suite.jobs.common.arguments import feed_the_device, gpu_loader_workers
 from mlm_suite.jobs.pretrain import parse_arguments, plan_run
 from tests.helpers import (
     assert_valid_model_card,
@@ -65,7 +65,22 @@ def test_pretraining_flattens_batches_on_a_gpu_only_unless_told():
 # ------------------------------------------------------------------------------------------------
 # Pretraining defaults by mode: continuing a checkpoint (--model_name_or_path) or training from scratch
 # ------------------------------------------------------------------------------------------------
-CONTINUING = ["--output_dir", "unused", "--use_cpu", "true", "--model_name_or_path", "some/checkpoint"]
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory, tokenizer):
+    """A randomly initialised tiny ``MlmSuiteForMaskedLM`` on the MiniLM vocabulary, with its tokenizer."""
+    from mlm_suite import MlmSuiteForMaskedLM
+
+    folder = tmp_path_factory.mktemp("tiny_checkpoint")
+    torch.manual_seed(0)
+    MlmSuiteForMaskedLM(make_tiny_config(vocab_size=len(tokenizer), max_position_embeddings=64)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def continuing(tiny_checkpoint) -> list[str]:
+    """The flags of a run that continues a checkpoint (the plan loads its configuration)."""
+    return ["--output_dir", "unused", "--use_cpu", "true", "--model_name_or_path", str(tiny_checkpoint)]
 
 
 def test_the_parser_tells_which_flags_were_given_however_spelt(tmp_path):
@@ -88,10 +103,10 @@ def test_the_parser_records_the_data_flags_with_their_files_resolved(tmp_path, m
     assert "learning_rate" not in flags and "output_dir" not in flags  # what the run trains on, not how
 
 
-def test_continuing_a_checkpoint_gets_the_continued_pretraining_defaults():
-    from mlm_suite.jobs.pretrain import CONTINUED_DEFAULTS, PretrainTrainingArguments as Defaults
+def test_continuing_a_checkpoint_gets_the_continued_pretraining_defaults(continuing):
+    from mlm_suite.jobs.common.pretraining_arguments import CONTINUED_DEFAULTS, PretrainTrainingArguments as Defaults
 
-    plan = plan_run(CONTINUING)
+    plan = plan_run(continuing)
     args, training_args = plan.args, plan.training_args
     assert training_args.learning_rate == CONTINUED_DEFAULTS["learning_rate"] == 3e-4
     assert args.mlm_probability == CONTINUED_DEFAULTS["mlm_probability"] == 0.15
@@ -104,7 +119,7 @@ def test_continuing_a_checkpoint_gets_the_continued_pretraining_defaults():
 
 
 def test_training_from_scratch_keeps_the_from_scratch_defaults():
-    from mlm_suite.jobs.pretrain import PretrainingArguments, PretrainTrainingArguments as Defaults
+    from mlm_suite.jobs.common.pretraining_arguments import PretrainingArguments, PretrainTrainingArguments as Defaults
 
     plan = plan_run(["--output_dir", "unused", "--use_cpu", "true"])
     args, training_args = plan.args, plan.training_args
@@ -122,30 +137,30 @@ def test_training_from_scratch_keeps_the_from_scratch_defaults():
         ["--learning_r", "2e-3", "--mlm_prob", "0.3", "--max_st", "12000"],  # prefixes argparse accepts
     ],
 )
-def test_flags_given_win_over_the_continued_pretraining_defaults(flags):
-    plan = plan_run([*CONTINUING, *flags])
+def test_flags_given_win_over_the_continued_pretraining_defaults(flags, continuing):
+    plan = plan_run([*continuing, *flags])
     args, training_args = plan.args, plan.training_args
     assert (training_args.learning_rate, args.mlm_probability, training_args.max_steps) == (2e-3, 0.3, 12000)
     assert set(plan.value_sources.values()) == {"given"}
     # A value given equal to the mode's default is still reported as given.
-    plan = plan_run([*CONTINUING, "--learning_rate", "3e-4"])
+    plan = plan_run([*continuing, "--learning_rate", "3e-4"])
     assert plan.value_sources["learning_rate"] == "given"
     assert plan.value_sources["mlm_probability"] == "continued-pretraining default"
 
 
-def test_a_time_budget_lifts_the_continued_step_default_but_not_a_given_one():
+def test_a_time_budget_lifts_the_continued_step_default_but_not_a_given_one(continuing):
     from mlm_suite.training.controls import UNBOUNDED_STEPS
 
-    training_args = plan_run([*CONTINUING, "--max_train_minutes", "5"]).training_args
+    training_args = plan_run([*continuing, "--max_train_minutes", "5"]).training_args
     assert training_args.max_steps == UNBOUNDED_STEPS and training_args.learning_rate == 3e-4
-    assert plan_run([*CONTINUING, "--max_train_minutes", "5", "--max_steps", "300"]).training_args.max_steps == 300
+    assert plan_run([*continuing, "--max_train_minutes", "5", "--max_steps", "300"]).training_args.max_steps == 300
 
 
-def test_the_plan_resolves_copies_and_leaves_the_parsed_flags_as_given():
-    from mlm_suite.jobs.pretrain import CONTINUED_DEFAULTS
-    from mlm_suite.jobs.pretraining_plan import PretrainingPlan
+def test_the_plan_resolves_copies_and_leaves_the_parsed_flags_as_given(continuing):
+    from mlm_suite.jobs.common.pretraining_arguments import CONTINUED_DEFAULTS
+    from mlm_suite.jobs.common.pretraining_plan import PretrainingPlan
 
-    args, training_args = parse_arguments([*CONTINUING, "--mlm_probability_schedule", "0.3,0.1@0.5"])
+    args, training_args = parse_arguments([*continuing, "--mlm_probability_schedule", "0.3,0.1@0.5"])
     parsed = (dataclasses.asdict(args), training_args.to_dict())
     plan = PretrainingPlan.resolve(args, training_args, CONTINUED_DEFAULTS)
     assert (dataclasses.asdict(args), training_args.to_dict()) == parsed
@@ -156,28 +171,16 @@ def test_the_plan_resolves_copies_and_leaves_the_parsed_flags_as_given():
         plan.args = args
 
 
-def test_the_printed_configuration_says_which_defaults_applied():
-    shown = plan_run([*CONTINUING, "--max_steps", "200", "--config_preset", "base"]).describe({})
-    assert "continuing some/checkpoint" in shown
+def test_the_printed_configuration_says_which_defaults_applied(continuing, tiny_checkpoint):
+    shown = plan_run([*continuing, "--max_steps", "200", "--config_preset", "base"]).describe()
+    assert f"continuing {tiny_checkpoint}" in shown
     assert "learning_rate 0.0003 (continued-pretraining default)" in shown
     assert "mlm_probability 0.15 (continued-pretraining default)" in shown
     assert "max_steps 200 (given)" in shown
     assert "ignored: --config_preset" in shown  # a checkpoint brings its own architecture
-    shown = plan_run(["--output_dir", "unused", "--use_cpu", "true"]).describe({})
+    shown = plan_run(["--output_dir", "unused", "--use_cpu", "true"]).describe()
     assert "from scratch" in shown and "learning_rate 0.002 (from-scratch default)" in shown
     assert "mlm_probability 0.3 (from-scratch default)" in shown and "max_steps 12000 (from-scratch default)" in shown
-
-
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory, tokenizer):
-    """A randomly initialised tiny ``MlmSuiteForMaskedLM`` on the MiniLM vocabulary, with its tokenizer."""
-    from mlm_suite import MlmSuiteForMaskedLM
-
-    folder = tmp_path_factory.mktemp("tiny_checkpoint")
-    torch.manual_seed(0)
-    MlmSuiteForMaskedLM(make_tiny_config(vocab_size=len(tokenizer), max_position_embeddings=64)).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def test_a_continued_run_prints_its_defaults_and_the_card_records_them(tiny_checkpoint, tmp_path, capfd):
@@ -265,7 +268,7 @@ def test_finetuning_flattens_training_batches_on_a_gpu_only_unless_told(monkeypa
 
 
 def test_only_mlm_suite_heads_without_a_crf_train_on_flattened_batches():
-    from mlm_suite.jobs.finetune_training import trains_flattened
+    from mlm_suite.jobs.common.finetune_training import trains_flattened
 
     def model(model_type: str = "mlm_suite", **config) -> SimpleNamespace:
         return SimpleNamespace(config=SimpleNamespace(model_type=model_type, **config))
@@ -280,9 +283,9 @@ def test_only_mlm_suite_heads_without_a_crf_train_on_flattened_batches():
 def test_early_stopping_is_set_where_the_finetuning_arguments_are_built():
     """``--early_stopping_patience`` brings an evaluation every epoch (unless ``--eval_strategy`` says otherwise) and
     the checkpoints and best model early stopping needs; the score it watches goes into a derived copy."""
-    from mlm_suite.jobs.arguments import derived_training_arguments
+    from mlm_suite.jobs.common.arguments import derived_training_arguments
     from mlm_suite.jobs.finetune_cls import ClassificationTrainingArguments
-    from mlm_suite.jobs.finetune_training import early_stopping
+    from mlm_suite.jobs.common.finetune_training import early_stopping
 
     plain = ClassificationTrainingArguments(output_dir="unused")
     assert plain.eval_strategy == "no" and not plain.load_best_model_at_end and early_stopping(plain, "f1") == (plain, [])
