@@ -1,4 +1,4 @@
-"""``convert_checkpoint``: a Hugging Face folder of any family in :data:`FAMILIES` becomes an mlm_suite folder that
+"""``convert_checkpoint``: a Hugging Face folder of any family of :data:`~mlm_suite.conversion.families.REGISTRY` becomes an mlm_suite folder that
 computes the same outputs, keeps the labels and ``problem_type``, names the mlm_suite class in ``architectures`` (and
 the family, but BERT, in ``converted_from``) and carries the tokenizer and a sentence-transformers folder's pooling.
 Anything that cannot be carried is an error naming it, or, when it is left out on purpose, a printed line. See
@@ -25,7 +25,6 @@ from mlm_suite.model_files import (
     staged_model_folder,
 )
 
-from mlm_suite.conversion.bert import BERT
 from mlm_suite.conversion.core import (
     CONVERTED_FROM,
     HEAD_NAMES,
@@ -37,16 +36,8 @@ from mlm_suite.conversion.core import (
     sentence_transformers_pooling,
     target_class,
 )
-from mlm_suite.conversion.distilbert import DISTILBERT
-from mlm_suite.conversion.electra import ELECTRA
-from mlm_suite.conversion.modernbert import MODERNBERT
-from mlm_suite.conversion.roberta import ROBERTA, XLM_ROBERTA
+from mlm_suite.conversion.families import FAMILIES, REGISTRY
 
-_FAMILIES = (BERT, ROBERTA, XLM_ROBERTA, DISTILBERT, ELECTRA, MODERNBERT)
-#: The families mlm_suite converts, by ``config.json``'s ``model_type``.
-FAMILIES: dict[str, Family] = {model_type: family for family in _FAMILIES for model_type in family.model_types}
-#: The families' names as a sentence writes them ("BERT, RoBERTa, ... or ModernBERT"), for help texts and messages.
-FAMILY_NAMES = ", ".join(family.name for family in _FAMILIES[:-1]) + f" or {_FAMILIES[-1].name}"
 #: The tokenizer's files, copied as they are: WordPiece, byte-level BPE (vocab.json + merges.txt), SentencePiece.
 TOKENIZER_FILES = (*TOKENIZER_VOCABULARY_FILES, "merges.txt", *TOKENIZER_SETTINGS_FILES)
 
@@ -58,7 +49,7 @@ def source_family(source: Path, native: dict) -> Family:
     architecture = (native.get("architectures") or [None])[0]
     supported = f"it converts {', '.join(sorted(FAMILIES))}"
     if model_type is None and architecture is not None:
-        named = [family for family in _FAMILIES if str(architecture).startswith(family.class_prefix)]
+        named = [family for family in REGISTRY if str(architecture).startswith(family.class_prefix)]
         if not named:
             raise UsageError(
                 f"{source} holds a {architecture} checkpoint (config.json's architectures), which mlm_suite cannot "
@@ -99,8 +90,10 @@ def convert_checkpoint(src_dir: str | Path, dst_dir: str | Path, classifier_pool
     architecture = (native.get("architectures") or [None])[0]
     if classifier_pooling not in (None, "cls", "mean"):
         raise UsageError(f"classifier_pooling must be cls or mean, got {classifier_pooling!r}")
-    # The family's own defaults stand for what its config.json leaves out (RoBERTa's pad_token_id is 1).
-    native = {**CONFIG_MAPPING[family.model_types[0]]().to_dict(), **native}
+    # The family's own defaults stand for what its config.json leaves out (RoBERTa's pad_token_id is 1); a family
+    # whose code ships with its folders has none in transformers.
+    model_type = family.model_types[0]
+    native = {**(CONFIG_MAPPING[model_type]().to_dict() if model_type in CONFIG_MAPPING else {}), **native}
     config = family.config(native)
     state = read_state_dict(source)
     weights = check_weights_are_the_family_s(source, family, native, state, lambda: family.rename(state, config))
@@ -116,7 +109,7 @@ def convert_checkpoint(src_dir: str | Path, dst_dir: str | Path, classifier_pool
     if classifier_pooling is not None:
         pooling["classifier_pooling"] = classifier_pooling
     config.update({**family.head_fields(native, model_class), **pooling})
-    if family is not BERT:
+    if family is not REGISTRY[0]:  # BERT's conversions record none: what they write stays as it was
         config.update({CONVERTED_FROM: family.model_types[0]})
     if model_class is MlmSuiteModel:
         model = MlmSuiteModel(config, add_pooling_layer="pooler.dense.weight" in weights)
@@ -142,4 +135,4 @@ def convert_checkpoint(src_dir: str | Path, dst_dir: str | Path, classifier_pool
     return destination
 
 
-__all__ = ["FAMILIES", "FAMILY_NAMES", "TOKENIZER_FILES", "convert_checkpoint", "source_family"]
+__all__ = ["TOKENIZER_FILES", "convert_checkpoint", "source_family"]

@@ -70,25 +70,34 @@ class Family:
     name it has no counterpart for as it is, so that loading names it. ``dropped`` (name prefix → why) are weights
     left out on purpose, each prefix with a printed line.
 
-    The way back (``export-native``): ``native_config`` writes the family's ``config.json`` fields for an mlm_suite
-    config, as the family would hold them (what it cannot hold, it leaves at what it has: converting the result
-    back shows the difference); ``native_rename`` maps mlm_suite's weights (as ``rename`` gives them) onto the names
-    of the family's class that the mlm_suite class given converts from.
+    The way back (``export-native``), for a family whose classes transformers has: ``native_config`` writes the
+    family's ``config.json`` fields for an mlm_suite config, as the family would hold them (what it cannot hold, it
+    leaves at what it has: converting the result back shows the difference); ``native_rename`` maps mlm_suite's
+    weights (as ``rename`` gives them) onto the names of the family's class that the mlm_suite class given converts
+    from. A family without them (one whose code ships with its folders, ``trust_remote_code``) converts in, not out.
+    ``tried_by_export``: whether export-native tries the family for a folder that names none (XLM-RoBERTa's classes
+    compute what RoBERTa's do: a folder becomes one only when it names it).
     """
 
     name: str  # as people write it: "RoBERTa"
-    class_prefix: str  # of transformers' classes: "Roberta"
+    class_prefix: str  # of the family's classes: "Roberta"
     model_types: tuple[str, ...]
     architectures: dict[str, type[MlmSuitePreTrainedModel]]
     no_counterpart: dict[str, str]
     config: Callable[[dict], MlmSuiteConfig]
     rename: Callable[[dict[str, torch.Tensor], MlmSuiteConfig], dict[str, torch.Tensor]]
-    native_config: Callable[[MlmSuiteConfig], dict]
+    native_config: Callable[[MlmSuiteConfig], dict] | None = None
     native_rename: Callable[
         [dict[str, torch.Tensor], MlmSuiteConfig, type[MlmSuitePreTrainedModel]], dict[str, torch.Tensor]
-    ]
+    ] | None = None
     head_fields: Callable[[dict, type[MlmSuitePreTrainedModel]], dict] = lambda native, model_class: {}
     dropped: dict[str, str] = field(default_factory=dict)
+    tried_by_export: bool = True
+
+    @property
+    def exports(self) -> bool:
+        """Whether export-native writes folders of this family (it has the way back)."""
+        return self.native_config is not None and self.native_rename is not None
 
 
 def native_fields(native: dict, names: dict[str, str]) -> dict:

@@ -43,12 +43,10 @@ from mlm_suite.model_files import (
     staged_model_folder,
 )
 
-from mlm_suite.conversion.checkpoint import FAMILIES, TOKENIZER_FILES
+from mlm_suite.conversion.checkpoint import TOKENIZER_FILES
+from mlm_suite.conversion.families import EXPORTED, FAMILIES, TRIED_BY_EXPORT
 from mlm_suite.conversion.core import CONVERTED_FROM, Family, read_state_dict
 
-#: The families tried, in this order, for a folder that names none. XLM-RoBERTa's classes compute what RoBERTa's
-#: do: a folder becomes one only when it names it.
-TRIED_FAMILIES = ("bert", "roberta", "distilbert", "electra", "modernbert")
 
 _OPTIONS = [name for name in inspect.signature(MlmSuiteConfig.__init__).parameters if name not in ("self", "kwargs")]
 # Options no exported class reads: those of sentence embeddings (a class no family has), the tagging scheme (use_crf
@@ -186,11 +184,12 @@ def _chosen_export(
     family: str | None,
 ) -> _Export:
     """The export to ``family``, else to the family the folder was converted from, else to the first family of
-    :data:`TRIED_FAMILIES` that computes what the folder does; what the family cannot express is a UsageError."""
+    :data:`~mlm_suite.conversion.families.TRIED_BY_EXPORT` that computes what the folder does; what the family cannot
+    express is a UsageError."""
     asked = family or getattr(config, CONVERTED_FROM, None)
     if asked is None:
         exports = []
-        for name in TRIED_FAMILIES:
+        for name in TRIED_BY_EXPORT:
             exports.append(_export(FAMILIES[name], config, model_class, weights))
             if not exports[-1].refused:
                 return exports[-1]
@@ -200,8 +199,9 @@ def _chosen_export(
             + ", ".join(closest.refused)
         )
     why = "asked for" if family else f"config.json's {CONVERTED_FROM}"
-    if asked not in FAMILIES:
-        raise UsageError(f"the family {why}, {asked!r}, is none that export-native writes ({', '.join(FAMILIES)})")
+    if asked not in EXPORTED:
+        what = "has no transformers class to write" if asked in FAMILIES else "is none mlm_suite knows"
+        raise UsageError(f"the family {why}, {asked!r}, {what}: export-native writes {', '.join(EXPORTED)}")
     export = _export(FAMILIES[asked], config, model_class, weights)
     if export.refused:
         raise UsageError(
@@ -215,12 +215,12 @@ def export_native_checkpoint(src_dir: str | Path, dst_dir: str | Path, family: s
     """Write the mlm_suite folder ``src_dir`` as the folder ``dst_dir`` of the transformers class that computes the
     same outputs; return ``dst_dir``.
 
-    The family is ``family`` (a key of :data:`~mlm_suite.conversion.checkpoint.FAMILIES`: ``bert``, ``roberta``,
-    ``xlm-roberta``, ``distilbert``, ``electra``, ``modernbert``), else the one ``config.json``'s ``converted_from``
-    names, else the first of :data:`TRIED_FAMILIES` whose class computes what the folder does; the class is that
+    The family is ``family`` (one of :data:`~mlm_suite.conversion.families.EXPORTED`), else the one ``config.json``'s
+    ``converted_from`` names, else the first of :data:`~mlm_suite.conversion.families.TRIED_BY_EXPORT` whose class
+    computes what the folder does; the class is that
     family's for the folder's head (``MlmSuiteForMaskedLM`` → ``BertForMaskedLM``, a pair classifier →
     ``*ForSequenceClassification``).
-    RoBERTa's position table gets back the ``pad_token_id + 1`` rows the conversion left out, as zeros (never read).
+    RoBERTa's position table keeps the ``pad_token_id + 1`` rows before its first position (``position_offset``).
     Tokenizer files are copied. A :class:`~mlm_suite.errors.UsageError` in one line names what has no counterpart
     (rotary positions, pre-norm layers or a gated feed-forward but in ModernBERT, token types in it, a CRF, sentence
     embeddings, ...) before ``dst_dir`` is created; a dropout rate or loss setting the class has no place for is left
@@ -264,4 +264,4 @@ def export_native_checkpoint(src_dir: str | Path, dst_dir: str | Path, family: s
     return destination
 
 
-__all__ = ["TRIED_FAMILIES", "export_native_checkpoint"]
+__all__ = ["export_native_checkpoint"]

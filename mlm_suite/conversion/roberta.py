@@ -133,7 +133,7 @@ def native_roberta_state_dict(
     return native
 
 
-def _roberta_family(name: str, class_prefix: str, model_type: str) -> Family:
+def _roberta_family(name: str, class_prefix: str, model_type: str, tried_by_export: bool = True) -> Family:
     return Family(
         name=name,
         class_prefix=class_prefix,
@@ -154,11 +154,13 @@ def _roberta_family(name: str, class_prefix: str, model_type: str) -> Family:
         native_config=native_roberta_config,
         native_rename=native_roberta_state_dict,
         head_fields=gelu_head_fields(name, "MLM head"),
+        tried_by_export=tried_by_export,
     )
 
 
 ROBERTA = _roberta_family("RoBERTa", "Roberta", "roberta")
-XLM_ROBERTA = _roberta_family("XLM-RoBERTa", "XLMRoberta", "xlm-roberta")
+# XLM-RoBERTa's classes compute what RoBERTa's do: export-native writes one only for a folder that names it.
+XLM_ROBERTA = _roberta_family("XLM-RoBERTa", "XLMRoberta", "xlm-roberta", tried_by_export=False)
 
 __all__ = [
     "CLASSIFICATION_HEAD",

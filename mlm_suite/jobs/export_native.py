@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from mlm_suite.conversion import FAMILIES, export_native_checkpoint
-from mlm_suite.conversion.export_native import TRIED_FAMILIES
+from mlm_suite.conversion import export_native_checkpoint
+from mlm_suite.conversion.families import EXPORTED, TRIED_BY_EXPORT
 from mlm_suite.jobs.common.output_folder import OVERWRITE_HELP, claim_output_folder
 from mlm_suite.jobs.common.running import command_prog
 
@@ -31,9 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("dst", help="output folder")
     parser.add_argument(
         "--family",
-        choices=tuple(FAMILIES),
+        choices=EXPORTED,
         help=f"the family to write (default: the one the folder was converted from, else the first of "
-        f"{', '.join(TRIED_FAMILIES)} whose class computes what the folder does)",
+        f"{', '.join(TRIED_BY_EXPORT)} whose class computes what the folder does)",
     )
     parser.add_argument("--overwrite_output_dir", action="store_true", help=OVERWRITE_HELP)
     return parser

@@ -10,6 +10,7 @@ import math
 import re
 import warnings
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -236,17 +237,6 @@ class MlmSuiteLMHead(MlmSuiteTransform):
 # --------------------------------------------------------------------------------------------
 # Base classes
 # --------------------------------------------------------------------------------------------
-AUTO_CLASSES = {
-    "AutoModel": "MlmSuiteModel",
-    "AutoModelForMaskedLM": "MlmSuiteForMaskedLM",
-    "AutoModelForPreTraining": "MlmSuiteForPreTraining",
-    "AutoModelForNextSentencePrediction": "MlmSuiteForNextSentencePrediction",
-    "AutoModelForSequenceClassification": "MlmSuiteForSequenceClassification",
-    "AutoModelForTokenClassification": "MlmSuiteForTokenClassification",
-    "AutoModelForQuestionAnswering": "MlmSuiteForQuestionAnswering",
-}
-
-
 def every_module_in_mode(model: nn.Module, training: bool) -> bool:
     """Whether ``model`` and all its submodules are in training mode (``training=True``) or all in eval mode."""
     stack = [model]
@@ -274,61 +264,51 @@ class MlmSuitePreTrainedModel(PreTrainedModel):
             return self
         return super().train(mode)
 
+    #: The Auto class a folder of this class loads with (its entry of ``auto_map`` names this class); None: a class
+    #: no Auto class is made for. Each class declares its own.
+    auto_class_name: ClassVar[str | None] = None
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
         if isinstance(module, ConditionalRandomField):
             # Also refills the non-persistent constraint buffers, which from_pretrained leaves empty.
             module.reset_parameters()
-        if isinstance(module, MlmSuiteForSentenceEmbedding) and module.logit_scale is not None:
-            module.logit_scale.fill_(math.log(1 / module.config.contrastive_temperature))
+
+    def check_before_save(self) -> None:
+        """A class's own check of what it is about to save (a warning for what would load wrong); nothing here."""
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Save weights, config and the model code so the folder loads with ``trust_remote_code=True``.
 
-        ``auto_map`` lists every Auto class, so the folder loads with any of them; the
-        sequence-classification entry names the class being saved when it is one (so a pair
-        head reloads as a pair head).
+        ``auto_map`` lists every Auto class (:data:`AUTO_CLASSES`), so the folder loads with any of them; the entry of
+        the class's own Auto class (:attr:`auto_class_name`) names the class being saved (so a pair head reloads as a
+        pair head). A class without one has its code copied, no entry rewritten.
         """
         module = type(self).__module__.rsplit(".", 1)[-1]
         config_module = type(self.config).__module__.rsplit(".", 1)[-1]
         auto_map = {"AutoConfig": f"{config_module}.{type(self.config).__name__}"}
         auto_map.update({auto: f"{module}.{name}" for auto, name in AUTO_CLASSES.items()})
-        if isinstance(self, MlmSuiteForSequenceClassification):
-            auto_map["AutoModelForSequenceClassification"] = f"{module}.{type(self).__name__}"
+        if self.auto_class_name is not None:
+            auto_map[self.auto_class_name] = f"{module}.{type(self).__name__}"
         self.config.auto_map = auto_map
-        if isinstance(self, MlmSuiteForTokenClassification) and has_placeholder_labels(self.config):
-            warnings.warn(
-                f"saving {type(self).__name__} with placeholder label names {sorted(self.config.id2label.values())}: "
-                "set config.id2label / config.label2id to the real tags (e.g. 'B-PER') before saving",
-                UserWarning,
-                stacklevel=2,
-            )
+        self.check_before_save()
         if getattr(type(self.config), "_auto_class", None) is None:
             type(self.config).register_for_auto_class()
-        if isinstance(self, MlmSuiteForSentenceEmbedding):
-            # No Auto class is made for sentence embeddings, and "AutoModel" must stay the bare encoder
-            # (sentence-transformers loads it and pools its token states): copy the code without
-            # registering the class, which would rewrite that entry of auto_map.
+        if self.auto_class_name is None:
+            # Registering the class would rewrite an entry of auto_map: its code is copied instead.
             self._auto_class = None
             result = super().save_pretrained(save_directory, *args, **kwargs)
             custom_object_save(self, save_directory)
             return result
         if self._auto_class is None:
-            type(self).register_for_auto_class(_auto_class_of(type(self)))
+            type(self).register_for_auto_class(self.auto_class_name)
         return super().save_pretrained(save_directory, *args, **kwargs)
 
 
 def has_placeholder_labels(config: MlmSuiteConfig) -> bool:
     """True while ``id2label`` holds transformers' default names ``LABEL_0, LABEL_1, ...``."""
     return all(re.fullmatch(r"LABEL_\d+", str(name)) for name in config.id2label.values())
-
-
-def _auto_class_of(cls: type) -> str:
-    for auto, name in AUTO_CLASSES.items():
-        if name == cls.__name__:
-            return auto
-    return "AutoModelForSequenceClassification" if issubclass(cls, MlmSuiteForSequenceClassification) else "AutoModel"
 
 
 def _check_inputs(
@@ -432,6 +412,8 @@ class MlmSuiteModel(MlmSuitePreTrainedModel):
 
     Pad positions of ``last_hidden_state`` and of ``hidden_states`` are zeros: pads never enter the layers.
     """
+
+    auto_class_name = "AutoModel"
 
     # A sentence-embedding checkpoint's learned temperature is training state, not part of the encoder.
     _keys_to_ignore_on_load_unexpected = [r"^logit_scale$"]
@@ -655,6 +637,10 @@ class _MaskedLMMixin:
 
 
 class MlmSuiteForMaskedLM(_MaskedLMMixin, MlmSuitePreTrainedModel):
+    """The encoder and the MLM head (transform + decoder tied to the word embeddings)."""
+
+    auto_class_name = "AutoModelForMaskedLM"
+
     def __init__(self, config: MlmSuiteConfig):
         super().__init__(config)
         self.encoder = MlmSuiteModel(config, add_pooling_layer=False)
@@ -675,6 +661,8 @@ class MlmSuiteForMaskedLM(_MaskedLMMixin, MlmSuitePreTrainedModel):
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         masked_lm_positions: torch.Tensor | None = None,
+        cu_seq_lens_q: torch.Tensor | None = None,
+        max_length_q: int | None = None,
         **kwargs: Unpack[FlashAttentionKwargs],
     ) -> MaskedLMOutput | tuple:
         """MLM logits and loss.
@@ -698,14 +686,15 @@ class MlmSuiteForMaskedLM(_MaskedLMMixin, MlmSuitePreTrainedModel):
             hidden = self.encoder.encode(
                 input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
                 document_ids=document_ids, inputs_embeds=inputs_embeds, output_index=positions,
-                cu_seq_lens_q=kwargs.get("cu_seq_lens_q"), max_length_q=kwargs.get("max_length_q"),
+                cu_seq_lens_q=cu_seq_lens_q, max_length_q=max_length_q,
             )[0]  # (num_labelled, hidden)
             loss, logits = self.masked_lm(hidden, labels, positions, num_items_in_batch)
             return MaskedLMOutput(loss=loss, logits=logits)
         outputs = self.encoder(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
+            output_hidden_states=output_hidden_states, return_dict=True,
+            cu_seq_lens_q=cu_seq_lens_q, max_length_q=max_length_q, **kwargs,
         )
         loss, logits = self.masked_lm(outputs.last_hidden_state, labels, positions, num_items_in_batch)
         return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
@@ -713,6 +702,8 @@ class MlmSuiteForMaskedLM(_MaskedLMMixin, MlmSuitePreTrainedModel):
 
 class MlmSuiteForNextSentencePrediction(MlmSuitePreTrainedModel):
     """``[CLS] A [SEP] B [SEP]`` → 2 classes: 0 = B follows A, 1 = B is random (HF's convention)."""
+
+    auto_class_name = "AutoModelForNextSentencePrediction"
 
     def __init__(self, config: MlmSuiteConfig):
         super().__init__(config)
@@ -733,12 +724,15 @@ class MlmSuiteForNextSentencePrediction(MlmSuitePreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        cu_seq_lens_q: torch.Tensor | None = None,
+        max_length_q: int | None = None,
         **kwargs: Unpack[FlashAttentionKwargs],
     ) -> NextSentencePredictorOutput | tuple:
         outputs = self.encoder(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
+            output_hidden_states=output_hidden_states, return_dict=True,
+            cu_seq_lens_q=cu_seq_lens_q, max_length_q=max_length_q, **kwargs,
         )
         logits = self.nsp_head(outputs.pooler_output)  # (batch, 2)
         loss = None
@@ -753,6 +747,8 @@ class MlmSuiteForNextSentencePrediction(MlmSuitePreTrainedModel):
 
 class MlmSuiteForPreTraining(_MaskedLMMixin, MlmSuitePreTrainedModel):
     """MLM + next-sentence prediction, as BERT was pretrained; the loss is their sum."""
+
+    auto_class_name = "AutoModelForPreTraining"
 
     def __init__(self, config: MlmSuiteConfig):
         super().__init__(config)
@@ -777,12 +773,15 @@ class MlmSuiteForPreTraining(_MaskedLMMixin, MlmSuitePreTrainedModel):
         num_items_in_batch: int | torch.Tensor | None = None,
         masked_lm_positions: torch.Tensor | None = None,
         num_sentence_pairs_in_batch: int | torch.Tensor | None = None,
+        cu_seq_lens_q: torch.Tensor | None = None,
+        max_length_q: int | None = None,
         **kwargs: Unpack[FlashAttentionKwargs],
     ) -> MlmSuiteForPreTrainingOutput | tuple:
         outputs = self.encoder(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
+            output_hidden_states=output_hidden_states, return_dict=True,
+            cu_seq_lens_q=cu_seq_lens_q, max_length_q=max_length_q, **kwargs,
         )
         positions = self.labelled_positions(labels, masked_lm_positions, outputs.last_hidden_state.shape[:2])
         mlm_loss, prediction_logits = self.masked_lm(outputs.last_hidden_state, labels, positions, num_items_in_batch)
@@ -817,6 +816,8 @@ class MlmSuiteForSequenceClassification(MlmSuitePreTrainedModel):
     ``single_label_classification`` (cross-entropy) or ``multi_label_classification`` (BCE),
     inferred from the labels' dtype when unset.
     """
+
+    auto_class_name = "AutoModelForSequenceClassification"
 
     def __init__(self, config: MlmSuiteConfig):
         super().__init__(config)
@@ -869,12 +870,15 @@ class MlmSuiteForSequenceClassification(MlmSuitePreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        cu_seq_lens_q: torch.Tensor | None = None,
+        max_length_q: int | None = None,
         **kwargs: Unpack[FlashAttentionKwargs],
     ) -> SequenceClassifierOutput | tuple:
         outputs = self.encoder(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
+            output_hidden_states=output_hidden_states, return_dict=True,
+            cu_seq_lens_q=cu_seq_lens_q, max_length_q=max_length_q, **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (batch, num_labels)
         loss = None
@@ -914,6 +918,8 @@ class MlmSuiteForPairClassification(MlmSuiteForSequenceClassification):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        cu_seq_lens_q: torch.Tensor | None = None,
+        max_length_q: int | None = None,
         **kwargs: Unpack[FlashAttentionKwargs],
     ) -> SequenceClassifierOutput | tuple:
         if token_type_ids is None:
@@ -924,7 +930,8 @@ class MlmSuiteForPairClassification(MlmSuiteForSequenceClassification):
         return super().forward(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             document_ids=document_ids, inputs_embeds=inputs_embeds, labels=labels, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, num_items_in_batch=num_items_in_batch, return_dict=True, **kwargs,
+            output_hidden_states=output_hidden_states, num_items_in_batch=num_items_in_batch, return_dict=True,
+            cu_seq_lens_q=cu_seq_lens_q, max_length_q=max_length_q, **kwargs,
         )
 
 
@@ -944,6 +951,8 @@ class MlmSuiteForTokenClassification(MlmSuitePreTrainedModel):
     normally the first piece of each word) and ``logits`` stay the per-token emission scores;
     ``decode`` returns the Viterbi tag sequence of each row.
     """
+
+    auto_class_name = "AutoModelForTokenClassification"
 
     def __init__(self, config: MlmSuiteConfig):
         super().__init__(config)
@@ -974,12 +983,15 @@ class MlmSuiteForTokenClassification(MlmSuitePreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        cu_seq_lens_q: torch.Tensor | None = None,
+        max_length_q: int | None = None,
         **kwargs: Unpack[FlashAttentionKwargs],
     ) -> TokenClassifierOutput | tuple:
         outputs = self.encoder(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
+            output_hidden_states=output_hidden_states, return_dict=True,
+            cu_seq_lens_q=cu_seq_lens_q, max_length_q=max_length_q, **kwargs,
         )
         hidden = outputs.last_hidden_state
         if hasattr(self, "transform"):
@@ -989,7 +1001,7 @@ class MlmSuiteForTokenClassification(MlmSuitePreTrainedModel):
         if labels is not None:
             _check_labels(labels, logits.shape[:2], "token labels")
             if self.config.use_crf:
-                if kwargs.get("cu_seq_lens_q") is not None:
+                if cu_seq_lens_q is not None:
                     raise ValueError("the CRF scores each sequence as a whole: train it on padded batches, not flattened ones")
                 # Per labelled token, like the softmax head: the Trainer counts tokens, and a count of
                 # sequences would not add up across gradient-accumulation micro-batches.
@@ -1009,6 +1021,16 @@ class MlmSuiteForTokenClassification(MlmSuitePreTrainedModel):
         )
         return output
 
+    def check_before_save(self) -> None:
+        """Placeholder label names (``LABEL_0``...) would reload as such: warn to set the real tags."""
+        if has_placeholder_labels(self.config):
+            warnings.warn(
+                f"saving {type(self).__name__} with placeholder label names {sorted(self.config.id2label.values())}: "
+                "set config.id2label / config.label2id to the real tags (e.g. 'B-PER') before saving",
+                UserWarning,
+                stacklevel=3,
+            )
+
     @torch.no_grad()
     def decode(self, logits: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
         """Best label sequence per row over the positions in ``mask`` ``(batch, seq)``: Viterbi with a CRF, else argmax."""
@@ -1022,6 +1044,8 @@ class MlmSuiteForQuestionAnswering(MlmSuitePreTrainedModel):
     """Extractive QA: start and end logits per token (``config.qa_dropout`` drops out the token states first, as
     DistilBERT does; ``config.token_head_transform`` puts dense, activation and LayerNorm before that, as ModernBERT
     does)."""
+
+    auto_class_name = "AutoModelForQuestionAnswering"
 
     def __init__(self, config: MlmSuiteConfig):
         super().__init__(config)
@@ -1046,12 +1070,15 @@ class MlmSuiteForQuestionAnswering(MlmSuitePreTrainedModel):
         end_positions: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        cu_seq_lens_q: torch.Tensor | None = None,
+        max_length_q: int | None = None,
         **kwargs: Unpack[FlashAttentionKwargs],
     ) -> QuestionAnsweringModelOutput | tuple:
         outputs = self.encoder(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states, return_dict=True, **kwargs,
+            output_hidden_states=output_hidden_states, return_dict=True,
+            cu_seq_lens_q=cu_seq_lens_q, max_length_q=max_length_q, **kwargs,
         )
         hidden = outputs.last_hidden_state
         if hasattr(self, "transform"):
@@ -1149,6 +1176,16 @@ class MlmSuiteForSentenceEmbedding(MlmSuitePreTrainedModel):
     states sentence-transformers pools.
     """
 
+    # No Auto class is made for sentence embeddings: "AutoModel" stays the bare encoder, which sentence-transformers
+    # loads and pools the token states of.
+    auto_class_name = None
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if module is self and self.logit_scale is not None:
+            self.logit_scale.fill_(math.log(1 / self.config.contrastive_temperature))
+
     def __init__(self, config: MlmSuiteConfig):
         super().__init__(config)
         # The pooler is kept, unused and frozen, so that the folder is a whole encoder for AutoModel (and
@@ -1193,6 +1230,8 @@ class MlmSuiteForSentenceEmbedding(MlmSuitePreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        cu_seq_lens_q: torch.Tensor | None = None,
+        max_length_q: int | None = None,
         **kwargs: Unpack[FlashAttentionKwargs],
     ) -> SentenceEmbeddingOutput | tuple:
         output_attentions, output_hidden_states = _output_flags(self.config, output_attentions, output_hidden_states)
@@ -1200,7 +1239,7 @@ class MlmSuiteForSentenceEmbedding(MlmSuitePreTrainedModel):
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             document_ids=document_ids, inputs_embeds=inputs_embeds, output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
-            cu_seq_lens_q=kwargs.get("cu_seq_lens_q"), max_length_q=kwargs.get("max_length_q"),
+            cu_seq_lens_q=cu_seq_lens_q, max_length_q=max_length_q,
         )
         embeddings = pool_sequences(hidden, layout, attention_mask, self.config.sentence_pooling)  # (num_sequences, hidden)
         if self.config.normalize_embeddings:
@@ -1216,6 +1255,15 @@ class MlmSuiteForSentenceEmbedding(MlmSuitePreTrainedModel):
         return SentenceEmbeddingOutput(
             loss=loss, embeddings=embeddings, scores=scores, hidden_states=hidden_states, attentions=attentions
         )
+
+
+#: Each Auto class and the class it loads (every folder's ``auto_map`` lists them all), from the classes' own
+#: ``auto_class_name``.
+AUTO_CLASSES: dict[str, str] = {
+    model_class.auto_class_name: model_class.__name__
+    for model_class in (MlmSuiteModel, MlmSuiteForMaskedLM, MlmSuiteForPreTraining, MlmSuiteForNextSentencePrediction,
+                        MlmSuiteForSequenceClassification, MlmSuiteForTokenClassification, MlmSuiteForQuestionAnswering)
+}
 
 
 __all__ = [

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mlm_suite.conversion import REGISTRY
 from tests.helpers import TINY_MODEL, load_benchmark, make_documents, write_text
 
 
@@ -91,7 +92,7 @@ def test_profile_shows_where_mlm_suite_s_step_spends_its_time(bench):
     assert "| matrix multiplications |" in report["markdown"] and "| device waiting for the host (wall − busy) |" in report["markdown"]
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "xlm-roberta", "distilbert", "electra", "modernbert"])
+@pytest.mark.parametrize("family", [family.model_types[0] for family in REGISTRY])
 def test_each_family_s_conversion_gives_its_hf_masked_lm_s_loss(bench, family):
     """--families: transformers' own masked LM of the family and mlm_suite's conversion of its saved folder give the
     same loss on a padded and a flattened batch, checked before anything is timed."""

@@ -211,3 +211,52 @@ def test_a_converted_folder_loads_with_the_auto_classes_as_its_head(tmp_path):
     native = native_model("electra", "ForPreTraining")
     destination, _ = converted_folder(native, tmp_path)
     assert type(transformers.AutoModel.from_pretrained(destination)) is MlmSuiteModel
+
+
+# --------------------------------------------------------------------------------------------
+# One list of families
+# --------------------------------------------------------------------------------------------
+def test_every_family_of_the_registry_is_tested_documented_and_named_in_the_help():
+    """What names or counts the families reads the registry: the tests' tiny folders cover each one, the docs' table
+    has a row for each family besides BERT, and the help texts list every name."""
+    from pathlib import Path
+
+    from mlm_suite.conversion import FAMILY_NAMES, REGISTRY
+    from mlm_suite.jobs.common.commands import SUBCOMMANDS
+    from tests.helpers import NATIVE_BERT, NATIVE_MODERNBERT
+
+    tested = {"bert": NATIVE_BERT, **NATIVE_FAMILIES, **NATIVE_MODERNBERT}
+    assert {family.model_types[0] for family in REGISTRY} == set(tested)
+    table = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text(encoding="utf-8")
+    section = table.split("## The other families at a glance", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[1:] == [family.name for family in REGISTRY[1:]]  # rows[0] is the header
+    assert all(family.name in FAMILY_NAMES for family in REGISTRY) and FAMILY_NAMES in SUBCOMMANDS["convert"][1]
+
+
+def test_a_family_without_transformers_classes_converts_in_and_not_out(tmp_path, monkeypatch, capsys):
+    """A family whose code ships with its folders (``trust_remote_code``, as NeoBERT's or NomicBERT's) has no way
+    back: registered without it, its folders convert, and export-native says it cannot write one."""
+    import dataclasses
+
+    from mlm_suite.conversion import FAMILIES
+    from mlm_suite.conversion.roberta import ROBERTA
+
+    remote = dataclasses.replace(ROBERTA, name="RemoteRoBERTa", model_types=("remote-roberta",), native_config=None,
+                                 native_rename=None)
+    assert not remote.exports
+    monkeypatch.setitem(FAMILIES, "remote-roberta", remote)
+    native = native_model("roberta", "ForMaskedLM")
+    native.save_pretrained(tmp_path / "native")
+    config_path = tmp_path / "native" / "config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "model_type": "remote-roberta"}))
+    destination = convert_checkpoint(tmp_path / "native", tmp_path / "ours")
+    assert json.loads((destination / "config.json").read_text())["converted_from"] == "remote-roberta"
+    ours = mlm_suite.MlmSuiteForMaskedLM.from_pretrained(destination).eval()
+    batch = native_batch(native.config.pad_token_id)
+    found = output_differences(native_outputs(ours, batch, ("logits",)), native_outputs(native, batch, ("logits",)),
+                               batch["attention_mask"].bool())
+    assert max(found.values()) <= 1e-5, found
+    status, _, err = run_cli(["export-native", str(destination), str(tmp_path / "exported")], capsys)
+    assert status == 2 and "'remote-roberta', has no transformers class to write: export-native writes bert," in err
+    assert not (tmp_path / "exported").exists()

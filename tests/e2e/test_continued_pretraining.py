@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from mlm_suite import MlmSuiteConfig, MlmSuiteForMaskedLM, MlmSuiteForPreTraining, convert_checkpoint
+from mlm_suite.conversion import REGISTRY
 from mlm_suite.jobs.common.model_loading import mlm_suite_checkpoint
 from mlm_suite.jobs.pretrain import build_config, build_model, main, plan_run
 from mlm_suite.training.pretraining import evaluation_collator
@@ -184,7 +185,7 @@ def native_masked_lm(family: str, tokenizer, folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("family", ["roberta", "xlm-roberta", "distilbert", "electra", "modernbert"])
+@pytest.mark.parametrize("family", [family.model_types[0] for family in REGISTRY[1:]])  # BERT's: the other tests
 def test_a_native_folder_of_another_family_continues_from_its_converted_weights(family, byte_level_bpe, corpus,
                                                                                  tmp_path, capsys):
     """``--model_name_or_path`` a native masked-LM folder: converted on the fly, it trains with its BPE tokenizer

@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from mlm_suite import convert_checkpoint
+from mlm_suite.conversion import REGISTRY
 from tests.helpers import (
     SENTENCES,
     assert_refused,
@@ -29,7 +30,7 @@ from tests.helpers import (
     write_csv,
 )
 
-FAMILIES = ["bert", "roberta", "xlm-roberta", "distilbert", "electra", "modernbert"]
+FAMILIES = [family.model_types[0] for family in REGISTRY]  # every family mlm_suite converts
 LABELS = ["negative", "positive"]
 STEPS = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--max_seq_length", "32", "--do_eval", "false",
          "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true", "--dataloader_pin_memory", "false"]

@@ -497,3 +497,31 @@ def test_train_and_eval_set_every_module_and_skip_the_walk_when_nothing_changes(
     assert modes() == {True} and model in walks
     with pytest.raises(ValueError, match="boolean"):
         model.train("yes")
+
+
+def test_the_base_class_names_no_head_and_each_head_declares_its_auto_class():
+    """``MlmSuitePreTrainedModel`` reads what a head declares (``auto_class_name``, ``check_before_save``) instead of
+    switching on head classes defined after it; a saved folder's ``auto_map`` sends each Auto class to its class, and
+    the class saved to its own (a pair head reloads as one)."""
+    import ast
+    import inspect
+
+    from mlm_suite.model import AUTO_CLASSES, MlmSuiteForPairClassification, MlmSuiteForSentenceEmbedding, modeling_mlm_suite
+
+    source = ast.parse(inspect.getsource(modeling_mlm_suite.MlmSuitePreTrainedModel))
+    named = {node.id for node in ast.walk(source) if isinstance(node, ast.Name) and node.id.startswith("MlmSuite")}
+    assert named <= {"MlmSuitePreTrainedModel", "MlmSuiteConfig"}, named
+    assert set(AUTO_CLASSES) == {cls.auto_class_name for cls in map(modeling_mlm_suite.__dict__.get, AUTO_CLASSES.values())}
+    assert MlmSuiteForPairClassification.auto_class_name == "AutoModelForSequenceClassification"
+    assert MlmSuiteForSentenceEmbedding.auto_class_name is None
+
+
+def test_the_heads_name_the_flattened_batch_inputs():
+    """``cu_seq_lens_q`` and ``max_length_q`` are parameters of every forward (typed, documented), not ``**kwargs``."""
+    import inspect
+
+    from tests.helpers import ALL_HEADS
+
+    for head in ALL_HEADS:
+        parameters = inspect.signature(head.forward).parameters
+        assert parameters["cu_seq_lens_q"].annotation and parameters["max_length_q"].default is None, head.__name__
