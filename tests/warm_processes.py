@@ -32,8 +32,12 @@ from tests.helpers import free_port, launch_environment
 PRELOADED = ("torch", "transformers", "transformers.trainer", "datasets", "accelerate", "mlm_suite")
 
 PARENT = r"""
-import json, os, runpy, sys
+import json, os, runpy, signal, sys
 
+# Ctrl-C at a terminal raises KeyboardInterrupt in the job. A shell starts a background command (`pytest &` in a
+# script, nohup) with SIGINT ignored, and Python then leaves it ignored, in this parent and every process it forks:
+# the processes get Python's handler back, as a command started at a terminal has it.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 for name in sys.argv[1:]:
     __import__(name)
 requests, replies = os.fdopen(os.dup(0), "r"), os.fdopen(os.dup(1), "w")  # fds 0-2 become the processes'

@@ -168,13 +168,13 @@ class CardDataset:
     name: str
     config: str | None = None
     hub_id: str | None = None
-    language: str | None = None
+    language: str | Sequence[str] | None = None
     split_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def embedded(cls, type: str, name: str) -> CardDataset:
-        """mlm_suite's embedded English data."""
-        return cls(type=type, name=name, language="en")
+    def embedded(cls, type: str, name: str, language: str | Sequence[str] = "en") -> CardDataset:
+        """Data built into mlm_suite, in ``language`` (ISO 639-1 codes)."""
+        return cls(type=type, name=name, language=language)
 
     @classmethod
     def read_by_job(
@@ -277,7 +277,7 @@ def model_card_data(
         library_name=library_name,
         pipeline_tag=pipeline_tag,
         **(base_model_license(base_model) or {"license": PROJECT_LICENSE}),
-        language=[dataset.language] if dataset is not None and dataset.language else None,
+        language=_as_list(dataset.language) if dataset is not None and dataset.language else None,
         base_model=base_model_id(base_model),
         datasets=[dataset.hub_id] if dataset is not None and dataset.hub_id else None,
         tags=list(dict.fromkeys([*template_tags, *tags])),

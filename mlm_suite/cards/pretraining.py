@@ -7,8 +7,9 @@ See docs/models.md#what-the-jobs-write.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,14 @@ PRETRAINING_CARD_SCORES = {
 HELD_OUT_OF_TRAIN = "held-out part of train"
 #: The embedded default data, as the card's metadata names them.
 EMBEDDED_DATA = CardDataset.embedded("pang_lee_movie_reviews", "Pang & Lee movie reviews (built in, held-out split)")
+#: The built-in corpora a run may name (``--builtin_dataset``), as the card's metadata names them.
+BUILTIN_DATA = {
+    "pang_lee_reviews": EMBEDDED_DATA,
+    "debian_reference": CardDataset.embedded(
+        "debian_reference", "The Debian Reference in 8 languages (built in, GPL-2+, held-out part of each language)",
+        ["en", "de", "fr", "es", "it", "pt", "ja", "zh"],
+    ),
+}
 
 
 def default_source(value_sources: Mapping[str, str], name: str) -> str:
@@ -70,7 +79,8 @@ class PretrainingRecipe:
 
     ``base_model``: the checkpoint continued (``--model_name_or_path``), else the model is new, built from
     ``config_name`` or else the preset ``config_preset``. The data: ``dataset_name`` (a Hub id or a saved folder) with
-    its configuration, else ``prepared_data``, ``train_file`` and ``validation_file``, else the embedded reviews.
+    its configuration, else ``prepared_data``, ``train_file`` and ``validation_file`` (one per language), else the
+    built-in corpus ``builtin_dataset`` (None: the embedded reviews); ``languages``: a run of several's, in order.
     ``value_sources``: where mode-dependent values came from (:func:`default_source`); ``max_steps``: the step limit
     to show (None: none, a time budget decides); ``rows_per_step``: a step's rows, or a token-budget run's batch in
     words; ``lr_schedule``: the schedule in words; ``controls``: the pretraining controls that are on (name -> one
@@ -83,8 +93,9 @@ class PretrainingRecipe:
     dataset_name: str | None
     dataset_config_name: str | None
     prepared_data: str | None
-    train_file: str | None
-    validation_file: str | None
+    train_file: Sequence[str]
+    validation_file: Sequence[str]
+    builtin_dataset: str | None
     objective: str
     masking: str
     mlm_probability: float
@@ -102,6 +113,7 @@ class PretrainingRecipe:
     max_train_minutes: float | None
     head_warmup_steps: int
     controls: Mapping[str, str]
+    languages: Sequence[str] = ()
 
 
 def pretraining_card(
@@ -116,6 +128,7 @@ def pretraining_card(
     probe: list[dict],
     baseline_token: str,
     figures: str = "",
+    languages: str = "",
 ) -> PretrainingCard:
     """The pretraining card of ``model``, trained as ``recipe`` says.
 
@@ -123,7 +136,8 @@ def pretraining_card(
     :data:`HELD_OUT_OF_TRAIN`); ``data``: the rows of the data table. ``train_metrics`` and ``eval_metrics``: the
     job's results (``train_steps``; ``eval_*`` and ``perplexity``); ``probe``: the fill-mask probe;
     ``baseline_token``: the baseline's prediction as people read it
-    (:func:`~mlm_suite.evaluation.masked_lm.readable_token`); ``figures``: markdown shown after the scores. The
+    (:func:`~mlm_suite.evaluation.masked_lm.readable_token`); ``figures``: markdown shown after the scores;
+    ``languages``: a run of several languages' table of results per language (markdown, shown after the scores). The
     usage snippet and the probe write the tokenizer's own mask token; the scores keep the name ``[MASK]`` for the
     masked positions, whatever the tokenizer's mask token, which the text then names.
     """
@@ -179,13 +193,19 @@ def pretraining_card(
     )
     if tokenizer.mask_token != "[MASK]":
         metrics += f" `[MASK]` stands for this tokenizer's mask token, `{tokenizer.mask_token}`."
+    if languages:
+        metrics += "\n\n### Per language\n\n" + languages
     if probe:
         metrics += "\n\n### Fill-mask probe\n\nHeld-out sentences, one word masked:\n\n" + probe_table(probe)
     parameters = sum(parameter.numel() for parameter in model.parameters())
-    held_out = held_out_split or (f"{Path(recipe.validation_file).name} (--validation_file)" if recipe.validation_file
-                                  else HELD_OUT_OF_TRAIN)
-    dataset = CardDataset.read_by_job(recipe.dataset_name, recipe.dataset_config_name, (recipe.prepared_data, recipe.train_file, recipe.validation_file),
-                                      EMBEDDED_DATA, {"validation": held_out})
+    held_out = held_out_split or (", ".join(Path(file).name for file in recipe.validation_file) + " (--validation_file)"
+                                  if recipe.validation_file else HELD_OUT_OF_TRAIN)
+    builtin = BUILTIN_DATA[recipe.builtin_dataset or "pang_lee_reviews"]
+    if recipe.builtin_dataset == "debian_reference" and recipe.languages:  # the languages the run read of it
+        builtin = dataclasses.replace(builtin, language=list(recipe.languages))
+    dataset = CardDataset.read_by_job(recipe.dataset_name, recipe.dataset_config_name,
+                                      (recipe.prepared_data, *recipe.train_file, *recipe.validation_file),
+                                      builtin, {"validation": held_out})
     return PretrainingCard(
         base_model=recipe.base_model,
         dataset=dataset,

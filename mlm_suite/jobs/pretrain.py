@@ -27,22 +27,26 @@ from mlm_suite.cards import pretraining_card
 from mlm_suite.data.inputs import downloads
 from mlm_suite.data.inputs.builtin import BUILTIN_DATASETS
 from mlm_suite.data.inputs.readers import first_n
-from mlm_suite.data.pretraining.corpora import InMemoryCorpus, PreparedCorpus, PretrainingCorpus, StreamedCorpus
-from mlm_suite.data.pretraining.documents import (
-    DocumentOrigin, load_pretraining_documents, read_documents, stream_pretraining_documents,
+from mlm_suite.data.pretraining.corpora import (
+    InMemoryCorpus, MultilingualCorpus, MultilingualStream, PreparedCorpus, PretrainingCorpus, StreamedCorpus,
 )  # fmt: skip
+from mlm_suite.data.pretraining.documents import (
+    DocumentOrigin, Texts, load_pretraining_documents, read_documents, stream_pretraining_documents,
+)  # fmt: skip
+from mlm_suite.data.pretraining.extension import VocabularyExtension, extend_tokenizer, grow_embeddings, resumed_extension
 from mlm_suite.data.pretraining.masking import MaskingEpochCallback, check_mlm_tokenizer
 from mlm_suite.data.pretraining.rows import RowFormat
 from mlm_suite.data.pretraining.streaming import split_for_processes
-from mlm_suite.data.pretraining.vocabulary import train_wordpiece_tokenizer
+from mlm_suite.data.pretraining.vocabulary import train_tokenizer
 from mlm_suite.errors import UsageError
 from mlm_suite.evaluation.masked_lm import (
     make_mlm_compute_metrics, preprocess_logits_for_mlm_metrics, probe_sentences, readable_token,
 )  # fmt: skip
 from mlm_suite.evaluation.plots import figures_section, plot_pretraining_curves
 from mlm_suite.training.controls import early_stopping_callback, rows_per_step, time_budget_callback
+from mlm_suite.training.language_shares import LanguageShares
 from mlm_suite.training.pretraining import (
-    HeadWarmup, describe_evaluation, evaluate_pretraining, evaluation_collator, training_collator,
+    HeadWarmup, describe_evaluation, evaluate_languages, evaluate_pretraining, evaluation_collator, training_collator,
 )  # fmt: skip
 from mlm_suite.training.schedules import ScheduledRows, row_schedule
 from mlm_suite.training.stream_position import StreamPosition
@@ -90,12 +94,14 @@ def open_corpus(plan: PretrainingPlan) -> PretrainingCorpus:
     if plan.prepared is not None:
         validation = None  # the held-out documents prepared with the rows, unless a file replaces them
         if args.validation_file:
-            validation = Dataset.from_dict({"text": read_documents(args.validation_file, args.text_column_name)})
+            validation = Dataset.from_dict({"text": read_documents(_only(args.validation_file), args.text_column_name)})
         return PreparedCorpus(plan.prepared, row_format, plan.tokenizer_flag, validation)
+    if plan.language_mix is not None:
+        return _multilingual_corpus(plan, row_format)
     origin = DocumentOrigin(
-        train_file=args.train_file, validation_file=args.validation_file, dataset_name=args.dataset_name,
+        train_file=_only(args.train_file), validation_file=_only(args.validation_file), dataset_name=args.dataset_name,
         dataset_config_name=args.dataset_config_name, validation_split_name=args.validation_split_name,
-        text_column=args.text_column_name, embedded=BUILTIN_DATASETS["pang_lee_reviews"],
+        text_column=args.text_column_name, embedded=BUILTIN_DATASETS[args.builtin_dataset or "pang_lee_reviews"],
     )  # fmt: skip
     if args.streaming:
         documents, validation, description, held_out_split = stream_pretraining_documents(
@@ -119,8 +125,49 @@ def open_corpus(plan: PretrainingPlan) -> PretrainingCorpus:
     return InMemoryCorpus(documents, description, row_format, held_out_split, origin.training_flag())
 
 
+def _only(files: list[str] | None) -> str | None:
+    """The one file of a flag that takes one per language, in a run of one corpus."""
+    return files[0] if files else None
+
+
+def _multilingual_corpus(plan: PretrainingPlan, row_format: RowFormat) -> MultilingualCorpus:
+    """The documents of each language (a file each, or the built-in multilingual corpus), each language's held out on
+    its own, drawn as the plan's language mix says; with ``--streaming``, a stream per file."""
+    args, training_args, mix = plan.args, plan.training_args, plan.language_mix
+    if args.train_file:
+        held_out = args.validation_file or [None] * len(args.train_file)
+        origins = {
+            language: DocumentOrigin(train_file=file, validation_file=validation, text_column=args.text_column_name)
+            for language, file, validation in zip(mix.languages, args.train_file, held_out)
+        }  # fmt: skip
+        description = ", ".join(f"`{Path(file).name}` ({language})" for language, file in zip(mix.languages, args.train_file))
+    else:
+        texts = BUILTIN_DATASETS["debian_reference"].read(mix.languages)
+        origins = {language: DocumentOrigin(embedded=Texts(texts[language], f"the Debian Reference ({language})"))
+                   for language in mix.languages}
+        description = BUILTIN_DATASETS["debian_reference"].description
+    sources = {language: origin.training_flag() if origin.train_file else f"the Debian Reference ({language})"
+               for language, origin in origins.items()}
+    if args.streaming:  # one stream per language, each process its own part of each
+        streams = {language: stream_pretraining_documents(origin, args.held_out_documents) for language, origin in origins.items()}
+        return MultilingualStream(
+            {language: stream[0] for language, stream in streams.items()},
+            {language: stream[1] for language, stream in streams.items()},
+            {language: Path(origin.train_file).stat().st_size for language, origin in origins.items()},
+            mix, description + " (streamed)", row_format, sources, training_args.process_index, training_args.world_size,
+        )  # fmt: skip
+    documents = {
+        language: load_pretraining_documents(origin, args.validation_split_percentage, args.preprocessing_num_workers,
+                                             args.overwrite_cache)[0]
+        for language, origin in origins.items()
+    }  # fmt: skip
+    rows_before = plan.batch_size_warmup.rows_before if plan.batch_size_warmup else (
+        lambda step: step * rows_per_step(training_args))
+    return MultilingualCorpus(documents, mix, description, row_format, sources, rows_before, training_args.max_steps)
+
+
 def pretraining_tokenizer(plan: PretrainingPlan, corpus: PretrainingCorpus) -> PreTrainedTokenizerBase:
-    """The plan's tokenizer (a fixed one, or a WordPiece vocabulary trained on ``corpus``' documents, or MiniLM's),
+    """The plan's tokenizer (a fixed one, or a vocabulary trained on ``corpus``' documents, or MiniLM's),
     checked against ``corpus`` (:meth:`~mlm_suite.data.pretraining.corpora.PretrainingCorpus.check_tokenizer`), then for what
     masking needs.
 
@@ -134,7 +181,8 @@ def pretraining_tokenizer(plan: PretrainingPlan, corpus: PretrainingCorpus) -> P
         tokenizer = _resumed_tokenizer(resumed, vocab_size)
     elif plan.trains_tokenizer:
         source = None  # a vocabulary trained on the corpus has words when the corpus has: the corpus check names it
-        tokenizer = train_wordpiece_tokenizer(corpus.tokenizer_texts(), vocab_size=vocab_size)
+        tokenizer = train_tokenizer(args.tokenizer_type, corpus.tokenizer_texts(), vocab_size,
+                                    several_languages=plan.language_mix is not None)
     else:
         source = plan.tokenizer_flag or "MiniLM's vocabulary (--train_tokenizer false)"
         name = args.tokenizer_name or args.model_name_or_path or str(downloads.minilm_dir())
@@ -159,6 +207,18 @@ def _resumed_tokenizer(checkpoint: str, vocab_size: int) -> PreTrainedTokenizerB
             "trains (--vocab_size): resume from a checkpoint of this run"
         )
     return tokenizer
+
+
+def vocabulary_extension(
+    plan: PretrainingPlan, corpus: PretrainingCorpus, tokenizer: PreTrainedTokenizerBase
+) -> VocabularyExtension:
+    """``--extend_vocabulary N``: ``tokenizer`` (the continued checkpoint's) with N pieces learnt from the corpus'
+    training documents; a resumed run takes the extended tokenizer its checkpoint saved."""
+    args, resumed = plan.args, plan.resume_from_checkpoint
+    source = f"--model_name_or_path {args.model_name_or_path}"
+    if resumed:
+        return resumed_extension(tokenizer, pretrained_tokenizer(resumed), corpus.tokenizer_texts())
+    return extend_tokenizer(tokenizer, corpus.tokenizer_texts(), args.extend_vocabulary, source)
 
 
 def build_config(
@@ -227,14 +287,20 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
     corpus = open_corpus(plan)
     tokenizer = pretraining_tokenizer(plan, corpus)
     config, tokenizer = build_config(plan, tokenizer)
+    extension = None
+    if args.extend_vocabulary:  # a new language's pieces, learnt from the training text (or the resumed run's)
+        extension = vocabulary_extension(plan, corpus, tokenizer)
+        tokenizer = extension.tokenizer
     # Rows (tokenised or packed documents, or NSP pairs), each with the example_index its masks are keyed by.
     train_dataset = first_n(corpus.train_rows(tokenizer, training_args.seed), args.max_train_samples)
-    eval_dataset = first_n(corpus.eval_rows(tokenizer), args.max_eval_samples)
+    eval_dataset = corpus.eval_rows(tokenizer, args.max_eval_samples)
     baseline_token_id = corpus.baseline_token_id(tokenizer, train_dataset)
 
     # Model: a new one (preset or --config_name) or the continued checkpoint, with any head it lacks.
     set_seed(training_args.seed)  # the initial weights follow --seed
     model, new_weights = build_model(plan, config)
+    if extension is not None:
+        grow_embeddings(model, extension)
     if plan.model_source and training_args.process_index == 0:
         print(describe_new_weights(args.model_name_or_path, model, new_weights), file=sys.stderr)
 
@@ -262,9 +328,13 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
     features = [*standard_features(mfu=True)]
     if args.streaming:
         features.append(StreamPosition())
+    mix = plan.language_mix
+    if mix is not None:
+        features.append(LanguageShares(mix.languages))
     schedule = row_schedule(
-        plan.mask_schedule, plan.batch_size_warmup, budget, training_args.max_steps, args.max_tokens_per_batch
-    )
+        plan.mask_schedule, plan.batch_size_warmup, budget, training_args.max_steps, args.max_tokens_per_batch,
+        in_order=mix is not None and mix.phased,
+    )  # fmt: skip
     if schedule is not None:
         features.append(ScheduledRows(schedule))
     if args.head_warmup_steps:
@@ -290,8 +360,17 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
         "train_steps": trainer.state.global_step,
     }
 
-    # Evaluation: the model that is saved (the best one after early stopping), and its fill-mask probe.
+    # Evaluation: the model that is saved (the best one after early stopping), and its fill-mask probe; per language.
     eval_metrics, probe = evaluate_pretraining(trainer, tokenizer, probes, len(eval_dataset))
+    if extension is not None:
+        train_metrics.update(pieces_per_word_before_extension=extension.pieces_per_word_before,
+                             pieces_per_word_after_extension=extension.pieces_per_word_after)
+    languages = None
+    if mix is not None:
+        train_metrics.update(trainer.feature(LanguageShares).shares())
+        languages = evaluate_languages(trainer, corpus, tokenizer, eval_dataset)
+        eval_metrics.update(languages.eval_metrics())
+        train_metrics.update(languages.tokenizer_metrics())
 
     # Save: the checkpoint, metrics, curves, fill-mask probe and model card.
     trainer.save_model()
@@ -310,16 +389,20 @@ def main(argv: list[str] | None = None, *, clock: Callable[[], float] = time.per
         "validation documents": len(corpus.validation),
         "training rows": training["rows"],
         "validation rows": len(eval_dataset),
+        **({"vocabulary extension": extension.describe()} if extension is not None else {}),
     }
     card = pretraining_card(
         model=trainer.model, tokenizer=tokenizer, recipe=plan.recipe(), held_out_split=corpus.held_out_split,
         data=data, train_metrics=train_metrics, eval_metrics=eval_metrics, probe=probe,
         baseline_token=baseline_token, figures=figures_section([(CURVES_CAPTION, CURVES_PNG)]),
+        languages=languages.table(train_metrics) if languages else "",
     )
     trainer.publish(card)  # the card, then with --push_to_hub the upload of the complete folder
 
     if trainer.is_world_process_zero():
         print("\n" + describe_evaluation(eval_metrics, probe, baseline_token))
+        if languages:
+            print(languages.describe(train_metrics))
         print(f"{trainer.state.global_step} steps; saved to {output_dir} in {time.time() - started:.0f} s")
     return 0
 
@@ -336,6 +419,7 @@ __all__ = [
     "parse_arguments",
     "plan_run",
     "pretraining_tokenizer",
+    "vocabulary_extension",
 ]
 
 

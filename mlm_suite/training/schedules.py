@@ -44,13 +44,15 @@ def check_row_sampling(training_args: TrainingArguments) -> None:
 @dataclass
 class RowSchedule:
     """What the training loader needs to tag rows: the masking-rate schedule (None: the collator's constant rate),
-    the batch-size warmup (None: none), where the schedule's total steps come from (a time budget's plan) and the
-    token budget of a micro-batch (None: ``per_device_train_batch_size`` rows)."""
+    the batch-size warmup (None: none), where the schedule's total steps come from (a time budget's plan), the
+    token budget of a micro-batch (None: ``per_device_train_batch_size`` rows) and whether the rows are read in their
+    order (drawn in training order already: a multilingual run's phases) rather than shuffled."""
 
     mask_schedule: MaskRateSchedule | None = None
     warmup: BatchSizeWarmup | None = None
     total_steps: Callable[[], int] | None = None
     max_tokens_per_batch: int | None = None
+    in_order: bool = False
 
 
 def row_schedule(
@@ -59,14 +61,15 @@ def row_schedule(
     budget: TimeBudgetCallback | None = None,
     max_steps: int = -1,
     max_tokens_per_batch: int | None = None,
+    in_order: bool = False,
 ) -> RowSchedule | None:
     """The :class:`RowSchedule` of a run, or None when the masking rate does not vary, the batch size does not warm
-    up and no token budget is set. With a time ``budget`` the schedule's total steps are its plan (``max_steps`` until
-    there is one)."""
-    if not mask_schedule.varies and warmup is None and max_tokens_per_batch is None:
+    up, no token budget is set and the rows are shuffled. With a time ``budget`` the schedule's total steps are its
+    plan (``max_steps`` until there is one)."""
+    if not mask_schedule.varies and warmup is None and max_tokens_per_batch is None and not in_order:
         return None
     total = (lambda: budget.planned_steps or max_steps) if budget is not None else None
-    return RowSchedule(mask_schedule if mask_schedule.varies else None, warmup, total, max_tokens_per_batch)
+    return RowSchedule(mask_schedule if mask_schedule.varies else None, warmup, total, max_tokens_per_batch, in_order)
 
 
 class ScheduledRows(TrainerFeature):
@@ -108,6 +111,7 @@ class ScheduledRows(TrainerFeature):
             even_batches=args.accelerator_config.even_batches,
             max_tokens=schedule.max_tokens_per_batch,
             lengths=row_lengths(dataset) if schedule.max_tokens_per_batch else None,
+            shuffle=not schedule.in_order,
         )
         workers = args.dataloader_num_workers
         loader = DataLoader(

@@ -196,7 +196,7 @@ def pretraining_card_text(tiny_config, tokenizer, probe=(), **given) -> str:
                     "eval_mask_tokens": 8, "eval_random_tokens": 1, "eval_kept_tokens": 1}
     recipe = dict(
         base_model=None, config_name=None, config_preset="tiny", dataset_name=None, dataset_config_name=None,
-        prepared_data=None, train_file="c.txt", validation_file=None, objective="mlm", masking="token",
+        prepared_data=None, train_file=("c.txt",), validation_file=(), builtin_dataset=None, objective="mlm", masking="token",
         mlm_probability=0.2, eval_mlm_probability=0.15, value_sources={}, max_steps=20, rows_per_step=16,
         learning_rate=5e-4, adam_beta2=0.98, lr_schedule="linear", weight_decay=0.01, max_seq_length=64,
         packing=True, seed=0, max_train_minutes=None, head_warmup_steps=0, controls={},
@@ -223,12 +223,12 @@ def test_the_pretraining_cards_held_out_split_is_named_for_where_it_came_from(ti
         metadata = assert_valid_model_card(pretraining_card_text(tiny_config, tokenizer, **given))
         return {split for split, _ in results_of(metadata)}
 
-    hub = dict(dataset_name="someone/corpus", train_file=None)
+    hub = dict(dataset_name="someone/corpus", train_file=())
     assert held_out(**hub, held_out_split="validation") == {"validation"}
     assert held_out(**hub, held_out_split="dev") == {"dev"}
     # No validation split: the held-out documents are part of train, and the card says so.
     assert held_out(**hub) == {HELD_OUT_OF_TRAIN} == {"held-out part of train"}
-    assert held_out(**hub, validation_file="data/dev.txt") == {"dev.txt (--validation_file)"}
+    assert held_out(**hub, validation_file=("data/dev.txt",)) == {"dev.txt (--validation_file)"}
     assert held_out() == {"validation"}  # local files: the card names no dataset split
 
 

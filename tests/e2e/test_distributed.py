@@ -88,6 +88,30 @@ def check_one_step(tmp_path: Path, single: Path) -> None:
     assert max_difference(load_file(single / "model.safetensors"), load_file(parallel / "model.safetensors")) < 1e-5
 
 
+# --- several languages: each process draws its share of the mix ---
+def languages_run(tmp_path: Path) -> tuple[dict, Path]:
+    """A phased mix of two languages (the second joins half-way), read in training order: 2 processes × 2 rows train
+    the rows 1 process × 4 rows does, step by step, so the shares counted (every process's rows) and the weights
+    agree. Returns the 2-process run and the 1-process folder."""
+    tmp_path.mkdir()
+    files = [write_text(tmp_path / "en.txt", make_documents(16, seed=11)), write_text(tmp_path / "xx.txt", make_documents(6, seed=12))]
+    common = ["--train_file", *map(str, files), "--language_sampling_alpha_schedule", "1.0,0.3@2", "--late_languages", "xx@2"]
+    common += ["--max_steps", "4", "--masking_seed_per_rank", "false", "--ddp_find_unused_parameters", "false"]
+    common += ["--train_tokenizer", "false", "--adam_epsilon", "1e-6", "--validation_split_percentage", "20", *BERT_ARCHITECTURE]
+    single = tmp_path / "single"
+    assert pretrain.main(job_args(single, *common, "--per_device_train_batch_size", "4")) == 0
+    return plan_entry("pretrain", job_args(tmp_path / "parallel", *common, "--per_device_train_batch_size", "2")), single
+
+
+def check_languages(tmp_path: Path, single: Path) -> None:
+    parallel, expected = read_json(tmp_path / "parallel" / "all_results.json"), read_json(single / "all_results.json")
+    shares = {key: value for key, value in expected.items() if key.startswith("train_language_share_")}
+    assert shares.keys() == {"train_language_share_en", "train_language_share_xx"} and 0 < shares["train_language_share_xx"] < 0.5
+    assert {key: parallel[key] for key in shares} == shares
+    assert parallel["eval_xx_mask_accuracy"] == pytest.approx(expected["eval_xx_mask_accuracy"])
+    assert max_difference(load_file(single / "model.safetensors"), load_file(tmp_path / "parallel" / "model.safetensors")) < 1e-5
+
+
 # --- a time budget: each process times its own steps, rank 0's plan is broadcast ---
 def time_budget_run(tmp_path: Path) -> dict:
     tmp_path.mkdir()
@@ -248,10 +272,12 @@ def check_every_process_left_after_the_last_one_finished(ended: Path) -> None:
 def test_jobs_on_two_processes(tmp_path, tokenizer, tiny_model, retrieval_files, subtests):
     """Every job run that must succeed on 2 processes, launched once; each behaviour is a subtest."""
     one_step, single = one_step_run(tmp_path / "one_step")
+    languages, single_languages = languages_run(tmp_path / "languages")
     by_document, document_rows = split_by_document_run(tmp_path / "by_document", tokenizer)
     by_file, file_rows = split_by_file_run(tmp_path / "by_file", tokenizer)
     runs = {
         "one step": one_step,
+        "languages": languages,
         "time budget": time_budget_run(tmp_path / "budget"),
         "split by document": by_document,
         "split by file": by_file,
@@ -261,6 +287,7 @@ def test_jobs_on_two_processes(tmp_path, tokenizer, tiny_model, retrieval_files,
     ended = run_plan(tmp_path, runs)
     checks = {
         "two processes match one process with the same global batch": lambda: check_one_step(tmp_path / "one_step", single),
+        "two processes draw the languages one process draws": lambda: check_languages(tmp_path / "languages", single_languages),
         "a time budget stops every process at the same step": lambda: check_time_budget(tmp_path / "budget"),
         "two processes split one file by document": lambda: check_split_by_document(tmp_path / "by_document", document_rows),
         "two processes split two files by file": lambda: check_split_by_file(tmp_path / "by_file", file_rows),

@@ -183,6 +183,17 @@ def test_convert_refuses_a_tokenizer_larger_than_the_embeddings(minilm_dir, tmp_
     assert not (tmp_path / "out").exists()
 
 
+def test_config_overrides_that_reshape_a_continued_checkpoint_s_weights_are_one_line(tiny_model, tmp_path, capsys):
+    """Before, ``from_pretrained`` raised a size-mismatch RuntimeError with a traceback; a dropout override still works."""
+    corpus = write_text(tmp_path / "corpus.txt", make_documents(8))
+    output_dir = tmp_path / "out"
+    argv = pretrain_argv(output_dir, corpus, "--model_name_or_path", tiny_model, "--config_overrides",
+                         "max_position_embeddings=64,hidden_size=48", vocabulary=())
+    assert_refused(run_command(argv, capsys), "pretrain", f"changes the shape of weights --model_name_or_path {tiny_model} "
+                   "holds (hidden_size 32 → 48, max_position_embeddings 128 → 64): drop those overrides")
+    assert not output_dir.exists()
+
+
 def children(pid: int) -> list[int]:
     """The processes ``pid`` started (and theirs), from /proc."""
     found = []

@@ -192,6 +192,34 @@ def test_the_stream_position_is_saved_in_each_checkpoint_and_restored_before_the
         position.attach(run_args(accelerator_config=SimpleNamespace(dispatch_batches=True), ignore_data_skip=True))
 
 
+def test_language_shares_count_the_rows_trained_take_the_tags_out_and_carry_them_across_a_resume():
+    from mlm_suite.training.device_tallies import FOLD_EVERY
+    from mlm_suite.training.language_shares import LANGUAGE_ROWS_STATE, LanguageShares
+
+    shares = LanguageShares(["en", "de", "sw"])
+    shares.start(resumed_run())
+    steps = FOLD_EVERY + 3  # counted in folds and at the end
+    for step in range(steps):
+        batches = [{"input_ids": torch.ones(2, 3), "language_id": torch.tensor([0, step % 3])},
+                   {"input_ids": torch.ones(1, 3), "language_id": torch.tensor([1])}]
+        assert shares.batches(batches, torch.tensor(5)) is not None
+        assert all("language_id" not in batch for batch in batches)  # never a model input
+    expected = [steps + -(-steps // 3), steps + (steps + 1) // 3, (steps + 0) // 3]
+    assert shares.rows() == expected and sum(expected) == 3 * steps
+    record = shares.checkpoint("unused", Progress(step=steps))
+    assert record[LANGUAGE_ROWS_STATE]["attributes"]["rows"] == dict(zip(["en", "de", "sw"], expected))
+    # A resumed run starts from the checkpoint's rows; its own are added once, whatever the processes.
+    resumed = LanguageShares(["en", "de", "sw"])
+    resumed.start(Run(run_args(world_size=2), torch.nn.Linear(2, 2), "checkpoint",
+                      {"global_step": steps, "stateful_callbacks": record},
+                      gather=lambda tensor: torch.cat([tensor, tensor])))  # two processes with the same rows
+    resumed.batches([{"language_id": torch.tensor([2, 2])}], None)
+    assert resumed.rows() == [expected[0], expected[1], expected[2] + 4]
+    total = sum(expected) + 4
+    assert resumed.shares() == {"train_language_share_en": expected[0] / total, "train_language_share_de": expected[1] / total,
+                                "train_language_share_sw": (expected[2] + 4) / total}
+
+
 def test_scheduled_rows_log_the_step_s_masking_rate_and_rows():
     from mlm_suite.training.schedules import RowSchedule, ScheduledRows
 

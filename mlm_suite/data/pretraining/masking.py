@@ -50,6 +50,9 @@ _RATE_FIELD = "mlm_probability"
 _PADDED_PASSTHROUGH = ("token_type_ids", "position_ids")
 # Per-example labels of auxiliary heads, stacked as they are.
 _SCALAR_PASSTHROUGH = ("next_sentence_label",)
+# Per-row tags for the trainer's features, never model inputs: the language a training row was drawn from
+# (mlm_suite.training.language_shares counts them and takes them out of the batch before the model sees it).
+ROW_TAGS = ("language_id",)
 
 
 def _special_token_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
@@ -176,7 +179,8 @@ class DataCollatorForMaskedLM:
     ``example_index`` or ``idx`` (the example key for seeded masks, not returned; without one the
     key is the content of ``input_ids``, so identical sequences share a mask) and ``epoch`` (the pass over
     the data the example belongs to, for streams whose passes each process counts itself; it replaces
-    the collator's epoch for that example; not returned) and ``mlm_probability`` (the rate for that example, in
+    the collator's epoch for that example; not returned), ``language_id`` (the row's language, returned as a ``(B,)``
+    tag in every layout for the trainer to count; never a model input) and ``mlm_probability`` (the rate for that example, in
     (0, 1): a masking-rate schedule's value at the optimizer step the example is trained in, see
     :mod:`mlm_suite.data.pretraining.schedules`; it replaces the collator's ``mlm_probability``; not returned). Other
     keys, such as leftover text columns, are dropped: word modes need ``remove_unused_columns=False`` in
@@ -330,12 +334,13 @@ class DataCollatorForMaskedLM:
         for key in _SCALAR_PASSTHROUGH:
             if key in features[0]:
                 batch[key] = torch.tensor([int(feature[key]) for feature in features], dtype=torch.long)
-        if not self.flatten:
-            return batch
-        flat = flatten_batch(batch, self.pad_to_multiple_of)
-        if self.pad_to_tokens is None:
-            return flat
-        return pad_flattened(flat, self.pad_to_tokens, self.tokenizer.pad_token_id, self.tokenizer.pad_token_type_id)
+        tags = {key: torch.tensor([int(feature[key]) for feature in features], dtype=torch.long)
+                for key in ROW_TAGS if key in features[0]}  # (B,) each, whatever the layout
+        if self.flatten:
+            batch = flatten_batch(batch, self.pad_to_multiple_of)
+            if self.pad_to_tokens is not None:
+                batch = pad_flattened(batch, self.pad_to_tokens, self.tokenizer.pad_token_id, self.tokenizer.pad_token_type_id)
+        return {**batch, **tags}
 
     def _probabilities(self, features: Sequence[Mapping[str, Any]]) -> float | np.ndarray:
         """``mlm_probability``, or ``(B,)`` rates when the features carry their own (a masking-rate schedule)."""

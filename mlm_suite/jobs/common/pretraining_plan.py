@@ -12,6 +12,7 @@
    warmup, token-budget batches and the learning-rate schedule (a warmup-stable-decay run, or the decay of one
    from a checkpoint);
 5. the corpus: a prepared folder is opened and checked against the flags (its tokenizer, row length and packing);
+   the languages of a run of several, and how they are drawn (``--language_sampling_alpha`` and its schedule);
 6. the tokenizer: given, the checkpoint's, the prepared folder's, or one trained on the corpus;
 7. the checkpoint the training continues from (``--resume_from_checkpoint``, a stopped run's, or the decayed one);
 8. the model: the checkpoint it continues (converted when of another family) and the change of its positions
@@ -34,6 +35,8 @@ from types import MappingProxyType
 from typing import Any
 
 from mlm_suite.cards import PretrainingRecipe, default_source
+from mlm_suite.data.inputs.downloads import DEBIAN_REFERENCE_LANGUAGES
+from mlm_suite.data.pretraining.languages import LanguageMix, language_names
 from mlm_suite.data.pretraining.prepared import PreparedData, load_prepared
 from mlm_suite.data.pretraining.schedules import BatchSizeWarmup, MaskRateSchedule
 from mlm_suite.errors import UsageError
@@ -84,6 +87,8 @@ class PretrainingPlan:
             or the checkpoint a decay run continues (None: a preset).
         position_changes: the configuration fields ``--rope_theta`` and a context extension change (also a row of
             ``controls``).
+        language_mix: the languages of a run of several and how they are drawn (None: one corpus; also a row of
+            ``controls``).
     """
 
     args: PretrainingArguments
@@ -100,6 +105,7 @@ class PretrainingPlan:
     model_source: str | None
     config_source: str | None
     position_changes: Mapping[str, Any]
+    language_mix: LanguageMix | None = None
 
     @classmethod
     def resolve(
@@ -211,6 +217,9 @@ class PretrainingPlan:
                     f"--prepared_data {args.prepared_data} holds packed rows without word ids (prepared by an older "
                     f"mlm-suite), which --masking {args.masking} needs: prepare the data again"
                 )
+        language_mix = _language_mix(args, run) if args.names_languages else None
+        if language_mix is not None:
+            controls["languages"] = language_mix.describe()
         if args.streaming:
             # Each process reads and restores its own part of the stream (see the trainer's stream position).
             training["accelerator_config"] = dataclasses.replace(run.accelerator_config, dispatch_batches=False)
@@ -230,8 +239,11 @@ class PretrainingPlan:
         model_source = mlm_suite_checkpoint(args.model_name_or_path, **args.pretrained_kwargs()) if args.model_name_or_path else None
         config_source = model_source or args.decay_from_checkpoint
         resolved = dataclasses.replace(args, **changes)
+        config = model_config(resolved, config_source)
+        if model_source and args.config_overrides:
+            _check_weight_shapes(config, pretrained_config(model_source, **args.pretrained_kwargs()), args)
         position_fields, position_text = position_changes(
-            model_config(resolved, config_source), args.rope_theta, resolved.max_seq_length, continued=bool(config_source)
+            config, args.rope_theta, resolved.max_seq_length, continued=bool(config_source)
         )
         if position_text:  # --rope_theta; a rotary checkpoint's positions follow longer rows
             controls["context extension" if config_source else "positions"] = position_text
@@ -258,6 +270,7 @@ class PretrainingPlan:
             model_source=model_source,
             config_source=config_source,
             position_changes=MappingProxyType(position_fields),
+            language_mix=language_mix,
         )
 
     # --------------------------------------------------------------------------------------------------------------
@@ -307,7 +320,8 @@ class PretrainingPlan:
         return PretrainingRecipe(
             base_model=args.model_name_or_path, config_name=args.config_name, config_preset=args.config_preset,
             dataset_name=args.dataset_name, dataset_config_name=args.dataset_config_name,
-            prepared_data=args.prepared_data, train_file=args.train_file, validation_file=args.validation_file,
+            prepared_data=args.prepared_data, train_file=tuple(args.train_file or ()),
+            validation_file=tuple(args.validation_file or ()), builtin_dataset=args.builtin_dataset,
             objective=args.objective, masking=args.masking, mlm_probability=args.mlm_probability,
             eval_mlm_probability=args.eval_mlm_probability, value_sources=self.value_sources,
             max_steps=None if training_args.max_steps == UNBOUNDED_STEPS else training_args.max_steps,
@@ -315,7 +329,7 @@ class PretrainingPlan:
             learning_rate=training_args.learning_rate, adam_beta2=training_args.adam_beta2, lr_schedule=self.lr_schedule,
             weight_decay=training_args.weight_decay, max_seq_length=args.max_seq_length, packing=args.packing,
             seed=training_args.seed, max_train_minutes=args.max_train_minutes, head_warmup_steps=args.head_warmup_steps,
-            controls=controls,
+            controls=controls, languages=self.language_mix.languages if self.language_mix else (),
         )  # fmt: skip
 
 
@@ -378,6 +392,64 @@ def _check_combinations(args: Any, training_args: Any, given: frozenset[str], ma
             raise UsageError("give the decay length once: --lr_decay_steps or num_decay_steps in --lr_scheduler_kwargs")
     elif args.max_train_minutes is None and training_args.max_steps <= 0:
         raise UsageError("--lr_scheduler_type warmup_stable_decay needs --max_steps (or --max_train_minutes)")
+
+
+def _language_mix(args: Any, training_args: Any) -> LanguageMix:
+    """The languages of the run (``--languages``, else the files' stems; of the built-in multilingual corpus, those
+    named or all) and how it draws them; a mix that changes during the run checked against the flags it cannot follow.
+
+    Raises:
+        UsageError: a language the built-in corpus lacks, a malformed schedule, or a phased mix with a flag whose steps
+            or rows it cannot know ahead.
+    """
+    if args.train_file:
+        languages = language_names(args.train_file, args.languages)
+    else:
+        languages = list(args.languages or DEBIAN_REFERENCE_LANGUAGES)
+        unknown = [language for language in languages if language not in DEBIAN_REFERENCE_LANGUAGES]
+        if unknown:
+            raise UsageError(f"--languages {' '.join(languages)}: the Debian Reference has no {unknown[0]!r} (it has "
+                             f"{' '.join(DEBIAN_REFERENCE_LANGUAGES)})")
+        if len(set(languages)) != len(languages):
+            raise UsageError(f"--languages {' '.join(languages)}: a language named twice")
+    mix = LanguageMix.parse(languages, args.language_sampling_alpha, args.language_sampling_alpha_schedule,
+                            args.late_languages)
+    if mix.phased:
+        flags = "--language_sampling_alpha_schedule / --late_languages"
+        conflicts = (
+            ("--streaming", args.streaming),
+            ("--max_train_minutes", args.max_train_minutes is not None),
+            ("--max_tokens_per_batch", args.max_tokens_per_batch is not None),
+            ("--max_train_samples", args.max_train_samples is not None),
+        )  # fmt: skip
+        for flag, given in conflicts:
+            if given:
+                raise UsageError(f"{flag} cannot be combined with {flags}: each phase draws the rows of its own steps, "
+                                 "counted ahead from --max_steps")
+        if training_args.max_steps <= 0:
+            raise UsageError(f"{flags} needs --max_steps N: the phases are parts of the run's steps")
+        never = [language for language in mix.languages if language not in mix.phases(training_args.max_steps)[-1].languages]
+        if never:
+            raise UsageError(f"--late_languages {args.late_languages}: {never[0]} would join after the run's last step "
+                             f"(--max_steps {training_args.max_steps}): let it join earlier")
+        check_row_sampling(training_args)
+    return mix
+
+
+# The configuration fields that set the shape of a checkpoint's weights (the positions' only with a learned table).
+_WEIGHT_SHAPES = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "type_vocab_size",
+                  "embedding_size", "max_position_embeddings")
+
+
+def _check_weight_shapes(config: MlmSuiteConfig, checkpoint: MlmSuiteConfig, args: Any) -> None:
+    """Raise UsageError when ``--config_overrides`` changes the shape of weights the continued checkpoint holds."""
+    fields = [name for name in _WEIGHT_SHAPES if getattr(config, name, None) != getattr(checkpoint, name, None)
+              and not (name == "max_position_embeddings" and checkpoint.position_embedding_type != "absolute")]
+    if fields:
+        changed = ", ".join(f"{name} {getattr(checkpoint, name)} → {getattr(config, name)}" for name in fields)
+        raise UsageError(f"--config_overrides {args.config_overrides} changes the shape of weights --model_name_or_path "
+                         f"{args.model_name_or_path} holds ({changed}): drop those overrides (a longer context of rotary "
+                         "positions: a longer --max_seq_length)")
 
 
 def _wsd_schedule(args: Any, training_args: Any) -> tuple[float | None, dict[str, Any]]:

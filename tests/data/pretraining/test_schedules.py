@@ -198,6 +198,26 @@ def test_two_processes_tag_each_step_alike_and_share_its_rows():
         assert {tag[2] for block in blocks for tag in block} == {schedule.rate(step, 6)}
 
 
+def test_rows_drawn_in_training_order_are_read_in_order_step_by_step():
+    """``shuffle=False`` (a phased language mix, drawn ahead for each step): step s trains rows [s·R, (s+1)·R) of every
+    process together, in both layouts, every epoch alike."""
+    per_epoch = [ScheduledBatchSampler(16, 2, 2, num_processes=2, process_index=rank, shuffle=False) for rank in (0, 1)]
+    for epoch in (0, 1):
+        ranks = []
+        for sampler in per_epoch:
+            sampler.set_epoch(epoch)
+            ranks.append([[tag[0] for tag in batch] for batch in sampler])
+        for step in range(2):  # 2 processes x 2 micro-batches x 2 rows = 8 rows a step
+            rows = [index for micro in (0, 1) for rank in (0, 1) for index in ranks[rank][2 * step + micro]]
+            assert sorted(rows) == list(range(8 * step, 8 * step + 8))
+    warmup = BatchSizeWarmup(tokens=40, min_rows=1, max_rows=2, row_tokens=10, rows_multiplier=2)
+    stream = [ScheduledBatchSampler(12, 2, 1, num_processes=2, process_index=rank, warmup=warmup, max_steps=5,
+                                    shuffle=False) for rank in (0, 1)]  # fmt: skip
+    ranks = [[[tag[0] for tag in batch] for batch in sampler] for sampler in stream]
+    positions = [index for step in range(5) for rank in (0, 1) for index in ranks[rank][step]]
+    assert positions == [position % 12 for position in range(warmup.rows_before(5))]
+
+
 def test_batch_size_warmup_grows_linearly_in_tokens():
     warmup = BatchSizeWarmup(tokens=10_000, min_rows=2, max_rows=16, row_tokens=64, rows_multiplier=3)
     rows = [warmup.rows(step) for step in range(warmup.warmup_steps + 3)]

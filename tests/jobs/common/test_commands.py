@@ -123,8 +123,8 @@ def test_every_job_takes_the_transformers_flags(job, tmp_path, monkeypatch):
         parsed = parse(job, [item for name in group for item in (f"--{name}", SAMPLE_VALUES[name][0])])
         for name in group:
             expected = SAMPLE_VALUES[name][1]
-            if job == "prepare-data" and name == "train_file":
-                expected = [expected]
+            if (job, name) in (("prepare-data", "train_file"), ("pretrain", "train_file"), ("pretrain", "validation_file")):
+                expected = [expected]  # one per file (prepare-data) or per language (pretrain)
             assert value(parsed, name) == expected, name
     defaults = parse(job, [])
     assert value(defaults, "model_revision") == "main" and value(defaults, "trust_remote_code") is False
