@@ -33,14 +33,14 @@ cleanup() {
 trap cleanup EXIT
 # The test tools, at the floors of the dev extra (its onnx, retrieval and peft extras are not needed by these tests).
 test_tools=("pytest>=9" "pytest-xdist>=3.6.1" "pytest-timeout>=2.4")
-# Smoke tests (not the slow ones) of the data pipeline, the model, the pretraining and fine-tuning jobs, and
-# the parts of the other direct dependencies they do not reach (evaluate's metric modules, matplotlib's plots,
-# scikit-learn's and scipy's scores).
+# Smoke tests (not the slow ones) of the data pipeline (several languages and vocabulary extension included), the
+# model, the pretraining and fine-tuning jobs, and the parts of the other direct dependencies they do not reach
+# (evaluate's metric modules, matplotlib's plots, scikit-learn's and scipy's scores).
 tests=(
     tests/data/pretraining/test_chunking.py tests/data/pretraining/test_packing.py tests/data/pretraining/test_nsp.py
     tests/data/pretraining/test_masking.py tests/data/pretraining/test_vocabulary.py tests/data/finetuning/test_alignment.py
-    tests/data/pretraining/test_streaming.py
-    tests/model/test_modeling_mlm_suite.py tests/model/test_heads.py tests/e2e/test_pretrain.py
+    tests/data/pretraining/test_streaming.py tests/data/pretraining/test_languages.py tests/data/pretraining/test_extension.py
+    tests/e2e/test_pretrain_languages.py tests/model/test_modeling_mlm_suite.py tests/model/test_heads.py tests/e2e/test_pretrain.py
     tests/e2e/test_finetune.py tests/jobs/common/test_checkpoints.py tests/conformance/test_training_semantics.py
     tests/data/pretraining/test_schedules.py tests/evaluation/test_metric_modules.py tests/evaluation/test_plots.py
     tests/evaluation/test_classification.py tests/evaluation/test_intervals.py tests/cards/test_metadata.py
