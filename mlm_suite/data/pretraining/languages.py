@@ -121,7 +121,7 @@ def sample_multilingual_corpus(
         passes = -(-len(positions) // len(corpus))
         order = np.concatenate([rng.permutation(len(corpus)) for _ in range(passes)]) if passes else []
         for position, text_index in zip(positions, order):
-            texts[position] = corpus[text_index]
+            texts[position] = corpus[int(text_index)]  # a datasets Column takes Python ints only (datasets 4.0)
     return texts, [languages[index] for index in drawn_languages]
 
 

@@ -93,6 +93,15 @@ def test_small_languages_repeat_only_after_a_full_pass():
         assert set(uses[text] for text in corpus) <= {full_passes, full_passes + 1}
 
 
+
+def test_a_multilingual_sample_reads_dataset_columns_as_it_reads_lists():
+    """The job samples the text columns of its datasets, which (datasets 4.0) take Python ints only, not numpy's."""
+    lists = {"en": [f"en {i}" for i in range(30)], "de": [f"de {i}" for i in range(5)]}
+    columns = {language: Dataset.from_dict({"text": texts})["text"] for language, texts in lists.items()}
+    assert sample_multilingual_corpus(columns, 50, alpha=0.5, seed=3) == sample_multilingual_corpus(lists, 50, alpha=0.5,
+                                                                                                     seed=3)
+
+
 def test_multilingual_sample_errors():
     with pytest.raises(ValueError, match="n_samples must be >= 1"):
         sample_multilingual_corpus({"en": ["a"]}, 0)
