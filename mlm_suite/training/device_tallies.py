@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["FOLD_EVERY", "DeviceSum", "StepValues"]
+__all__ = ["FOLD_EVERY", "DeviceCounts", "DeviceSum", "StepValues"]
 
 #: Steps whose values are kept before they are folded into their total (two kernels).
 FOLD_EVERY = 256
@@ -49,6 +49,32 @@ class DeviceSum:
         """The total: waits for the device when tensors were added."""
         self._fold()
         return self._host + (self._device.item() if self._device is not None else 0)
+
+
+class DeviceCounts:
+    """How often each of ``classes`` indices occurs in the index tensors added one at a time, read with :meth:`counts`."""
+
+    def __init__(self, classes: int) -> None:
+        self.classes = classes
+        self._device: torch.Tensor | None = None  # (classes,)
+        self._pending: list[torch.Tensor] = []  # (indices,) each
+
+    def add(self, indices: torch.Tensor) -> None:
+        self._pending.append(indices)
+        if len(self._pending) >= FOLD_EVERY:
+            self._fold()
+
+    def _fold(self) -> None:
+        if not self._pending:
+            return
+        counted = torch.bincount(torch.cat(self._pending), minlength=self.classes)  # (classes,)
+        self._pending = []
+        self._device = counted if self._device is None else self._device + counted
+
+    def counts(self) -> torch.Tensor:
+        """The counts, ``(classes,)``, where the indices are (zeros on the CPU when none were added)."""
+        self._fold()
+        return self._device if self._device is not None else torch.zeros(self.classes, dtype=torch.long)
 
 
 class StepValues:

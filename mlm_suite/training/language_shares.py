@@ -3,8 +3,8 @@ docs/pretraining.md#several-languages): a feature of :class:`~mlm_suite.training
 
 Every training row of such a run carries its language's index (``language_id``, a row tag the masking collator
 returns in every batch layout). :class:`LanguageShares` takes the tags out of each micro-batch before the model sees
-it and counts them where they are: the tags are kept on the device and counted every
-:data:`~mlm_suite.training.device_tallies.FOLD_EVERY` steps (no kernel, no wait per step). The counts of every
+it and counts them where they are (a :class:`~mlm_suite.training.device_tallies.DeviceCounts`: no kernel, no wait
+per step). The counts of every
 process are added at the end, and each checkpoint carries them, so a resumed run reports the uninterrupted run's
 shares. Rows skipped on resuming never reach the feature; rows that did are the rows trained on.
 """
@@ -14,10 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-
 from mlm_suite.data.pretraining.masking import ROW_TAGS
-from mlm_suite.training.device_tallies import FOLD_EVERY
+from mlm_suite.training.device_tallies import DeviceCounts
 from mlm_suite.training.features import Progress, Run, TrainerFeature
 
 __all__ = ["LANGUAGE_ROWS_STATE", "LanguageShares"]
@@ -36,30 +34,20 @@ class LanguageShares(TrainerFeature):
     def __init__(self, languages: Sequence[str]) -> None:
         self.languages = list(languages)
         self._resumed = [0] * len(self.languages)
-        self._pending: list[torch.Tensor] = []  # this call's tags not yet counted, (rows,) each
-        self._counts: torch.Tensor | None = None  # this call's counted tags, (languages,)
+        self._counts = DeviceCounts(len(self.languages))  # this call's tags
         self._gather = None
 
     def start(self, run: Run) -> None:
         record = run.state.get("stateful_callbacks", {}).get(LANGUAGE_ROWS_STATE, {}).get("attributes", {})
         self._resumed = [int(record.get("rows", {}).get(language, 0)) for language in self.languages]
-        self._pending, self._counts, self._gather = [], None, run.gather
+        self._counts, self._gather = DeviceCounts(len(self.languages)), run.gather
 
     def batches(self, batches: list[dict[str, Any]], num_items: Any) -> Any:
         for batch in batches:
             tags = batch.pop(_TAG, None)
             if tags is not None:
-                self._pending.append(tags)
-        if len(self._pending) >= FOLD_EVERY:
-            self._fold()
+                self._counts.add(tags)
         return num_items
-
-    def _fold(self) -> None:
-        if not self._pending:
-            return
-        counted = torch.bincount(torch.cat(self._pending), minlength=len(self.languages))  # (languages,)
-        self._pending = []
-        self._counts = counted if self._counts is None else self._counts + counted
 
     def checkpoint(self, folder: str, progress: Progress) -> dict[str, dict[str, Any]]:
         return {LANGUAGE_ROWS_STATE: {"args": {}, "attributes": {"rows": dict(zip(self.languages, self.rows()))}}}
@@ -67,8 +55,7 @@ class LanguageShares(TrainerFeature):
     def rows(self) -> list[int]:
         """The training rows per language so far, every process's and the resumed checkpoint's (it recorded every
         process's): waits for the device, and gathers from every process when several train."""
-        self._fold()
-        counts = self._counts if self._counts is not None else torch.zeros(len(self.languages), dtype=torch.long)
+        counts = self._counts.counts()  # (languages,)
         gathered = self._gather(counts[None]) if self._gather is not None else counts[None]  # (processes, languages)
         return [before + int(now) for before, now in zip(self._resumed, gathered.sum(0).tolist())]
 

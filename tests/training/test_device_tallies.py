@@ -7,7 +7,7 @@ import math
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mlm_suite.training.device_tallies import FOLD_EVERY, DeviceSum, StepValues
+from mlm_suite.training.device_tallies import FOLD_EVERY, DeviceCounts, DeviceSum, StepValues
 
 
 class CountOps(TorchDispatchMode):
@@ -31,6 +31,19 @@ def test_a_device_sum_adds_tensors_and_host_numbers_across_folds():
     assert total.value() == sum(int(value) for value in values) + 11
     total.add(torch.tensor(4))  # after a read, the sum goes on
     assert total.value() == sum(int(value) for value in values) + 15
+
+
+
+def test_device_counts_count_each_index_across_folds_and_reads():
+    counts = DeviceCounts(4)
+    assert counts.counts().tolist() == [0, 0, 0, 0]  # nothing added yet
+    tags = [torch.tensor([index % 3, 2]) for index in range(2 * FOLD_EVERY + 3)]
+    for tag in tags:
+        counts.add(tag)
+    expected = torch.bincount(torch.cat(tags), minlength=4).tolist()
+    assert counts.counts().tolist() == expected and expected[3] == 0
+    counts.add(torch.tensor([3, 3]))  # after a read, the counts go on
+    assert counts.counts().tolist() == [*expected[:3], 2]
 
 
 def test_a_device_sum_of_zeros_counts_the_zeros():
