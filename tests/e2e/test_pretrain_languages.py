@@ -126,11 +126,7 @@ def test_a_new_language_for_a_continued_model_exports_as_its_family_s_class(tiny
     larger vocabulary, and export-native writes a BertForMaskedLM whose logits equal the eager model's."""
     from transformers import AutoTokenizer, BertForMaskedLM
 
-    german = write_text(tmp_path / "de.txt", documents("de", 80))
-    output_dir = tmp_path / "extended"
-    outcome = run_command(pretrain(output_dir, [german], "--model_name_or_path", tiny_model, "--extend_vocabulary", "10",
-                                   steps=2, new_model=False), capsys)
-    assert outcome.status == 0, outcome.err[-3000:]
+    output_dir = continued_on_german(tiny_model, 10, tmp_path, capsys)
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     old = AutoTokenizer.from_pretrained(tiny_model)
     assert len(tokenizer) == len(old) + 10 == read_json(output_dir / "config.json")["vocab_size"]
@@ -138,6 +134,16 @@ def test_a_new_language_for_a_continued_model_exports_as_its_family_s_class(tiny
     assert results["pieces_per_word_after_extension"] < results["pieces_per_word_before_extension"]
     assert "| vocabulary extension | 10 pieces learnt from the training text by WordPiece" in (output_dir / "README.md").read_text()
     assert_exported_equals_eager(output_dir, tmp_path / "native", [], BertForMaskedLM, len(old), capsys)
+
+
+def continued_on_german(source, pieces, tmp_path, capsys):
+    """The folder of ``source`` continued for 2 steps on German text with ``--extend_vocabulary pieces``."""
+    german = write_text(tmp_path / "de.txt", documents("de", 80))
+    output_dir = tmp_path / "extended"
+    outcome = run_command(pretrain(output_dir, [german], "--model_name_or_path", source, "--extend_vocabulary", str(pieces),
+                                   steps=2, new_model=False), capsys)
+    assert outcome.status == 0, outcome.err[-3000:]
+    return output_dir
 
 
 def assert_exported_equals_eager(output_dir, native, flags, native_class, old_size, capsys):
@@ -172,11 +178,7 @@ def test_a_bpe_or_unigram_checkpoint_extended_exports_as_its_family_s_class(fami
     make_native_model(family, "ForMaskedLM", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                       max_position_embeddings=66 + tokenizer.pad_token_id).save_pretrained(source)
     tokenizer.save_pretrained(source)
-    german = write_text(tmp_path / "de.txt", documents("de", 80))
-    output_dir = tmp_path / "extended"
-    outcome = run_command(pretrain(output_dir, [german], "--model_name_or_path", source, "--extend_vocabulary", "8",
-                                   steps=2, new_model=False), capsys)
-    assert outcome.status == 0, outcome.err[-3000:]
+    output_dir = continued_on_german(source, 8, tmp_path, capsys)
     extended = AutoTokenizer.from_pretrained(output_dir)
     assert len(extended) == len(tokenizer) + 8
     assert_exported_equals_eager(output_dir, tmp_path / "native", ["--family", family], getattr(transformers, native_class),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -74,10 +75,10 @@ def _backend(tokenizer: PreTrainedTokenizerBase, source: str) -> dict:
 
 # Each learns a vocabulary of ``size`` from the text as the tokenizer normalises and splits it, and returns the pieces
 # the tokenizer lacks, in the order they should join it, each with what joins with it (a BPE merge, a Unigram score),
-# and whether the text had no more to learn (the vocabulary stayed below ``size``).
-def _wordpiece_candidates(state: dict, backend: Tokenizer, texts: Sequence[str], size: int,
+# and whether the text had no more to learn (the vocabulary stayed below ``size``). WordPiece reads the text's word
+# counts (counted once for every size tried), the trainers the text itself.
+def _wordpiece_candidates(state: dict, backend: Tokenizer, words: Counter[str], size: int,
                           taken: set[str]) -> tuple[list[tuple[str, None]], bool]:
-    words = word_counts(backend, texts)
     prefix = state["model"].get("continuing_subword_prefix") or "##"
     learnt = learn_wordpiece_vocabulary(words, size, [], min_frequency=2, prefix=prefix)
     return [(piece, None) for piece in learnt if piece not in taken], len(learnt) < size
@@ -128,9 +129,10 @@ def extend_tokenizer(
         raise UsageError(f"--extend_vocabulary: {source}'s Unigram tokenizer has tokens outside its model's pieces "
                          "(added tokens in the middle of the ids), after which no piece can be added")
     learn = {"WordPiece": _wordpiece_candidates, "BPE": _bpe_candidates, "Unigram": _unigram_candidates}[kind]
+    read = word_counts(backend, texts) if kind == "WordPiece" else texts
     size = 256 + count * _SPARE
     while True:  # a vocabulary learnt from the text holds many of the tokenizer's pieces: learn more until enough are new
-        candidates, saturated = learn(state, backend, texts, size, taken)
+        candidates, saturated = learn(state, backend, read, size, taken)
         if len(candidates) >= count or saturated:
             break
         size *= 2
